@@ -1,0 +1,177 @@
+"""Paged KV-cache accounting: GPU blocks, CPU swap blocks, per-request block tables, reservations.
+
+Like vLLM's block manager, a request holds ``ceil(tokens / block_size)`` blocks for the tokens whose KV is
+cached. Block ids are real (a free list), so tests can check that no block is held twice. Only accounting
+lives here; which request gets blocks is the scheduler's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from semsched.core.request import InvalidRequestError, Request
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Keep ``num_blocks`` GPU blocks out of reach of requests whose priority value exceeds ``max_priority``.
+
+    Seed 003's capacity reservation: lower tiers cannot fill the last blocks, so a premium request that
+    arrives under load still finds room.
+    """
+
+    max_priority: int
+    num_blocks: int
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks needed to hold ``num_tokens`` tokens of KV."""
+    return -(-num_tokens // block_size)
+
+
+class BlockManager:
+    """GPU and CPU (swap) block pools with per-request block tables.
+
+    Invariant: ``num_free_gpu_blocks + sum(len(table) for table in GPU tables) == num_gpu_blocks`` and the same
+    for CPU blocks, at all times.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        *,
+        num_cpu_blocks: int = 0,
+        watermark: float = 0.01,
+        reservations: tuple[Reservation, ...] = (),
+    ) -> None:
+        if num_gpu_blocks < 1:
+            raise InvalidRequestError(f"num_gpu_blocks: must be >= 1 (got {num_gpu_blocks})")
+        if block_size < 1:
+            raise InvalidRequestError(f"block_size: must be >= 1 (got {block_size})")
+        if num_cpu_blocks < 0:
+            raise InvalidRequestError(f"num_cpu_blocks: must be >= 0 (got {num_cpu_blocks})")
+        if not 0.0 <= watermark < 1.0:
+            raise InvalidRequestError(f"watermark: must be in [0, 1) (got {watermark})")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.block_size = block_size
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.reservations = reservations
+        # pop() from the end hands out low ids first
+        self._free_gpu: list[int] = list(range(num_gpu_blocks - 1, -1, -1))
+        self._free_cpu: list[int] = list(range(num_cpu_blocks - 1, -1, -1))
+        self._gpu_tables: dict[str, list[int]] = {}
+        self._cpu_tables: dict[str, list[int]] = {}
+
+    # ---- queries -----------------------------------------------------------------------------------------
+    @property
+    def num_free_gpu_blocks(self) -> int:
+        return len(self._free_gpu)
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return len(self._free_cpu)
+
+    @property
+    def num_used_gpu_blocks(self) -> int:
+        return self.num_gpu_blocks - len(self._free_gpu)
+
+    def gpu_blocks_of(self, request: Request) -> int:
+        table = self._gpu_tables.get(request.request_id)
+        return len(table) if table is not None else 0
+
+    def block_table(self, request: Request) -> tuple[int, ...]:
+        return tuple(self._gpu_tables.get(request.request_id, ()))
+
+    def cpu_block_table(self, request: Request) -> tuple[int, ...]:
+        return tuple(self._cpu_tables.get(request.request_id, ()))
+
+    def gpu_tables(self) -> dict[str, tuple[int, ...]]:
+        return {rid: tuple(t) for rid, t in self._gpu_tables.items()}
+
+    def blocks_needed(self, request: Request, num_new_tokens: int) -> int:
+        """Extra GPU blocks needed to cache ``num_new_tokens`` more tokens of ``request``."""
+        total = blocks_for(request.num_computed_tokens + num_new_tokens, self.block_size)
+        return max(0, total - self.gpu_blocks_of(request))
+
+    def available_for(self, request: Request, *, admission: bool) -> int:
+        """Free GPU blocks this request may use: minus reservations it is not entitled to, and minus the
+        watermark when admitting new work (so running requests keep room to grow)."""
+        available = len(self._free_gpu)
+        for reservation in self.reservations:
+            if request.priority > reservation.max_priority:
+                available -= reservation.num_blocks
+        if admission:
+            available -= self.watermark_blocks
+        return available
+
+    def fits_ever(self, num_tokens: int) -> bool:
+        """Whether a request of ``num_tokens`` total tokens could ever be held on the GPU."""
+        return blocks_for(num_tokens, self.block_size) <= self.num_gpu_blocks - self.watermark_blocks
+
+    # ---- GPU allocation ----------------------------------------------------------------------------------
+    def try_allocate(self, request: Request, num_new_tokens: int, *, admission: bool = False) -> bool:
+        """Grow ``request``'s table to cover ``num_new_tokens`` more tokens; False (and no change) if short."""
+        needed = self.blocks_needed(request, num_new_tokens)
+        if needed == 0:
+            return True
+        if needed > self.available_for(request, admission=admission):
+            return False
+        self._take_gpu(request.request_id, needed)
+        return True
+
+    def allocate_blocks(self, request: Request, num_blocks: int) -> None:
+        """Append exactly ``num_blocks`` blocks (caller has checked availability)."""
+        if num_blocks > len(self._free_gpu):
+            raise RuntimeError(f"allocate_blocks: {num_blocks} requested, {len(self._free_gpu)} free")
+        self._take_gpu(request.request_id, num_blocks)
+
+    def _take_gpu(self, request_id: str, count: int) -> None:
+        table = self._gpu_tables.setdefault(request_id, [])
+        if count <= 0:
+            return
+        free = self._free_gpu
+        table.extend(free[-count:][::-1])
+        del free[-count:]
+
+    def free(self, request: Request) -> int:
+        """Release every GPU and CPU block of ``request``; returns GPU blocks freed."""
+        table = self._gpu_tables.pop(request.request_id, None)
+        cpu = self._cpu_tables.pop(request.request_id, None)
+        if cpu:
+            self._free_cpu.extend(reversed(cpu))
+        if not table:
+            return 0
+        self._free_gpu.extend(reversed(table))
+        return len(table)
+
+    # ---- swap ------------------------------------------------------------------------------------------------
+    def can_swap_out(self, request: Request) -> bool:
+        return self.gpu_blocks_of(request) <= len(self._free_cpu)
+
+    def swap_out(self, request: Request) -> int:
+        """Move ``request``'s GPU blocks to CPU swap space; returns the number of blocks moved."""
+        table = self._gpu_tables.pop(request.request_id, [])
+        if len(table) > len(self._free_cpu):
+            self._gpu_tables[request.request_id] = table
+            raise RuntimeError("swap_out: not enough CPU blocks (check can_swap_out first)")
+        cpu_table = [self._free_cpu.pop() for _ in table]
+        self._cpu_tables[request.request_id] = cpu_table
+        self._free_gpu.extend(reversed(table))
+        return len(table)
+
+    def swapped_blocks_of(self, request: Request) -> int:
+        return len(self._cpu_tables.get(request.request_id, ()))
+
+    def try_swap_in(self, request: Request, *, admission: bool = True) -> bool:
+        """Move ``request``'s swapped blocks back to the GPU; False (and no change) if there is no room."""
+        cpu_table = self._cpu_tables.get(request.request_id)
+        if cpu_table is None:
+            return True
+        if len(cpu_table) > self.available_for(request, admission=admission):
+            return False
+        del self._cpu_tables[request.request_id]
+        self._free_cpu.extend(reversed(cpu_table))
+        self._take_gpu(request.request_id, len(cpu_table))
+        return True

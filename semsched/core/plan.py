@@ -1,0 +1,108 @@
+"""Typed messages between the scheduler and whatever executes its plans (simulator, engine adapter).
+
+``BatchPlan`` goes out of :meth:`semsched.core.scheduler.Scheduler.schedule`; a ``StepResult`` comes back into
+:meth:`~semsched.core.scheduler.Scheduler.update`. Both are plain data.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from semsched.core.request import Request
+
+
+class PreemptionMode(enum.Enum):
+    """How a preempted request gives back its KV blocks."""
+
+    RECOMPUTE = "recompute"  # blocks freed; computed tokens reset and recomputed later in one prefill pass
+    SWAP = "swap"  # blocks copied to CPU swap space (costs transfer time); restored before running again
+
+
+class PreemptionReason(enum.Enum):
+    KV_PRESSURE = "kv_pressure"  # a running request needed a block and none was free
+    PRIORITY = "priority"  # a waiting request displaced it (policy's may_preempt hook)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    """``num_tokens`` tokens of ``request`` are computed this step on top of ``context_tokens`` cached ones.
+
+    In the notation of PROSERVE eq. 5-6: ``lq = num_tokens``, ``lkv = context_tokens``. A chunk with
+    ``num_tokens == 1`` on a request whose prompt is computed is a decode; anything else is a prefill chunk.
+    """
+
+    request: Request
+    num_tokens: int
+    context_tokens: int
+    is_decode: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    request: Request
+    mode: PreemptionMode
+    reason: PreemptionReason
+    num_tokens_saved: int  # tokens of KV moved to swap (0 for recompute)
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """What runs in one engine step.
+
+    ``prefill`` and ``decode`` partition the scheduled chunks; ``swapped_in`` lists requests whose KV is copied
+    back from swap before the step (``swap_in_tokens`` in total); ``preempted`` lists requests taken off the
+    GPU while forming this plan (``swap_out_tokens`` copied out).
+    """
+
+    time_s: float
+    prefill: list[ScheduledChunk] = field(default_factory=list)
+    decode: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Preemption] = field(default_factory=list)
+    swapped_in: list[Request] = field(default_factory=list)
+    swap_in_tokens: int = 0
+    swap_out_tokens: int = 0
+    decode_context_tokens: int = 0  # sum of context_tokens over decode chunks
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.decode) + sum(c.num_tokens for c in self.prefill)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.prefill) + len(self.decode)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return not self.prefill and not self.preempted and not self.swapped_in and bool(self.decode)
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What the executor reports after running a plan: when the step ended, and requests it aborted."""
+
+    end_time_s: float
+    aborted_request_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A policy's answer to an arriving request."""
+
+    accepted: bool
+    reason: str = ""
+
+    @classmethod
+    def accept(cls) -> Admission:
+        return _ACCEPT
+
+    @classmethod
+    def reject(cls, reason: str) -> Admission:
+        return cls(False, reason)
+
+
+_ACCEPT = Admission(True)

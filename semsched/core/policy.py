@@ -1,0 +1,132 @@
+"""The policy contract: the small set of hooks through which a scheduling policy speaks.
+
+The same hooks are called by :class:`semsched.core.scheduler.Scheduler` (simulation) and by the vLLM adapter,
+so a policy never sees which engine drives it. Every hook has a default that reproduces vLLM's FCFS
+behaviour; a policy overrides only what it changes.
+
+Hook summary (all times are arguments; a policy never reads a clock):
+
+=====================  ==============================================================================
+``waiting_key``        order of the waiting queue (smallest first); computed when a request is enqueued
+``admit``              accept or reject an arriving request (explicit rejection, never a silent drop)
+``victims_for``        which running requests a waiting request may displace when it does not fit
+``victim_key``         victim order under KV-memory pressure (largest key is preempted first)
+``preemption_mode``    recompute or swap for a given victim
+``exclusive_class``    optional class-exclusive batching: only the most important class present runs
+``step_budget``        per-step token budget and sequence cap (``None``: the engine's configuration)
+``on_*``               callbacks on arrival, emitted tokens, preemption and finish
+=====================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from semsched.core.plan import Admission, PreemptionMode
+from semsched.core.request import Request
+
+SortKey = tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepBudget:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+class SchedulerView(Protocol):
+    """Read-only state a policy may consult."""
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def num_free_gpu_blocks(self) -> int: ...
+
+    @property
+    def num_free_cpu_blocks(self) -> int: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def budget(self) -> StepBudget: ...
+
+    def running_requests(self) -> Sequence[Request]: ...
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Base of every policy's config dataclass (frozen; parsed from ``name:key=value,...`` specs)."""
+
+
+class Policy:
+    """Base class: vLLM's FCFS behaviour. Subclasses live one per file in :mod:`semsched.policies`.
+
+    ``stable_between_events``: the policy promises that, while no request arrives, finishes or is preempted
+    and no KV block is exhausted, its decisions for a decode-only batch do not change from step to step
+    (no time- or progress-dependent reordering that would admit or preempt anything). The simulator's
+    fast-forward mode relies on it; leave it False when unsure.
+    """
+
+    name: ClassVar[str] = "base"
+    config_cls: ClassVar[type[PolicyConfig]] = PolicyConfig
+    stable_between_events: ClassVar[bool] = False
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_cls()
+        if not isinstance(self.config, self.config_cls):
+            raise TypeError(f"{self.name}: config must be {self.config_cls.__name__}")
+
+    # ---- ordering ----------------------------------------------------------------------------------------
+    def waiting_key(self, request: Request) -> SortKey:
+        """Sort key of a waiting request; smaller runs first. Called once per enqueue."""
+        return (request.arrival_time_s,)
+
+    def victim_key(self, request: Request) -> SortKey:
+        """Under KV pressure the running request with the LARGEST key is preempted first."""
+        return (request.arrival_time_s,)
+
+    # ---- admission and preemption ------------------------------------------------------------------------
+    def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:
+        return Admission.accept()
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        """Running requests that waiting ``candidate`` may displace when it does not fit, most expendable
+        first. The scheduler preempts from the front only if the whole list would make room."""
+        return ()
+
+    def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        return PreemptionMode.RECOMPUTE
+
+    def exclusive_class(self, request: Request) -> int | None:
+        """If not None, only requests of the smallest class among unfinished ones run (seed 000 eq. 2)."""
+        return None
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        return None
+
+    # ---- callbacks ---------------------------------------------------------------------------------------
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        return None
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        return None
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        return None
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"policy": self.name, **asdict(self.config)}

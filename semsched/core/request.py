@@ -1,0 +1,272 @@
+"""Requests and their lifecycle.
+
+A :class:`Request` carries what a scheduler may know about one inference request (its size, who sent it, its
+SLOs, its urgency and predicted cost) and the progress an engine reports back (computed tokens, emitted tokens,
+preemptions). Token accounting follows vLLM v1: a request has ``num_tokens`` (prompt plus generated so far) and
+``num_computed_tokens``; each step computes up to ``num_tokens - num_computed_tokens`` tokens, and when the
+computed tokens catch up with ``num_tokens`` the engine samples one new token. Chunked prefill, decode and
+recompute after preemption are therefore one mechanism.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class RequestState(enum.Enum):
+    """Where a request is in its life. Terminal states: FINISHED, REJECTED, DROPPED."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED_RECOMPUTE = "preempted_recompute"
+    PREEMPTED_SWAPPED = "preempted_swapped"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+    DROPPED = "dropped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({RequestState.FINISHED, RequestState.REJECTED, RequestState.DROPPED})
+
+
+class InvalidRequestError(ValueError):
+    """A request field is out of range; the message names the field and the limit."""
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """A discrete distribution over output lengths (tokens): ``probs[i]`` is P(length == lengths[i]).
+
+    Predictors return one per request; point estimates (mean, quantiles) and the remaining-work
+    expectations that SRPT/Gittins-style policies need are derived from it.
+    """
+
+    lengths: tuple[int, ...]
+    probs: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.lengths or len(self.lengths) != len(self.probs):
+            raise InvalidRequestError(
+                f"predicted_output: lengths and probs must be non-empty and equally long "
+                f"(got {len(self.lengths)} and {len(self.probs)})"
+            )
+        if any(n < 1 for n in self.lengths):
+            raise InvalidRequestError("predicted_output.lengths: every length must be >= 1")
+        if any(p < 0 for p in self.probs) or not math.isclose(sum(self.probs), 1.0, abs_tol=1e-6):
+            raise InvalidRequestError("predicted_output.probs: must be >= 0 and sum to 1")
+        if list(self.lengths) != sorted(self.lengths):
+            raise InvalidRequestError("predicted_output.lengths: must be sorted ascending")
+
+    @classmethod
+    def point(cls, length: int) -> LengthDistribution:
+        """A degenerate distribution: the length is known exactly."""
+        return cls((int(length),), (1.0,))
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[int]) -> LengthDistribution:
+        """The empirical distribution of observed lengths."""
+        values, counts = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
+        probs = counts / counts.sum()
+        return cls(tuple(int(v) for v in values), tuple(float(p) for p in probs))
+
+    @property
+    def mean(self) -> float:
+        return float(sum(n * p for n, p in zip(self.lengths, self.probs, strict=True)))
+
+    def quantile(self, q: float) -> int:
+        """Smallest length whose cumulative probability reaches ``q``."""
+        acc = 0.0
+        for n, p in zip(self.lengths, self.probs, strict=True):
+            acc += p
+            if acc >= q - 1e-12:
+                return n
+        return self.lengths[-1]
+
+    def expected_remaining(self, generated: int) -> float:
+        """E[L - generated | L > generated]; falls back to 1 when the support is exhausted."""
+        tail = [(n, p) for n, p in zip(self.lengths, self.probs, strict=True) if n > generated]
+        mass = sum(p for _, p in tail)
+        if mass <= 0:
+            return 1.0
+        return sum((n - generated) * p for n, p in tail) / mass
+
+
+class TokenTimeline:
+    """Shared, append-only record of step end times for one engine instance.
+
+    Requests store the *step indices* at which they emitted tokens (as contiguous ranges), so a stretch of k
+    identical decode steps costs O(1) per request to record, and per-token times are materialised only when
+    metrics ask for them.
+    """
+
+    __slots__ = ("_times", "_array")
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._array: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def append(self, time_s: float) -> int:
+        """Record one step's end time; returns its index."""
+        self._times.append(time_s)
+        self._array = None
+        return len(self._times) - 1
+
+    def extend(self, times_s: Sequence[float]) -> int:
+        """Record several consecutive steps; returns the index of the first."""
+        first = len(self._times)
+        self._times.extend(times_s)
+        self._array = None
+        return first
+
+    def last(self) -> float:
+        return self._times[-1]
+
+    def as_array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.asarray(self._times, dtype=np.float64)
+        return self._array
+
+
+@dataclass(eq=False)
+class Request:
+    """One inference request: static description plus mutable progress.
+
+    Static fields are validated on construction (:class:`InvalidRequestError` names the field). ``priority``
+    follows vLLM: lower values are more important. ``output_tokens`` is the true output length, known only in
+    simulation; an engine stops the request when it emits that many tokens or ``max_output_tokens``.
+    """
+
+    request_id: str
+    prompt_tokens: int
+    max_output_tokens: int
+    arrival_time_s: float
+    output_tokens: int | None = None
+    prompt_text: str | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    priority: int = 0
+    tier: str = "default"
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    e2e_slo_s: float | None = None
+    urgency: int | None = None
+    predicted_output: LengthDistribution | None = None
+
+    # progress, owned by the scheduler
+    state: RequestState = RequestState.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    num_preemptions: int = 0
+    first_scheduled_time_s: float | None = None
+    finish_time_s: float | None = None
+    finish_reason: str | None = None
+    # token emission record: ranges [start, stop) of step indices into ``timeline``
+    timeline: TokenTimeline | None = field(default=None, repr=False)
+    token_step_ranges: list[list[int]] = field(default_factory=list, repr=False)
+    # per-policy scratch space (e.g. attained service, queue level); policies own their keys
+    policy_state: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_int("prompt_tokens", self.prompt_tokens, minimum=1)
+        _check_int("max_output_tokens", self.max_output_tokens, minimum=1)
+        if self.output_tokens is not None:
+            _check_int("output_tokens", self.output_tokens, minimum=1)
+        if not math.isfinite(self.arrival_time_s) or self.arrival_time_s < 0:
+            raise InvalidRequestError(
+                f"arrival_time_s: must be a finite number >= 0 (got {self.arrival_time_s!r})"
+            )
+        for name in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                raise InvalidRequestError(f"{name}: must be a finite number > 0 (got {value!r})")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise InvalidRequestError(f"priority: must be an integer (got {self.priority!r})")
+
+    # ---- sizes -------------------------------------------------------------------------------------------
+    @property
+    def target_output_tokens(self) -> int:
+        """How many tokens this request will emit: its true length capped by ``max_output_tokens``."""
+        if self.output_tokens is None:
+            return self.max_output_tokens
+        return min(self.output_tokens, self.max_output_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus tokens generated so far: what the KV cache must eventually hold."""
+        return self.prompt_tokens + self.num_output_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def remaining_output_tokens(self) -> int:
+        """True remaining output (oracle; simulation only)."""
+        return self.target_output_tokens - self.num_output_tokens
+
+    @property
+    def in_prefill(self) -> bool:
+        """Whether the next step would process more than one token (prompt, or recompute after preemption)."""
+        return self.num_uncomputed_tokens > 1
+
+    def predicted_output_tokens(self) -> float:
+        """Mean predicted total output length; the true length when no prediction was attached."""
+        if self.predicted_output is not None:
+            return self.predicted_output.mean
+        return float(self.target_output_tokens)
+
+    def predicted_remaining_tokens(self) -> float:
+        """Expected remaining output given what was generated, from the prediction (or the truth)."""
+        if self.predicted_output is not None:
+            return self.predicted_output.expected_remaining(self.num_output_tokens)
+        return float(self.remaining_output_tokens)
+
+    # ---- deadlines ---------------------------------------------------------------------------------------
+    @property
+    def ttft_deadline_s(self) -> float:
+        return self.arrival_time_s + self.ttft_slo_s if self.ttft_slo_s is not None else math.inf
+
+    @property
+    def e2e_deadline_s(self) -> float:
+        return self.arrival_time_s + self.e2e_slo_s if self.e2e_slo_s is not None else math.inf
+
+    # ---- emitted tokens ----------------------------------------------------------------------------------
+    def token_times_s(self) -> np.ndarray:
+        """Emission time of every output token so far, in order."""
+        if self.timeline is None or not self.token_step_ranges:
+            return np.empty(0, dtype=np.float64)
+        times = self.timeline.as_array()
+        return np.concatenate([times[a:b] for a, b in self.token_step_ranges])
+
+    @property
+    def first_token_time_s(self) -> float | None:
+        if self.timeline is None or not self.token_step_ranges:
+            return None
+        return self.timeline.as_array()[self.token_step_ranges[0][0]]
+
+    def record_tokens(self, timeline: TokenTimeline, first_step: int, count: int) -> None:
+        """Record ``count`` tokens emitted at consecutive steps starting at ``first_step``."""
+        if self.timeline is None:
+            self.timeline = timeline
+        ranges = self.token_step_ranges
+        if ranges and ranges[-1][1] == first_step:
+            ranges[-1][1] = first_step + count
+        else:
+            ranges.append([first_step, first_step + count])
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InvalidRequestError(f"{name}: must be an integer (got {value!r})")
+    if value < minimum:
+        raise InvalidRequestError(f"{name}: must be >= {minimum} (got {value})")

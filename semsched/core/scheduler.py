@@ -1,0 +1,470 @@
+"""The iteration-level scheduler: state in, typed batch plan out, typed step result back.
+
+Batch formation follows vLLM v1 (``vllm/v1/core/sched/scheduler.py``): there are no prefill and decode
+phases. Each step has a token budget and a sequence cap; running requests are served first, each getting up
+to ``num_tokens - num_computed_tokens`` tokens (so a long prompt is prefilled in chunks across steps); then
+waiting requests are admitted in policy order while budget, sequence slots and KV blocks last. When a running
+request needs a block and none is free, the policy's ``victim_key`` picks a victim to preempt (recompute or
+swap). Unlike vLLM, a waiting request that does not fit may displace running work when the policy's
+``victims_for`` names victims.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from semsched.core.kv import BlockManager, Reservation, blocks_for
+from semsched.core.plan import (
+    Admission,
+    BatchPlan,
+    Preemption,
+    PreemptionMode,
+    PreemptionReason,
+    ScheduledChunk,
+    StepResult,
+)
+from semsched.core.policy import Policy, StepBudget
+from semsched.core.request import InvalidRequestError, Request, RequestState, TokenTimeline
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Engine-side limits (vLLM names where vLLM has them)."""
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    block_size: int = 16
+    num_gpu_blocks: int = 4096
+    num_cpu_blocks: int = 0
+    watermark: float = 0.01
+    reservations: tuple[Reservation, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InvalidRequestError(f"{name}: must be an integer >= 1 (got {value!r})")
+
+
+class _WaitingQueue:
+    """Min-heap of (policy key, enqueue sequence, request); removal is lazy."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[tuple[float, ...], int, Request]] = []
+        self._seq = itertools.count()
+        self._removed: set[int] = set()
+        self._ids: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def push(self, key: tuple[float, ...], request: Request) -> None:
+        seq = next(self._seq)
+        self._ids[request.request_id] = seq
+        heapq.heappush(self._heap, (key, seq, request))
+
+    def peek(self) -> Request | None:
+        self._drop_removed()
+        return self._heap[0][2] if self._heap else None
+
+    def pop(self) -> Request:
+        self._drop_removed()
+        _, _, request = heapq.heappop(self._heap)
+        del self._ids[request.request_id]
+        return request
+
+    def remove(self, request_id: str) -> bool:
+        seq = self._ids.pop(request_id, None)
+        if seq is None:
+            return False
+        self._removed.add(seq)
+        return True
+
+    def __iter__(self) -> Iterable[Request]:  # type: ignore[misc]
+        return (r for _, s, r in self._heap if s not in self._removed)
+
+    def _drop_removed(self) -> None:
+        heap = self._heap
+        while heap and heap[0][1] in self._removed:
+            self._removed.discard(heapq.heappop(heap)[1])
+
+
+class Scheduler:
+    """Owns waiting and running requests and the KV accounting for one engine instance.
+
+    Contract: call :meth:`add_request` on arrival, then alternate :meth:`schedule` (returns a
+    :class:`BatchPlan`) and :meth:`update` (consumes the :class:`StepResult` of that plan). For stretches of
+    identical decode-only steps, :meth:`steady_decode_steps` says how many may be applied at once with
+    :meth:`update_steady`; the result is identical to applying them one by one.
+    """
+
+    def __init__(self, config: SchedulerConfig, policy: Policy) -> None:
+        self.config = config
+        self.policy = policy
+        self.kv = BlockManager(
+            config.num_gpu_blocks,
+            config.block_size,
+            num_cpu_blocks=config.num_cpu_blocks,
+            watermark=config.watermark,
+            reservations=config.reservations,
+        )
+        self.timeline = TokenTimeline()
+        self._waiting = _WaitingQueue()
+        self._running: list[Request] = []
+        self._requests: dict[str, Request] = {}
+        self._class_counts: Counter[int] = Counter()
+        self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
+        self.finished: list[Request] = []
+        self.rejected: list[Request] = []
+
+    # ---- SchedulerView -----------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self._requests)
+
+    @property
+    def num_free_gpu_blocks(self) -> int:
+        return self.kv.num_free_gpu_blocks
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return self.kv.num_free_cpu_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    @property
+    def budget(self) -> StepBudget:
+        return self._default_budget
+
+    def running_requests(self) -> Sequence[Request]:
+        return tuple(self._running)
+
+    def waiting_requests(self) -> list[Request]:
+        return list(self._waiting)  # type: ignore[call-overload]
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests)
+
+    # ---- arrivals and aborts -----------------------------------------------------------------------------
+    def add_request(self, request: Request, now_s: float) -> Admission:
+        """Admit ``request`` into the waiting queue, or reject it with a reason (state REJECTED)."""
+        if request.request_id in self._requests:
+            raise InvalidRequestError(f"request_id: duplicate id {request.request_id!r}")
+        if not self.kv.fits_ever(request.prompt_tokens + request.max_output_tokens):
+            decision = Admission.reject(
+                f"prompt_tokens + max_output_tokens = {request.prompt_tokens + request.max_output_tokens} "
+                f"exceeds the KV capacity of {self.kv.num_gpu_blocks * self.kv.block_size} tokens"
+            )
+        else:
+            decision = self.policy.admit(request, self, now_s)
+        if not decision.accepted:
+            self._terminate(request, RequestState.REJECTED, decision.reason, now_s)
+            self.rejected.append(request)
+            return decision
+        self._requests[request.request_id] = request
+        cls = self.policy.exclusive_class(request)
+        if cls is not None:
+            self._class_counts[cls] += 1
+        self.policy.on_arrival(request, now_s)
+        self._enqueue(request, RequestState.WAITING)
+        return decision
+
+    def abort(self, request_id: str, now_s: float, reason: str = "aborted") -> Request | None:
+        """Drop a request wherever it is (state DROPPED); returns it, or None if unknown."""
+        request = self._requests.get(request_id)
+        if request is None:
+            return None
+        if not self._waiting.remove(request_id):
+            self._running.remove(request)
+        self._retire(request, RequestState.DROPPED, reason, now_s)
+        return request
+
+    # ---- scheduling --------------------------------------------------------------------------------------
+    def schedule(self, now_s: float) -> BatchPlan:
+        """Form the batch for the step that starts at ``now_s``."""
+        budget = self.policy.step_budget(self, now_s) or self._default_budget
+        plan = BatchPlan(time_s=now_s)
+        step = _StepState(budget.max_num_batched_tokens, budget.max_num_seqs)
+        self._enforce_exclusive(plan, step, now_s)
+        self._schedule_running(plan, step, now_s)
+        # as in vLLM: after a preemption under memory pressure, admit nothing new this step
+        if not any(p.reason is PreemptionReason.KV_PRESSURE for p in plan.preempted):
+            self._schedule_waiting(plan, step, now_s)
+        plan.decode_context_tokens = sum(c.context_tokens for c in plan.decode)
+        return plan
+
+    def _schedule_running(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
+        for request in list(self._running):
+            if step.tokens <= 0:
+                return
+            if request.state is not RequestState.RUNNING:
+                continue  # preempted earlier in this loop to make room
+            num_new = min(request.num_uncomputed_tokens, step.tokens)
+            if self._make_room(request, num_new, plan, step, now_s):
+                self._add_chunk(plan, step, request, num_new)
+
+    def _make_room(
+        self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float
+    ) -> bool:
+        """Allocate blocks for a running request, preempting victims under pressure; False if it was the
+        victim itself."""
+        while not self.kv.try_allocate(request, num_new):
+            victim = max(self._running, key=self.policy.victim_key)
+            self._preempt(victim, PreemptionReason.KV_PRESSURE, plan, step, now_s)
+            if victim is request:
+                return False
+        return True
+
+    def _schedule_waiting(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
+        min_class = self._min_class()
+        while step.tokens > 0:
+            candidate = self._waiting.peek()
+            if candidate is None:
+                return
+            if id(candidate) in step.preempted:
+                return  # do not re-admit what this step just displaced
+            if min_class is not None and self.policy.exclusive_class(candidate) != min_class:
+                return
+            if not self._fit_waiting(candidate, plan, step, now_s):
+                return
+            self._waiting.remove(candidate.request_id)
+            num_new = min(candidate.num_uncomputed_tokens, step.tokens)
+            self._start_running(candidate, plan, now_s)
+            self.kv.try_allocate(candidate, num_new, admission=False)
+            self._add_chunk(plan, step, candidate, num_new)
+
+    def _fit_waiting(self, candidate: Request, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
+        """Whether ``candidate`` fits now, displacing running work if the policy allows it."""
+        if self._fits(candidate, step):
+            return True
+        victims = self.policy.victims_for(candidate, self._running, self, now_s)
+        if not victims or not self._victims_suffice(candidate, victims, step):
+            return False
+        for victim in victims:
+            if self._fits(candidate, step):
+                break
+            self._preempt(victim, PreemptionReason.PRIORITY, plan, step, now_s)
+        return self._fits(candidate, step)
+
+    def _fits(self, candidate: Request, step: _StepState) -> bool:
+        if step.seqs <= 0 or len(self._running) >= step.max_seqs:
+            return False
+        return self._blocks_short(candidate, step) <= 0
+
+    def _blocks_short(self, candidate: Request, step: _StepState) -> int:
+        """GPU blocks still missing for ``candidate`` to run this step (swap-in plus its new tokens)."""
+        num_new = min(candidate.num_uncomputed_tokens, step.tokens)
+        swapped = self.kv.swapped_blocks_of(candidate)
+        needed = blocks_for(candidate.num_computed_tokens + num_new, self.block_size)
+        if swapped == 0:
+            needed -= self.kv.gpu_blocks_of(candidate)
+        return needed - self.kv.available_for(candidate, admission=True)
+
+    def _victims_suffice(self, candidate: Request, victims: Sequence[Request], step: _StepState) -> bool:
+        freed_blocks = sum(self.kv.gpu_blocks_of(v) for v in victims)
+        scheduled = {id(c.request): c.num_tokens for c in step.chunks}
+        freed_tokens = sum(scheduled.get(id(v), 0) for v in victims)
+        freed_seqs = sum(1 for v in victims if id(v) in scheduled)
+        if step.seqs + freed_seqs <= 0 or step.tokens + freed_tokens <= 0:
+            return False
+        if len(self._running) - len(victims) >= step.max_seqs:
+            return False
+        return self._blocks_short(candidate, step) <= freed_blocks
+
+    # ---- state transitions ------------------------------------------------------------------------------
+    def _start_running(self, request: Request, plan: BatchPlan, now_s: float) -> None:
+        if request.state is RequestState.PREEMPTED_SWAPPED:
+            plan.swap_in_tokens += request.num_computed_tokens
+            plan.swapped_in.append(request)
+            self.kv.try_swap_in(request, admission=False)
+        if request.first_scheduled_time_s is None:
+            request.first_scheduled_time_s = now_s
+        request.state = RequestState.RUNNING
+        self._running.append(request)
+
+    def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
+        is_decode = num_new == 1 and request.num_computed_tokens >= request.prompt_tokens
+        chunk = ScheduledChunk(request, num_new, request.num_computed_tokens, is_decode)
+        (plan.decode if is_decode else plan.prefill).append(chunk)
+        step.chunks.append(chunk)
+        step.tokens -= num_new
+        step.seqs -= 1
+
+    def _preempt(
+        self, victim: Request, reason: PreemptionReason, plan: BatchPlan, step: _StepState, now_s: float
+    ) -> None:
+        self._running.remove(victim)
+        self._unschedule(victim, plan, step)
+        mode = self.policy.preemption_mode(victim, self)
+        if mode is PreemptionMode.SWAP and self.kv.can_swap_out(victim):
+            saved = victim.num_computed_tokens
+            self.kv.swap_out(victim)
+            plan.swap_out_tokens += saved
+            new_state = RequestState.PREEMPTED_SWAPPED
+        else:
+            mode, saved = PreemptionMode.RECOMPUTE, 0
+            self.kv.free(victim)
+            victim.num_computed_tokens = 0
+            new_state = RequestState.PREEMPTED_RECOMPUTE
+        victim.num_preemptions += 1
+        step.preempted.add(id(victim))
+        plan.preempted.append(Preemption(victim, mode, reason, saved))
+        self.policy.on_preempt(victim, now_s)
+        self._enqueue(victim, new_state)
+
+    def _unschedule(self, victim: Request, plan: BatchPlan, step: _StepState) -> None:
+        for chunk in step.chunks:
+            if chunk.request is victim:
+                step.chunks.remove(chunk)
+                (plan.decode if chunk.is_decode else plan.prefill).remove(chunk)
+                step.tokens += chunk.num_tokens
+                step.seqs += 1
+                return
+
+    def _enqueue(self, request: Request, state: RequestState) -> None:
+        request.state = state
+        self._waiting.push(self.policy.waiting_key(request), request)
+
+    def _enforce_exclusive(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
+        """Class-exclusive batching: preempt running requests of a less important class than the best
+        unfinished one (seed 000 eq. 2: nothing less urgent finishes while something more urgent waits)."""
+        min_class = self._min_class()
+        if min_class is None:
+            return
+        for request in [r for r in self._running if self.policy.exclusive_class(r) != min_class]:
+            self._preempt(request, PreemptionReason.PRIORITY, plan, step, now_s)
+
+    def _min_class(self) -> int | None:
+        counts = self._class_counts
+        return min((c for c, n in counts.items() if n > 0), default=None) if counts else None
+
+    # ---- step results ------------------------------------------------------------------------------------
+    def update(self, plan: BatchPlan, result: StepResult) -> list[Request]:
+        """Apply the outcome of ``plan``: advance computed tokens, emit tokens, finish requests."""
+        now_s = result.end_time_s
+        step_index = self.timeline.append(now_s)
+        for request_id in result.aborted_request_ids:
+            self.abort(request_id, now_s, "aborted by engine")
+        finished: list[Request] = []
+        for chunk in itertools.chain(plan.prefill, plan.decode):
+            request = chunk.request
+            if request.state is not RequestState.RUNNING:
+                continue
+            request.num_computed_tokens += chunk.num_tokens
+            if request.num_computed_tokens == request.num_tokens:
+                self._emit(request, step_index, 1, now_s)
+                if request.num_output_tokens >= request.target_output_tokens:
+                    finished.append(request)
+        if finished:
+            self._finish(finished, now_s)
+        return finished
+
+    def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
+        request.num_output_tokens += count
+        request.record_tokens(self.timeline, step_index, count)
+        self.policy.on_tokens(request, count, now_s)
+
+    def _finish(self, finished: list[Request], now_s: float) -> None:
+        done = {id(r) for r in finished}
+        self._running = [r for r in self._running if id(r) not in done]
+        for request in finished:
+            reason = "length" if request.num_output_tokens >= request.max_output_tokens else "stop"
+            self._retire(request, RequestState.FINISHED, reason, now_s)
+            self.finished.append(request)
+
+    def _retire(self, request: Request, state: RequestState, reason: str, now_s: float) -> None:
+        self.kv.free(request)
+        del self._requests[request.request_id]
+        cls = self.policy.exclusive_class(request)
+        if cls is not None:
+            self._class_counts[cls] -= 1
+        self._terminate(request, state, reason, now_s)
+        if state is RequestState.FINISHED:
+            self.policy.on_finish(request, now_s)
+
+    @staticmethod
+    def _terminate(request: Request, state: RequestState, reason: str, now_s: float) -> None:
+        request.state = state
+        request.finish_reason = reason
+        request.finish_time_s = now_s
+
+    # ---- fast-forward ------------------------------------------------------------------------------------
+    def steady_decode_steps(self, plan: BatchPlan, limit: int) -> int:
+        """How many consecutive steps (this plan's included, at most ``limit``) would repeat ``plan``'s
+        decode-only batch unchanged: nobody finishes, no block runs out, and either nothing waits or the
+        policy is stable between events. Returns 1 when the plan cannot be fast-forwarded."""
+        if limit <= 1 or not plan.is_pure_decode:
+            return 1
+        if len(self._waiting) and not self.policy.stable_between_events:
+            return 1
+        requests = [c.request for c in plan.decode]
+        # the last step of a stretch must not finish anyone: finishing goes through update()
+        steps = min(limit, min(r.remaining_output_tokens for r in requests) - 1)
+        if steps <= 1:
+            return 1
+        return self._steps_within_blocks(requests, steps)
+
+    def _steps_within_blocks(self, requests: list[Request], steps: int) -> int:
+        """Largest k <= steps such that steps 2..k find a free block for every request that needs one."""
+        computed = np.fromiter((r.num_computed_tokens for r in requests), np.int64, len(requests))
+        block_size = self.block_size
+        held = -(-(computed + 1) // block_size)
+        free = self.kv.num_free_gpu_blocks
+        if self.kv.reservations:  # each request may see fewer blocks; bound the total by the tightest
+            free = min(self.kv.available_for(r, admission=False) for r in requests)
+
+        def demand(k: int) -> int:  # extra blocks held after step k (1-based) beyond step 1's
+            return int((-(-(computed + k) // block_size) - held).sum())
+
+        if demand(steps) <= free:
+            return steps
+        lo, hi = 1, steps  # demand(lo) <= free < demand(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if demand(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def update_steady(self, plan: BatchPlan, end_times_s: Sequence[float]) -> None:
+        """Apply ``len(end_times_s)`` repetitions of decode-only ``plan`` (as checked by
+        :meth:`steady_decode_steps`): identical to calling schedule/update that many times."""
+        count = len(end_times_s)
+        first_step = self.timeline.extend(end_times_s)
+        now_s = end_times_s[-1]
+        for chunk in plan.decode:
+            request = chunk.request
+            # step 1's blocks were allocated by schedule(); steps 2..count allocate here
+            self.kv.try_allocate(request, count)
+            request.num_computed_tokens += count
+            self._emit(request, first_step, count, now_s)
+
+
+class _StepState:
+    """Budget left while forming one plan."""
+
+    __slots__ = ("tokens", "seqs", "max_seqs", "chunks", "preempted")
+
+    def __init__(self, tokens: int, max_seqs: int) -> None:
+        self.tokens = tokens
+        self.seqs = max_seqs
+        self.max_seqs = max_seqs
+        self.chunks: list[ScheduledChunk] = []
+        self.preempted: set[int] = set()

@@ -1,0 +1,113 @@
+"""Latency and SLO outcome of one request, computed once from its recorded token times.
+
+Definitions (all times in seconds, measured from the request's arrival):
+
+* queueing delay: first time the scheduler put the request in a batch, minus arrival;
+* TTFT: emission time of the first output token, minus arrival;
+* TPOT: mean gap between output tokens after the first, ``(t_n - t_1) / (n - 1)``;
+* ITL: every gap ``t_{i+1} - t_i`` (the distribution that TPOT averages);
+* E2E ("time to last token", TTLT): finish time minus arrival;
+* normalized latency: E2E divided by the number of emitted tokens (seed 000's "normalized waiting time").
+
+SLO outcomes follow PROSERVE (seed 001, §5.1): a target is met only when the observed value is *strictly*
+below it. A request with no target for a quantity meets it trivially; a request that never finished
+(rejected, dropped, or still in flight when the run stopped) meets none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from semsched.core.request import Request, RequestState
+
+
+@dataclass(frozen=True, eq=False)
+class RequestMetrics:
+    """Per-request serving metrics. Latencies are ``None`` where the event they measure never happened."""
+
+    request_id: str
+    priority: int
+    tier: str
+    state: RequestState
+    prompt_tokens: int
+    output_tokens: int
+    arrival_time_s: float
+    queueing_delay_s: float | None
+    ttft_s: float | None
+    tpot_s: float | None
+    itl_s: np.ndarray
+    e2e_s: float | None
+    normalized_latency_s_per_token: float | None
+    num_preemptions: int
+    ttft_slo_met: bool
+    tpot_slo_met: bool
+    slo_met: bool
+    e2e_slo_met: bool
+
+    @property
+    def finished(self) -> bool:
+        return self.state is RequestState.FINISHED
+
+
+def request_metrics(req: Request) -> RequestMetrics:
+    """Compute the metrics of ``req`` from its lifecycle fields and token record.
+
+    Meant for requests in a terminal state; a request that is not FINISHED (including one still waiting or
+    running) gets its observed latencies but counts as missing every SLO.
+    """
+    token_times_s = req.token_times_s()
+    finished = req.state is RequestState.FINISHED
+    ttft_s = _first_token_latency_s(token_times_s, req.arrival_time_s)
+    tpot_s = _time_per_output_token_s(token_times_s)
+    e2e_s = _elapsed_s(req.finish_time_s, req.arrival_time_s)
+    ttft_met = finished and _meets(ttft_s, req.ttft_slo_s, missing_ok=False)
+    tpot_met = finished and _meets(tpot_s, req.tpot_slo_s, missing_ok=True)
+    return RequestMetrics(
+        request_id=req.request_id,
+        priority=req.priority,
+        tier=req.tier,
+        state=req.state,
+        prompt_tokens=req.prompt_tokens,
+        output_tokens=int(token_times_s.size),
+        arrival_time_s=req.arrival_time_s,
+        queueing_delay_s=_elapsed_s(req.first_scheduled_time_s, req.arrival_time_s),
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        itl_s=np.diff(token_times_s),
+        e2e_s=e2e_s,
+        normalized_latency_s_per_token=_per_token(e2e_s, int(token_times_s.size)),
+        num_preemptions=req.num_preemptions,
+        ttft_slo_met=ttft_met,
+        tpot_slo_met=tpot_met,
+        slo_met=ttft_met and tpot_met,
+        e2e_slo_met=finished and _meets(e2e_s, req.e2e_slo_s, missing_ok=False),
+    )
+
+
+def _elapsed_s(event_time_s: float | None, arrival_time_s: float) -> float | None:
+    return None if event_time_s is None else float(event_time_s - arrival_time_s)
+
+
+def _first_token_latency_s(token_times_s: np.ndarray, arrival_time_s: float) -> float | None:
+    return float(token_times_s[0] - arrival_time_s) if token_times_s.size else None
+
+
+def _time_per_output_token_s(token_times_s: np.ndarray) -> float | None:
+    n = token_times_s.size
+    return float((token_times_s[-1] - token_times_s[0]) / (n - 1)) if n >= 2 else None
+
+
+def _per_token(e2e_s: float | None, output_tokens: int) -> float | None:
+    return None if e2e_s is None or output_tokens == 0 else e2e_s / output_tokens
+
+
+def _meets(observed_s: float | None, slo_s: float | None, *, missing_ok: bool) -> bool:
+    """Strictly below target; no target is always met. ``missing_ok`` says whether an absent observation
+    passes: the TPOT of a one-token output has nothing to violate, a missing first token does."""
+    if slo_s is None:
+        return True
+    if observed_s is None:
+        return missing_ok
+    return observed_s < slo_s

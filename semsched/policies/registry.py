@@ -1,0 +1,117 @@
+"""Policy registry: one decorator, one lookup, and ``name:key=value,...`` spec parsing.
+
+Adding a policy means writing one file in this package with a ``@register_policy`` class; nothing else
+changes (the package ``__init__`` imports every module it finds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
+
+from semsched.core.policy import Policy, PolicyConfig
+
+P = TypeVar("P", bound=type[Policy])
+
+
+class PolicyError(ValueError):
+    """Unknown policy, unknown parameter or bad parameter value; the message says which and why."""
+
+
+class PolicyRegistry:
+    """Maps names to policy classes. The package keeps one instance, :data:`POLICIES`."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[Policy]] = {}
+
+    def register(self, cls: P) -> P:
+        name = cls.name
+        if name in self._classes and self._classes[name] is not cls:
+            raise PolicyError(f"policy name {name!r} registered twice")
+        self._classes[name] = cls
+        return cls
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def get(self, name: str) -> type[Policy]:
+        try:
+            return self._classes[name]
+        except KeyError:
+            raise PolicyError(f"unknown policy {name!r}; known: {', '.join(self.names())}") from None
+
+    def create(self, spec: str, **overrides: Any) -> Policy:
+        """Build a policy from ``name`` or ``name:key=value,key=value`` plus keyword overrides."""
+        name, params = parse_spec(spec)
+        cls = self.get(name)
+        params.update(overrides)
+        return cls(build_config(cls.config_cls, params, policy=name))
+
+
+POLICIES = PolicyRegistry()
+
+
+def register_policy(cls: P) -> P:
+    """Class decorator: make ``cls`` available under ``cls.name``."""
+    return POLICIES.register(cls)
+
+
+def make_policy(spec: str, **overrides: Any) -> Policy:
+    return POLICIES.create(spec, **overrides)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    name, _, rest = spec.strip().partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise PolicyError(f"policy {name!r}: parameter {item!r} must look like key=value")
+        params[key.strip()] = value.strip()
+    return name, params
+
+
+def build_config(config_cls: type[PolicyConfig], params: dict[str, Any], *, policy: str) -> PolicyConfig:
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    values: dict[str, Any] = {}
+    for key, raw in params.items():
+        if key not in fields:
+            known = ", ".join(fields) or "none"
+            raise PolicyError(f"policy {policy!r}: unknown parameter {key!r} (known: {known})")
+        values[key] = _coerce(raw, hints[key], policy=policy, key=key)
+    try:
+        return config_cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"policy {policy!r}: {exc}") from None
+
+
+def _coerce(raw: Any, hint: Any, *, policy: str, key: str) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    target = _base_type(hint)
+    try:
+        if target is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if target in (int, float, str):
+            return target(raw)
+    except ValueError:
+        raise PolicyError(
+            f"policy {policy!r}: parameter {key!r} must be {target.__name__}, got {raw!r}"
+        ) from None
+    return raw
+
+
+def _base_type(hint: Any) -> Any:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else str
+    if typing.get_origin(hint) is typing.Literal:
+        return str
+    return hint

@@ -1,0 +1,49 @@
+"""Shortest job first on the oracle or the predicted output length (non-preemptive).
+
+``length=oracle`` uses the true output length (simulation only); ``length=predicted`` uses the mean of the
+request's predicted length distribution (falling back to the truth when no prediction is attached).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from semsched.core.policy import Policy, PolicyConfig, SortKey
+from semsched.core.request import Request
+from semsched.policies.registry import register_policy
+
+
+@dataclass(frozen=True)
+class LengthConfig(PolicyConfig):
+    length: Literal["oracle", "predicted"] = "oracle"
+
+    def __post_init__(self) -> None:
+        if self.length not in ("oracle", "predicted"):
+            raise ValueError(f"length must be 'oracle' or 'predicted', got {self.length!r}")
+
+
+def expected_output(request: Request, length: str) -> float:
+    """Total output length the policy believes in."""
+    return float(request.target_output_tokens) if length == "oracle" else request.predicted_output_tokens()
+
+
+def expected_remaining(request: Request, length: str) -> float:
+    """Remaining output length the policy believes in."""
+    if length == "oracle":
+        return float(request.remaining_output_tokens)
+    return request.predicted_remaining_tokens()
+
+
+@register_policy
+class SJF(Policy):
+    name: ClassVar[str] = "sjf"
+    config_cls: ClassVar[type[PolicyConfig]] = LengthConfig
+    stable_between_events: ClassVar[bool] = True
+    config: LengthConfig
+
+    def waiting_key(self, request: Request) -> SortKey:
+        return (expected_output(request, self.config.length), request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        return (expected_remaining(request, self.config.length), request.arrival_time_s)

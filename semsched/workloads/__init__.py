@@ -1,0 +1,87 @@
+"""Workloads: what requests arrive, when, how long they are and who sent them.
+
+Start with :func:`build_workload` (named workloads, see :mod:`semsched.workloads.registry`) and
+:meth:`Workload.to_requests`. Module map: ``workload`` (the data type), ``arrivals`` (arrival processes),
+``lengths`` (prompt/output length samplers), ``traces`` (real trace loaders), ``tiers`` (service tiers and
+SLOs), ``registry`` (named workloads), ``fit_default`` (regenerates the packaged length fit).
+"""
+
+from semsched.workloads.arrivals import (
+    ArrivalError,
+    gamma_arrivals,
+    gamma_arrivals_until,
+    mean_spike_size,
+    poisson_arrivals,
+    poisson_arrivals_until,
+    spike_arrivals,
+)
+from semsched.workloads.lengths import (
+    EmpiricalLengths,
+    LengthError,
+    LengthSampler,
+    QuantileLengths,
+    UniformLengths,
+    fitted_lengths,
+    spearman_correlation,
+)
+from semsched.workloads.registry import WORKLOADS, WorkloadParams, build_workload, register
+from semsched.workloads.tiers import (
+    DEFAULT_TIERS,
+    UNTIERED,
+    TierError,
+    TierSpec,
+    assign_tiers,
+    tiers_from_column,
+)
+from semsched.workloads.traces import (
+    DataNotFoundError,
+    LoadReport,
+    TraceFormatError,
+    data_dir,
+    find_data_file,
+    load_azure_csv,
+    load_mooncake_jsonl,
+    read_azure_csv,
+    read_mooncake_jsonl,
+    rescale_to_rate,
+)
+from semsched.workloads.workload import Workload, WorkloadError
+
+__all__ = [
+    "ArrivalError",
+    "DEFAULT_TIERS",
+    "DataNotFoundError",
+    "EmpiricalLengths",
+    "LengthError",
+    "LengthSampler",
+    "LoadReport",
+    "QuantileLengths",
+    "TierError",
+    "TierSpec",
+    "TraceFormatError",
+    "UNTIERED",
+    "UniformLengths",
+    "WORKLOADS",
+    "Workload",
+    "WorkloadError",
+    "WorkloadParams",
+    "assign_tiers",
+    "build_workload",
+    "data_dir",
+    "find_data_file",
+    "fitted_lengths",
+    "gamma_arrivals",
+    "gamma_arrivals_until",
+    "load_azure_csv",
+    "load_mooncake_jsonl",
+    "mean_spike_size",
+    "poisson_arrivals",
+    "poisson_arrivals_until",
+    "read_azure_csv",
+    "read_mooncake_jsonl",
+    "register",
+    "rescale_to_rate",
+    "spearman_correlation",
+    "spike_arrivals",
+    "tiers_from_column",
+]

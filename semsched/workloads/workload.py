@@ -1,0 +1,238 @@
+"""The :class:`Workload`: an immutable table of requests (when they arrive, how long they are, who sent them).
+
+A workload is pure data. It is turned into fresh :class:`~semsched.core.request.Request` objects with
+:meth:`Workload.to_requests` each time a simulation or a benchmark needs them, so one workload can drive many
+runs without any state leaking between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from semsched.core.request import Request
+from semsched.workloads.tiers import UNTIERED, TierError, TierSpec, tier_index
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class WorkloadError(ValueError):
+    """A workload is malformed or cannot be built; the message names the field and the bad index or value."""
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Requests as parallel arrays, one entry per request, in arrival order.
+
+    Promises (checked on construction, :class:`WorkloadError` otherwise): all arrays have the same length;
+    ``arrival_time_s`` is finite, >= 0 and non-decreasing; ``prompt_tokens`` and ``output_tokens`` are
+    integers >= 1; ``priority`` is an integer (lower = more important, as in vLLM); every ``tier`` label names
+    a :class:`TierSpec` in ``tiers``, which holds the SLOs of each tier. Arrays are stored read-only.
+    """
+
+    name: str
+    arrival_time_s: FloatArray
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    priority: IntArray
+    tier: tuple[str, ...]
+    tiers: tuple[TierSpec, ...] = field(default=(UNTIERED,))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float)
+        )
+        for name in ("prompt_tokens", "output_tokens", "priority"):
+            object.__setattr__(self, name, _frozen_array(name, getattr(self, name), int))
+        object.__setattr__(self, "tier", tuple(self.tier))
+        object.__setattr__(self, "tiers", tuple(self.tiers))
+        self._check_lengths()
+        self._check_arrivals()
+        _check_at_least_one("prompt_tokens", self.prompt_tokens)
+        _check_at_least_one("output_tokens", self.output_tokens)
+        self._check_tiers()
+
+    # ---- construction helpers ----------------------------------------------------------------------------
+    @classmethod
+    def untiered(
+        cls,
+        name: str,
+        arrival_time_s: npt.ArrayLike,
+        prompt_tokens: npt.ArrayLike,
+        output_tokens: npt.ArrayLike,
+    ) -> Workload:
+        """A workload whose requests all belong to the SLO-less ``"default"`` tier with priority 0."""
+        n = len(np.atleast_1d(np.asarray(arrival_time_s)))
+        return cls(
+            name=name,
+            arrival_time_s=np.asarray(arrival_time_s, dtype=np.float64),
+            prompt_tokens=np.asarray(prompt_tokens, dtype=np.int64),
+            output_tokens=np.asarray(output_tokens, dtype=np.int64),
+            priority=np.zeros(n, dtype=np.int64),
+            tier=(UNTIERED.name,) * n,
+            tiers=(UNTIERED,),
+        )
+
+    # ---- validation --------------------------------------------------------------------------------------
+    def _check_lengths(self) -> None:
+        n = self.arrival_time_s.shape[0]
+        sizes = {
+            "prompt_tokens": self.prompt_tokens.shape[0],
+            "output_tokens": self.output_tokens.shape[0],
+            "priority": self.priority.shape[0],
+            "tier": len(self.tier),
+        }
+        for name, size in sizes.items():
+            if size != n:
+                raise WorkloadError(f"{name}: has {size} entries but arrival_time_s has {n}")
+
+    def _check_arrivals(self) -> None:
+        times = self.arrival_time_s
+        bad = np.flatnonzero(~np.isfinite(times) | (times < 0))
+        if bad.size:
+            i = int(bad[0])
+            raise WorkloadError(f"arrival_time_s[{i}]: must be finite and >= 0 (got {times[i]!r})")
+        drops = np.flatnonzero(np.diff(times) < 0)
+        if drops.size:
+            i = int(drops[0]) + 1
+            raise WorkloadError(
+                f"arrival_time_s[{i}]: must be non-decreasing (got {times[i]!r} after {times[i - 1]!r})"
+            )
+
+    def _check_tiers(self) -> None:
+        try:
+            known = tier_index(self.tiers)
+        except TierError as exc:
+            raise WorkloadError(str(exc)) from exc
+        for i, label in enumerate(self.tier):
+            if label not in known:
+                raise WorkloadError(f"tier[{i}]: {label!r} is not in the tier table {sorted(known)}")
+
+    # ---- summaries ---------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.arrival_time_s.shape[0])
+
+    def duration_s(self) -> float:
+        """Time from the first arrival to the last (0 for fewer than two requests)."""
+        if len(self) < 2:
+            return 0.0
+        return float(self.arrival_time_s[-1] - self.arrival_time_s[0])
+
+    def mean_rate(self) -> float:
+        """Requests per second: the inverse of the mean inter-arrival gap, ``(n - 1) / duration_s``.
+
+        Raises :class:`WorkloadError` when fewer than two requests or all arrive at the same instant.
+        """
+        duration_s = self.duration_s()
+        if duration_s <= 0:
+            raise WorkloadError(
+                f"mean_rate: undefined for {len(self)} request(s) spanning {duration_s} s; "
+                "need at least two distinct arrival times"
+            )
+        return (len(self) - 1) / duration_s
+
+    # ---- conversion --------------------------------------------------------------------------------------
+    def to_requests(self, max_output_tokens: int | None = None) -> list[Request]:
+        """Build fresh :class:`Request` objects, ids ``"0"``, ``"1"``, ... in arrival order.
+
+        Each request gets its tier's SLOs and its true ``output_tokens``. ``max_output_tokens`` caps every
+        request (the engine stops there); by default each request's cap is its own true output length.
+        """
+        if max_output_tokens is not None and max_output_tokens < 1:
+            raise WorkloadError(f"max_output_tokens: must be >= 1 or None (got {max_output_tokens})")
+        specs = tier_index(self.tiers)
+        return [self._request(i, specs[self.tier[i]], max_output_tokens) for i in range(len(self))]
+
+    def _request(self, i: int, spec: TierSpec, max_output_tokens: int | None) -> Request:
+        output_tokens = int(self.output_tokens[i])
+        return Request(
+            request_id=str(i),
+            prompt_tokens=int(self.prompt_tokens[i]),
+            max_output_tokens=output_tokens if max_output_tokens is None else max_output_tokens,
+            arrival_time_s=float(self.arrival_time_s[i]),
+            output_tokens=output_tokens,
+            priority=int(self.priority[i]),
+            tier=spec.name,
+            ttft_slo_s=spec.ttft_slo_s,
+            tpot_slo_s=spec.tpot_slo_s,
+            e2e_slo_s=spec.e2e_slo_s,
+        )
+
+    # ---- derived workloads -------------------------------------------------------------------------------
+    def head(self, n: int) -> Workload:
+        """The first ``n`` requests (all of them if there are fewer)."""
+        if n < 0:
+            raise WorkloadError(f"head: n must be >= 0 (got {n})")
+        return self._take(np.arange(min(n, len(self))))
+
+    def slice_time(self, start_s: float, end_s: float, *, rebase: bool = True) -> Workload:
+        """Requests arriving in ``[start_s, end_s)``; ``rebase`` shifts their times by ``-start_s``."""
+        if not start_s <= end_s:
+            raise WorkloadError(f"slice_time: start_s must be <= end_s (got {start_s} and {end_s})")
+        times = self.arrival_time_s
+        picked = self._take(np.flatnonzero((times >= start_s) & (times < end_s)))
+        if not rebase:
+            return picked
+        return picked.with_arrival_times(picked.arrival_time_s - start_s)
+
+    def with_tiers(
+        self,
+        tiers: Sequence[TierSpec],
+        *,
+        tier: Sequence[str] | None = None,
+        priority: npt.ArrayLike | None = None,
+    ) -> Workload:
+        """A copy with a new tier table, and optionally new per-request tier labels and priorities."""
+        return dataclasses.replace(
+            self,
+            tiers=tuple(tiers),
+            tier=self.tier if tier is None else tuple(tier),
+            priority=self.priority if priority is None else np.asarray(priority, dtype=np.int64),
+        )
+
+    def with_arrival_times(self, arrival_time_s: npt.ArrayLike) -> Workload:
+        """A copy with new arrival times (one per request); everything else unchanged."""
+        return dataclasses.replace(self, arrival_time_s=np.asarray(arrival_time_s, dtype=np.float64))
+
+    def with_name(self, name: str) -> Workload:
+        """A copy with a new name."""
+        return dataclasses.replace(self, name=name)
+
+    def _take(self, index: npt.NDArray[np.intp]) -> Workload:
+        return dataclasses.replace(
+            self,
+            arrival_time_s=self.arrival_time_s[index],
+            prompt_tokens=self.prompt_tokens[index],
+            output_tokens=self.output_tokens[index],
+            priority=self.priority[index],
+            tier=tuple(self.tier[int(i)] for i in index),
+        )
+
+
+def _frozen_array(name: str, values: object, kind: type) -> npt.NDArray[np.generic]:
+    """Validate dtype and shape, and return a read-only 1-D copy (float64 or int64)."""
+    array = np.array(values, copy=True)
+    if array.ndim != 1:
+        raise WorkloadError(f"{name}: must be a 1-D array (got shape {array.shape})")
+    if kind is int:
+        if array.size and not np.issubdtype(array.dtype, np.integer):
+            raise WorkloadError(f"{name}: must hold integers (got dtype {array.dtype})")
+        array = array.astype(np.int64)
+    else:
+        if array.size and not np.issubdtype(array.dtype, np.number):
+            raise WorkloadError(f"{name}: must hold numbers (got dtype {array.dtype})")
+        array = array.astype(np.float64)
+    array.flags.writeable = False
+    return array
+
+
+def _check_at_least_one(name: str, values: IntArray) -> None:
+    bad = np.flatnonzero(values < 1)
+    if bad.size:
+        i = int(bad[0])
+        raise WorkloadError(f"{name}[{i}]: must be >= 1 (got {int(values[i])})")

@@ -1,0 +1,75 @@
+import math
+
+import pytest
+
+from semsched.core.request import InvalidRequestError, LengthDistribution, RequestState, TokenTimeline
+from tests.support import make_request
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("prompt_tokens", 0),
+        ("prompt_tokens", -5),
+        ("max_output_tokens", 0),
+        ("output_tokens", -1),
+        ("arrival_time_s", -1.0),
+        ("arrival_time_s", math.nan),
+        ("ttft_slo_s", 0.0),
+        ("tpot_slo_s", -0.1),
+        ("priority", 1.5),
+    ],
+)
+def test_bad_fields_name_the_field(field: str, value: object) -> None:
+    fields: dict[str, object] = {"prompt": 10, "output": 5}
+    mapping = {
+        "prompt_tokens": "prompt",
+        "output_tokens": "output",
+        "max_output_tokens": "max_output",
+        "arrival_time_s": "arrival",
+    }
+    fields[mapping.get(field, field)] = value
+    with pytest.raises(InvalidRequestError, match=field):
+        make_request("x", **fields)  # type: ignore[arg-type]
+
+
+def test_target_output_is_capped_by_max_output() -> None:
+    request = make_request(output=50, max_output=20)
+    assert request.target_output_tokens == 20
+    assert request.remaining_output_tokens == 20
+
+
+def test_token_accounting_follows_vllm() -> None:
+    request = make_request(prompt=10, output=3)
+    assert request.num_tokens == 10 and request.num_uncomputed_tokens == 10 and request.in_prefill
+    request.num_computed_tokens = 10
+    request.num_output_tokens = 1
+    assert request.num_uncomputed_tokens == 1 and not request.in_prefill
+
+
+def test_token_ranges_merge_and_materialise() -> None:
+    timeline = TokenTimeline()
+    timeline.extend([0.1, 0.2, 0.3, 0.4])
+    request = make_request(output=4)
+    request.record_tokens(timeline, 0, 2)
+    request.record_tokens(timeline, 2, 1)
+    request.record_tokens(timeline, 3, 1)
+    assert request.token_step_ranges == [[0, 4]]
+    assert request.token_times_s().tolist() == [0.1, 0.2, 0.3, 0.4]
+    assert request.first_token_time_s == 0.1
+
+
+def test_length_distribution_summaries() -> None:
+    dist = LengthDistribution.from_samples([10, 10, 20, 40])
+    assert dist.lengths == (10, 20, 40)
+    assert dist.mean == pytest.approx((10 + 10 + 20 + 40) / 4)
+    assert dist.quantile(0.5) == 10 and dist.quantile(0.75) == 20 and dist.quantile(1.0) == 40
+    # given 15 generated, remaining is (20-15, 40-15) with equal weight
+    assert dist.expected_remaining(15) == pytest.approx(((20 - 15) + (40 - 15)) / 2)
+    with pytest.raises(InvalidRequestError, match="probs"):
+        LengthDistribution((1, 2), (0.5, 0.6))
+
+
+def test_terminal_states() -> None:
+    assert RequestState.FINISHED.is_terminal and RequestState.REJECTED.is_terminal
+    assert not RequestState.PREEMPTED_SWAPPED.is_terminal

@@ -1,0 +1,163 @@
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from semsched.core.plan import PreemptionMode, PreemptionReason, StepResult
+from semsched.core.request import InvalidRequestError, RequestState
+from semsched.core.scheduler import SchedulerConfig
+from semsched.policies import POLICIES
+from tests.support import make_request, make_scheduler, random_requests, run_checked
+
+POLICY_SPECS = [*POLICIES.names(), "priority-preempt:mode=swap", "priority-preempt:exclusive=true", "edf:preempt=true"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(POLICY_SPECS),
+    block_size=st.sampled_from([1, 4, 16]),
+    num_gpu_blocks=st.integers(8, 400),
+    budget=st.integers(1, 512),
+    max_seqs=st.integers(1, 16),
+    cpu_blocks=st.sampled_from([0, 64]),
+)
+def test_invariants_on_random_workloads(
+    seed: int, policy: str, block_size: int, num_gpu_blocks: int, budget: int, max_seqs: int, cpu_blocks: int
+) -> None:
+    requests = random_requests(seed, 25, rate=20.0, max_prompt=300, max_output=60)
+    scheduler = make_scheduler(
+        policy,
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_seqs,
+        num_cpu_blocks=cpu_blocks,
+        watermark=0.0,
+    )
+    run_checked(scheduler, requests)  # checks KV, budget and caps after every step
+    terminal = Counter(r.request_id for r in scheduler.finished + scheduler.rejected)
+    assert all(count == 1 for count in terminal.values())
+    assert set(terminal) == {r.request_id for r in requests}
+    for request in requests:
+        assert request.state in (RequestState.FINISHED, RequestState.REJECTED)
+        if request.state is RequestState.FINISHED:
+            times = request.token_times_s()
+            assert len(times) == request.target_output_tokens
+            assert all(a <= b for a, b in zip(times, times[1:], strict=False))
+        else:
+            assert request.finish_reason and "KV capacity" in request.finish_reason
+    timeline = scheduler.timeline.as_array()
+    assert (timeline[1:] >= timeline[:-1]).all()
+    assert scheduler.kv.num_free_gpu_blocks == scheduler.kv.num_gpu_blocks
+
+
+def test_long_prompt_is_prefilled_in_chunks() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=100)
+    request = make_request(prompt=250, output=2)
+    scheduler.add_request(request, 0.0)
+    chunks = []
+    now = 0.0
+    while scheduler.has_unfinished():
+        plan = scheduler.schedule(now)
+        chunks.append([c.num_tokens for c in plan.prefill + plan.decode])
+        now += 1.0
+        scheduler.update(plan, StepResult(now))
+    assert chunks == [[100], [100], [50], [1]]
+    assert request.token_times_s().tolist() == [3.0, 4.0]
+
+
+def test_running_requests_are_served_before_waiting_ones() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=64)
+    first = make_request("a", prompt=200, output=1)
+    scheduler.add_request(first, 0.0)
+    plan = scheduler.schedule(0.0)
+    scheduler.update(plan, StepResult(1.0))
+    scheduler.add_request(make_request("b", prompt=10, output=1, arrival=0.5), 1.0)
+    plan = scheduler.schedule(1.0)
+    assert [c.request.request_id for c in plan.prefill] == ["a"]
+
+
+def _fill(scheduler, requests, now=0.0):  # type: ignore[no-untyped-def]
+    for request in requests:
+        scheduler.add_request(request, now)
+    plan = scheduler.schedule(now)
+    scheduler.update(plan, StepResult(now + 1.0))
+    return plan
+
+
+@pytest.mark.parametrize(("policy", "expected_victim"), [("fcfs", "late"), ("priority", "unimportant")])
+def test_kv_pressure_preempts_by_victim_key(policy: str, expected_victim: str) -> None:
+    # each request alone fits (28 tokens = 7 blocks), both together do not
+    scheduler = make_scheduler(policy, block_size=4, num_gpu_blocks=10, watermark=0.0)
+    unimportant = make_request("unimportant", prompt=8, output=20, priority=5, arrival=0.0)
+    late = make_request("late", prompt=8, output=20, priority=0, arrival=0.1)
+    _fill(scheduler, [unimportant, late], now=0.2)
+    now, preempted = 1.2, []
+    while not preempted and scheduler.has_unfinished():
+        plan = scheduler.schedule(now)
+        preempted = [p.request.request_id for p in plan.preempted]
+        now += 1.0
+        scheduler.update(plan, StepResult(now))
+    assert preempted == [expected_victim]
+    assert plan.preempted[0].reason is PreemptionReason.KV_PRESSURE
+
+
+def test_waiting_high_priority_displaces_running_work_only_with_preemption() -> None:
+    outcomes = {}
+    for policy in ("priority", "priority-preempt"):
+        # low holds 16 of 20 blocks after its prefill; urgent needs 5
+        scheduler = make_scheduler(policy, block_size=4, num_gpu_blocks=20, watermark=0.0)
+        _fill(scheduler, [make_request("low", prompt=60, output=10, priority=3)])
+        urgent = make_request("urgent", prompt=20, output=4, priority=0, arrival=1.0)
+        scheduler.add_request(urgent, 1.0)
+        plan = scheduler.schedule(1.0)
+        outcomes[policy] = ([c.request.request_id for c in plan.prefill], [p.request.request_id for p in plan.preempted])
+    assert outcomes["priority"] == ([], [])
+    assert outcomes["priority-preempt"] == (["urgent"], ["low"])
+
+
+def test_swap_preemption_keeps_computed_tokens() -> None:
+    scheduler = make_scheduler(
+        "priority-preempt:mode=swap", block_size=4, num_gpu_blocks=20, num_cpu_blocks=20, watermark=0.0
+    )
+    low = make_request("low", prompt=60, output=10, priority=3)
+    _fill(scheduler, [low])
+    computed = low.num_computed_tokens
+    scheduler.add_request(make_request("urgent", prompt=20, output=1, priority=0, arrival=1.0), 1.0)
+    plan = scheduler.schedule(1.0)
+    assert plan.preempted[0].mode is PreemptionMode.SWAP and plan.swap_out_tokens == computed
+    assert low.state is RequestState.PREEMPTED_SWAPPED and low.num_computed_tokens == computed
+    scheduler.update(plan, StepResult(2.0))  # urgent finishes
+    plan = scheduler.schedule(2.0)
+    assert plan.swapped_in == [low] and plan.swap_in_tokens == computed
+    assert [c.num_tokens for c in plan.decode] == [1]
+
+
+def test_request_larger_than_kv_is_rejected_with_reason() -> None:
+    scheduler = make_scheduler(block_size=16, num_gpu_blocks=4)
+    request = make_request(prompt=60, output=10)
+    decision = scheduler.add_request(request, 0.0)
+    assert not decision.accepted and "KV capacity" in decision.reason
+    assert request.state is RequestState.REJECTED and scheduler.rejected == [request]
+
+
+def test_duplicate_id_and_bad_config_are_clear_errors() -> None:
+    scheduler = make_scheduler()
+    scheduler.add_request(make_request("x"), 0.0)
+    with pytest.raises(InvalidRequestError, match="duplicate"):
+        scheduler.add_request(make_request("x"), 0.0)
+    with pytest.raises(InvalidRequestError, match="max_num_seqs"):
+        SchedulerConfig(max_num_seqs=0)
+
+
+def test_abort_frees_everything() -> None:
+    scheduler = make_scheduler()
+    running, waiting = make_request("run", prompt=40), make_request("wait", prompt=40)
+    _fill(scheduler, [running])
+    scheduler.add_request(waiting, 1.0)
+    assert scheduler.abort("run", 1.0) is running and scheduler.abort("wait", 1.0) is waiting
+    assert running.state is RequestState.DROPPED and waiting.state is RequestState.DROPPED
+    assert not scheduler.has_unfinished() and scheduler.kv.num_free_gpu_blocks == scheduler.kv.num_gpu_blocks
+    assert scheduler.abort("nobody", 1.0) is None

@@ -1,0 +1,137 @@
+"""Factories shared by the test modules: requests, schedulers, a checked step loop, simulations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from semsched.core.plan import BatchPlan, StepResult
+from semsched.core.request import Request
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import load_profile
+from semsched.policies import make_policy
+from semsched.sim.engine import Instance, SimResult, Simulation
+from semsched.sim.router import make_router
+
+
+def make_request(
+    request_id: str = "r0",
+    *,
+    prompt: int = 32,
+    output: int = 8,
+    arrival: float = 0.0,
+    priority: int = 0,
+    max_output: int | None = None,
+    **fields: object,
+) -> Request:
+    return Request(
+        request_id,
+        prompt_tokens=prompt,
+        max_output_tokens=max_output if max_output is not None else output,
+        arrival_time_s=arrival,
+        output_tokens=output,
+        priority=priority,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def random_requests(
+    seed: int,
+    count: int,
+    *,
+    rate: float = 4.0,
+    max_prompt: int = 600,
+    max_output: int = 200,
+    num_priorities: int = 3,
+    with_slos: bool = False,
+) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, count))
+    prompts = rng.integers(1, max_prompt + 1, count)
+    outputs = rng.integers(1, max_output + 1, count)
+    priorities = rng.integers(0, num_priorities, count)
+    return [
+        make_request(
+            str(i),
+            prompt=int(prompts[i]),
+            output=int(outputs[i]),
+            arrival=float(arrivals[i]),
+            priority=int(priorities[i]),
+            ttft_slo_s=2.0 if with_slos else None,
+            e2e_slo_s=30.0 if with_slos else None,
+        )
+        for i in range(count)
+    ]
+
+
+def make_scheduler(policy: str = "fcfs", **config: object) -> Scheduler:
+    return Scheduler(SchedulerConfig(**config), make_policy(policy))  # type: ignore[arg-type]
+
+
+def simulate(
+    requests: Sequence[Request],
+    policy: str = "fcfs",
+    *,
+    fast_forward: bool = True,
+    instances: int = 1,
+    router: str = "round-robin",
+    profile: str = "a100-qwen1.5-4b",
+    **config: object,
+) -> SimResult:
+    latency = load_profile(profile)
+    cluster = [Instance(make_scheduler(policy, **config), latency) for _ in range(instances)]
+    return Simulation(cluster, make_router(router), fast_forward=fast_forward).run(requests)
+
+
+def check_kv(scheduler: Scheduler) -> None:
+    """Allocated + free == total, and no block is held twice (GPU and CPU)."""
+    kv = scheduler.kv
+    tables = kv.gpu_tables()
+    held = [b for table in tables.values() for b in table]
+    assert len(held) == len(set(held))
+    assert len(held) + kv.num_free_gpu_blocks == kv.num_gpu_blocks
+    cpu_held = sum(len(kv.cpu_block_table(r)) for r in _all_requests(scheduler))
+    assert cpu_held + kv.num_free_cpu_blocks == kv.num_cpu_blocks
+
+
+def _all_requests(scheduler: Scheduler) -> list[Request]:
+    return list(scheduler.running_requests()) + scheduler.waiting_requests()
+
+
+def check_plan(scheduler: Scheduler, plan: BatchPlan) -> None:
+    config = scheduler.config
+    assert plan.num_tokens <= config.max_num_batched_tokens
+    assert plan.num_seqs <= config.max_num_seqs
+    assert scheduler.num_running <= config.max_num_seqs
+    ids = [c.request.request_id for c in plan.prefill + plan.decode]
+    assert len(ids) == len(set(ids))
+    for chunk in plan.prefill + plan.decode:
+        assert 1 <= chunk.num_tokens <= chunk.request.num_uncomputed_tokens
+
+
+def run_checked(
+    scheduler: Scheduler, requests: Sequence[Request], step_s: float = 0.01, max_steps: int = 200_000
+) -> int:
+    """Drive ``scheduler`` step by step with a fixed step time, checking invariants after every step."""
+    pending = sorted(requests, key=lambda r: r.arrival_time_s)
+    now, index, steps = 0.0, 0, 0
+    while index < len(pending) or scheduler.has_unfinished():
+        while index < len(pending) and pending[index].arrival_time_s <= now:
+            scheduler.add_request(pending[index], now)
+            index += 1
+        plan = scheduler.schedule(now)
+        check_plan(scheduler, plan)
+        check_kv(scheduler)
+        if plan.is_empty:
+            if index >= len(pending):
+                assert not scheduler.has_unfinished(), "scheduler stalled with unfinished requests"
+                break
+            now = max(now, pending[index].arrival_time_s)
+            continue
+        now += step_s
+        scheduler.update(plan, StepResult(end_time_s=now))
+        check_kv(scheduler)
+        steps += 1
+        assert steps <= max_steps, f"no progress after {max_steps} steps (livelock?)"
+    return steps

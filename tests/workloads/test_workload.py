@@ -1,0 +1,118 @@
+"""Tests for semsched/workloads/workload.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from semsched.core.request import Request
+from semsched.workloads import DEFAULT_TIERS, UNTIERED, Workload, WorkloadError
+from tests.workloads.factories import WorkloadFactory, make_workload
+
+
+def test_lengths_and_summaries(workload_factory: WorkloadFactory) -> None:
+    workload = workload_factory((0.0, 0.5, 2.0))
+    assert len(workload) == 3
+    assert workload.duration_s() == 2.0
+    assert workload.mean_rate() == pytest.approx(1.0)
+
+
+def test_arrays_are_read_only_copies() -> None:
+    times = np.array([0.0, 1.0])
+    workload = Workload.untiered("w", times, [1, 2], [3, 4])
+    times[0] = 5.0
+    assert workload.arrival_time_s[0] == 0.0
+    with pytest.raises(ValueError):
+        workload.prompt_tokens[0] = 7
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"prompt_tokens": np.array([1, 2, 3])}, "prompt_tokens: has 3 entries"),
+        ({"arrival_time_s": np.array([0.0, 2.0, 1.0, 3.0])}, "arrival_time_s[2]: must be non-decreasing"),
+        ({"arrival_time_s": np.array([-1.0, 2.0, 2.0, 3.0])}, "arrival_time_s[0]: must be finite and >= 0"),
+        ({"output_tokens": np.array([1, 0, 1, 1])}, "output_tokens[1]: must be >= 1"),
+        ({"prompt_tokens": np.array([1.5, 2, 2, 2])}, "prompt_tokens: must hold integers"),
+        ({"tier": ("default", "default", "GOLD", "default")}, "tier[2]: 'GOLD' is not in the tier table"),
+        ({"tiers": ()}, "at least one TierSpec"),
+    ],
+)
+def test_validation_names_field_and_index(change: dict[str, object], message: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        dataclasses.replace(make_workload(), **change)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_mean_rate_needs_two_distinct_times(workload_factory: WorkloadFactory) -> None:
+    with pytest.raises(WorkloadError, match="mean_rate"):
+        workload_factory((1.0,)).mean_rate()
+    with pytest.raises(WorkloadError, match="mean_rate"):
+        workload_factory((1.0, 1.0)).mean_rate()
+
+
+def test_to_requests_builds_fresh_requests_with_tier_slos() -> None:
+    premium = DEFAULT_TIERS[1]
+    workload = make_workload((0.0, 1.0)).with_tiers(
+        DEFAULT_TIERS, tier=("PREMIUM", "BACKGROUND"), priority=[1, 3]
+    )
+    first, second = workload.to_requests(), workload.to_requests()
+    assert [r.request_id for r in first] == ["0", "1"]
+    assert all(a is not b for a, b in zip(first, second, strict=True))
+    request = first[0]
+    assert isinstance(request, Request)
+    assert (request.tier, request.priority) == ("PREMIUM", 1)
+    assert (request.ttft_slo_s, request.tpot_slo_s, request.e2e_slo_s) == (
+        premium.ttft_slo_s,
+        premium.tpot_slo_s,
+        premium.e2e_slo_s,
+    )
+    assert first[1].ttft_slo_s is None and first[1].e2e_slo_s == 60.0
+
+
+def test_to_requests_output_lengths_and_cap() -> None:
+    workload = make_workload((0.0, 1.0), prompt_tokens=(5, 6), output_tokens=(30, 300))
+    default = workload.to_requests()
+    assert [(r.output_tokens, r.max_output_tokens) for r in default] == [(30, 30), (300, 300)]
+    capped = workload.to_requests(max_output_tokens=100)
+    assert [(r.output_tokens, r.max_output_tokens) for r in capped] == [(30, 100), (300, 100)]
+    assert [r.target_output_tokens for r in capped] == [30, 100]
+    with pytest.raises(WorkloadError, match="max_output_tokens"):
+        workload.to_requests(max_output_tokens=0)
+
+
+def test_head_and_slice_time(workload_factory: WorkloadFactory) -> None:
+    workload = workload_factory((0.0, 1.0, 2.0, 3.0))
+    assert list(workload.head(2).prompt_tokens) == [10, 20]
+    assert len(workload.head(10)) == 4
+    sliced = workload.slice_time(1.0, 3.0)
+    assert list(sliced.arrival_time_s) == [0.0, 1.0]
+    assert list(sliced.prompt_tokens) == [20, 30]
+    assert list(workload.slice_time(1.0, 3.0, rebase=False).arrival_time_s) == [1.0, 2.0]
+    with pytest.raises(WorkloadError, match="start_s"):
+        workload.slice_time(3.0, 1.0)
+
+
+def test_with_tiers_replaces_table_only() -> None:
+    workload = make_workload().with_tiers((UNTIERED, *DEFAULT_TIERS))
+    assert workload.tiers[0] == UNTIERED and len(workload.tiers) == 5
+    assert workload.tier == ("default",) * 4
+
+
+@given(
+    gaps=st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=30),
+    data=st.data(),
+)
+def test_to_requests_round_trips(gaps: list[float], data: st.DataObject) -> None:
+    n = len(gaps)
+    lengths = st.lists(st.integers(min_value=1, max_value=10_000), min_size=n, max_size=n)
+    prompts, outputs = data.draw(lengths), data.draw(lengths)
+    workload = Workload.untiered("h", np.cumsum(gaps), prompts, outputs)
+    requests = workload.to_requests()
+    assert [r.prompt_tokens for r in requests] == prompts
+    assert [r.output_tokens for r in requests] == outputs
+    assert [r.arrival_time_s for r in requests] == list(workload.arrival_time_s)
