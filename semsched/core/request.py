@@ -252,7 +252,7 @@ class Request:
     def first_token_time_s(self) -> float | None:
         if self.timeline is None or not self.token_step_ranges:
             return None
-        return self.timeline.as_array()[self.token_step_ranges[0][0]]
+        return float(self.timeline.as_array()[self.token_step_ranges[0][0]])
 
     def record_tokens(self, timeline: TokenTimeline, first_step: int, count: int) -> None:
         """Record ``count`` tokens emitted at consecutive steps starting at ``first_step``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +86,7 @@ class _WaitingQueue:
         self._removed.add(seq)
         return True
 
-    def __iter__(self) -> Iterable[Request]:  # type: ignore[misc]
+    def __iter__(self) -> Iterator[Request]:
         return (r for _, s, r in self._heap if s not in self._removed)
 
     def _drop_removed(self) -> None:
@@ -156,7 +156,7 @@ class Scheduler:
         return tuple(self._running)
 
     def waiting_requests(self) -> list[Request]:
-        return list(self._waiting)  # type: ignore[call-overload]
+        return list(self._waiting)
 
     def has_unfinished(self) -> bool:
         return bool(self._requests)
@@ -219,9 +219,7 @@ class Scheduler:
             if self._make_room(request, num_new, plan, step, now_s):
                 self._add_chunk(plan, step, request, num_new)
 
-    def _make_room(
-        self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float
-    ) -> bool:
+    def _make_room(self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
         """Allocate blocks for a running request, preempting victims under pressure; False if it was the
         victim itself."""
         while not self.kv.try_allocate(request, num_new):

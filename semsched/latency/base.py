@@ -68,9 +68,7 @@ class BatchSample:
     time_s: float
 
 
-def validate_step_inputs(
-    prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int
-) -> None:
+def validate_step_inputs(prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int) -> None:
     """Raise ``ValueError`` if any token count of a step is negative."""
     if num_decode < 0 or decode_context_tokens < 0:
         raise ValueError(

@@ -97,11 +97,7 @@ class BatchLatencyModel:
     def chunk_time_s(self, query_tokens: int, cached_tokens: int) -> float:
         """Eq. 5 for one prefill chunk: ``a_p·lq² + b_p·lq·lkv + c_p·lq``."""
         config = self.config
-        return (
-            config.a_p * query_tokens**2
-            + config.b_p * query_tokens * cached_tokens
-            + config.c_p * query_tokens
-        )
+        return config.a_p * query_tokens**2 + config.b_p * query_tokens * cached_tokens + config.c_p * query_tokens
 
 
 @dataclass(frozen=True, slots=True)

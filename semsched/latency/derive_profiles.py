@@ -35,9 +35,7 @@ def grid_batches() -> list[tuple[tuple[tuple[int, int], ...], int, int]]:
         prefills = [()] if num_chunks == 0 else [(c,) if num_chunks == 1 else (c, (256, 0)) for c in chunks]
         for prefill, num_decode in itertools.product(prefills, DECODES_PER_STEP):
             contexts = (0,) if num_decode == 0 else MEAN_DECODE_CONTEXT_TOKENS
-            batches += [
-                (prefill, num_decode, num_decode * mean) for mean in contexts if prefill or num_decode
-            ]
+            batches += [(prefill, num_decode, num_decode * mean) for mean in contexts if prefill or num_decode]
     return batches
 
 

@@ -65,9 +65,7 @@ _KINDS: Mapping[str, _Kind] = {
 def list_profiles() -> list[str]:
     """Names of the packaged profiles, sorted."""
     directory = resources.files(_PROFILE_PACKAGE).joinpath(_PROFILE_DIR)
-    names = (
-        entry.name.removesuffix(".yaml") for entry in directory.iterdir() if entry.name.endswith(".yaml")
-    )
+    names = (entry.name.removesuffix(".yaml") for entry in directory.iterdir() if entry.name.endswith(".yaml"))
     return sorted(names)
 
 

@@ -134,9 +134,7 @@ COMPARISON_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
 )
 
 
-def comparison_table(
-    results: Mapping[str, Summary], *, title: str = "Policy comparison (all requests)"
-) -> Table:
+def comparison_table(results: Mapping[str, Summary], *, title: str = "Policy comparison (all requests)") -> Table:
     """Policies as rows, the headline metrics of :data:`COMPARISON_COLUMNS` (over all requests) as columns."""
     table = Table(title=title)
     table.add_column("policy", style="bold")

@@ -102,9 +102,7 @@ def _coerce(raw: Any, hint: Any, *, policy: str, key: str) -> Any:
         if target in (int, float, str):
             return target(raw)
     except ValueError:
-        raise PolicyError(
-            f"policy {policy!r}: parameter {key!r} must be {target.__name__}, got {raw!r}"
-        ) from None
+        raise PolicyError(f"policy {policy!r}: parameter {key!r} must be {target.__name__}, got {raw!r}") from None
     return raw
 
 

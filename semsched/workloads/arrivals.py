@@ -57,9 +57,7 @@ def poisson_arrivals_until(rate_per_s: float, duration_s: float, rng: np.random.
     return _renewal_until(_exponential_gaps(rate_per_s, rng), rate_per_s, duration_s)
 
 
-def gamma_arrivals_until(
-    rate_per_s: float, cv: float, duration_s: float, rng: np.random.Generator
-) -> FloatArray:
+def gamma_arrivals_until(rate_per_s: float, cv: float, duration_s: float, rng: np.random.Generator) -> FloatArray:
     """All arrival times of the gamma renewal process of :func:`gamma_arrivals` in ``[0, duration_s)``."""
     _check_positive("rate_per_s", rate_per_s)
     _check_positive("cv", cv)
@@ -67,9 +65,7 @@ def gamma_arrivals_until(
     return _renewal_until(_gamma_gaps(rate_per_s, cv, rng), rate_per_s, duration_s)
 
 
-def spike_arrivals(
-    gap_s: float, max_concurrent: int, duration_s: float, rng: np.random.Generator
-) -> FloatArray:
+def spike_arrivals(gap_s: float, max_concurrent: int, duration_s: float, rng: np.random.Generator) -> FloatArray:
     """Seed 000's request spikes: at times 0, ``gap_s``, ``2 gap_s``, ... below ``duration_s``, a batch whose
     size is uniform on ``[1, max_concurrent]`` arrives at one instant.
 

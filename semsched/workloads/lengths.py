@@ -218,9 +218,7 @@ def _normal_cdf(z: FloatArray) -> FloatArray:
 def _positive_ints(name: str, values: npt.ArrayLike) -> IntArray:
     array = np.asarray(values)
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
-        raise LengthError(
-            f"{name}: must be a 1-D array of integers (got dtype {array.dtype}, {array.ndim}-D)"
-        )
+        raise LengthError(f"{name}: must be a 1-D array of integers (got dtype {array.dtype}, {array.ndim}-D)")
     bad = np.flatnonzero(array < 1)
     if bad.size:
         raise LengthError(f"{name}[{int(bad[0])}]: must be >= 1 (got {int(array[bad[0]])})")

@@ -106,9 +106,7 @@ def find_data_file(name: str) -> Path:
         )
     path = directory / name
     if not path.is_file():
-        raise DataNotFoundError(
-            f"data file {name!r} not found in {directory} (set {DATA_DIR_ENV} to override)"
-        )
+        raise DataNotFoundError(f"data file {name!r} not found in {directory} (set {DATA_DIR_ENV} to override)")
     return path
 
 
@@ -154,9 +152,7 @@ def _read_header(path: Path, reader: Any) -> list[str]:
     try:
         header = [name.strip() for name in next(reader)]
     except StopIteration:
-        raise TraceFormatError(
-            f"{path.name} line 1: file is empty, expected a header {AZURE_COLUMNS}"
-        ) from None
+        raise TraceFormatError(f"{path.name} line 1: file is empty, expected a header {AZURE_COLUMNS}") from None
     except csv.Error as exc:
         raise TraceFormatError(f"{path.name} line 1: unreadable CSV header ({exc})") from exc
     missing = [name for name in AZURE_COLUMNS if name not in header]
@@ -174,9 +170,7 @@ def _parse_timestamp(where: str, field: str, text: str) -> float:
     try:
         whole = datetime.fromisoformat(f"{date}T{clock}")
     except ValueError as exc:
-        raise TraceFormatError(
-            f"{where}: {field} is not a valid date and time ({exc}), got {text!r}"
-        ) from exc
+        raise TraceFormatError(f"{where}: {field} is not a valid date and time ({exc}), got {text!r}") from exc
     seconds = (whole - _EPOCH).days * 86_400 + (whole - _EPOCH).seconds
     return seconds + (float(f"0.{fraction}") if fraction else 0.0)
 

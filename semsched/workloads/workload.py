@@ -44,9 +44,7 @@ class Workload:
     tiers: tuple[TierSpec, ...] = field(default=(UNTIERED,))
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float)
-        )
+        object.__setattr__(self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float))
         for name in ("prompt_tokens", "output_tokens", "priority"):
             object.__setattr__(self, name, _frozen_array(name, getattr(self, name), int))
         object.__setattr__(self, "tier", tuple(self.tier))

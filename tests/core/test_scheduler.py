@@ -10,7 +10,12 @@ from semsched.core.scheduler import SchedulerConfig
 from semsched.policies import POLICIES
 from tests.support import make_request, make_scheduler, random_requests, run_checked
 
-POLICY_SPECS = [*POLICIES.names(), "priority-preempt:mode=swap", "priority-preempt:exclusive=true", "edf:preempt=true"]
+POLICY_SPECS = [
+    *POLICIES.names(),
+    "priority-preempt:mode=swap",
+    "priority-preempt:exclusive=true",
+    "edf:preempt=true",
+]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,7 +118,10 @@ def test_waiting_high_priority_displaces_running_work_only_with_preemption() -> 
         urgent = make_request("urgent", prompt=20, output=4, priority=0, arrival=1.0)
         scheduler.add_request(urgent, 1.0)
         plan = scheduler.schedule(1.0)
-        outcomes[policy] = ([c.request.request_id for c in plan.prefill], [p.request.request_id for p in plan.preempted])
+        outcomes[policy] = (
+            [c.request.request_id for c in plan.prefill],
+            [p.request.request_id for p in plan.preempted],
+        )
     assert outcomes["priority"] == ([], [])
     assert outcomes["priority-preempt"] == (["urgent"], ["low"])
 

@@ -12,9 +12,7 @@ from hypothesis import strategies as st
 from semsched.latency.base import BatchSample
 from semsched.latency.batch import BatchConfig, BatchLatencyModel, fit
 
-TRUE_CONFIG = BatchConfig(
-    t_c=4e-3, a_p=2e-9, b_p=1e-9, c_p=8e-5, a_d=2e-8, b_d=3e-4, kv_transfer_s_per_token=5e-5
-)
+TRUE_CONFIG = BatchConfig(t_c=4e-3, a_p=2e-9, b_p=1e-9, c_p=8e-5, a_d=2e-8, b_d=3e-4, kv_transfer_s_per_token=5e-5)
 
 
 def make_model(config: BatchConfig = TRUE_CONFIG) -> BatchLatencyModel:
@@ -31,9 +29,7 @@ def grid_samples(model: BatchLatencyModel) -> list[BatchSample]:
         if not prefill and num_decode == 0:
             continue
         context = num_decode * mean_context
-        samples.append(
-            BatchSample(prefill, num_decode, context, model.step_time_s(prefill, num_decode, context))
-        )
+        samples.append(BatchSample(prefill, num_decode, context, model.step_time_s(prefill, num_decode, context)))
     return samples
 
 

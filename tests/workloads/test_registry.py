@@ -46,9 +46,7 @@ def test_synthetic_rate_within_tolerance(name: str) -> None:
     spread = {
         "azure-conv": math.sqrt(expected),
         "gamma-conv": GAMMA_CONV_CV * math.sqrt(expected),
-        "spikes": math.sqrt(
-            expected / mean_spike_size(SPIKE_MAX_CONCURRENT) * (SPIKE_MAX_CONCURRENT**2 - 1) / 12
-        ),
+        "spikes": math.sqrt(expected / mean_spike_size(SPIKE_MAX_CONCURRENT) * (SPIKE_MAX_CONCURRENT**2 - 1) / 12),
     }[name]
     assert abs(len(workload) - expected) < 5 * spread
 
@@ -103,9 +101,7 @@ def test_file_paths_as_names(tmp_path: Path) -> None:
     assert list(from_csv.arrival_time_s) == [0.0, 2 / 3, 1.0]
     assert from_csv.tiers == DEFAULT_TIERS
     jsonl_path = tmp_path / "mine.jsonl"
-    records = [
-        {"timestamp": 1000 * i, "input_length": 3, "output_length": 4, "tier": "SYSTEM"} for i in range(3)
-    ]
+    records = [{"timestamp": 1000 * i, "input_length": 3, "output_length": 4, "tier": "SYSTEM"} for i in range(3)]
     jsonl_path.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
     from_jsonl = build_workload(str(jsonl_path), rate_per_s=1.0, seed=0)
     assert from_jsonl.tier == ("SYSTEM",) * 3  # tiers from the file are kept

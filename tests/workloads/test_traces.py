@@ -81,9 +81,7 @@ def test_azure_bad_rows_name_file_row_and_field(write_file: WriteFile, row: str,
 
 def test_azure_missing_column_and_empty_file(write_file: WriteFile) -> None:
     path = write_file("nocol.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,374\n")
-    with pytest.raises(
-        TraceFormatError, match=r"nocol.csv line 1: missing column\(s\) \['GeneratedTokens'\]"
-    ):
+    with pytest.raises(TraceFormatError, match=r"nocol.csv line 1: missing column\(s\) \['GeneratedTokens'\]"):
         load_azure_csv(path)
     with pytest.raises(TraceFormatError, match="file is empty"):
         load_azure_csv(write_file("empty.csv", ""))
@@ -203,9 +201,7 @@ def test_rescale_hits_target_rate(target_rate_per_s: float) -> None:
         rescale_to_rate(workload, 0.0)
 
 
-def test_find_data_file_honours_env_and_reports_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_find_data_file_honours_env_and_reports_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "x.csv").write_text(HEADER, encoding="utf-8")
     monkeypatch.setenv("SEMSCHED_DATA_DIR", str(tmp_path))
     assert find_data_file("x.csv") == tmp_path / "x.csv"

@@ -57,9 +57,7 @@ def test_mean_rate_needs_two_distinct_times(workload_factory: WorkloadFactory) -
 
 def test_to_requests_builds_fresh_requests_with_tier_slos() -> None:
     premium = DEFAULT_TIERS[1]
-    workload = make_workload((0.0, 1.0)).with_tiers(
-        DEFAULT_TIERS, tier=("PREMIUM", "BACKGROUND"), priority=[1, 3]
-    )
+    workload = make_workload((0.0, 1.0)).with_tiers(DEFAULT_TIERS, tier=("PREMIUM", "BACKGROUND"), priority=[1, 3])
     first, second = workload.to_requests(), workload.to_requests()
     assert [r.request_id for r in first] == ["0", "1"]
     assert all(a is not b for a, b in zip(first, second, strict=True))

@@ -1,0 +1,95 @@
+"""One call from a workload and a policy spec to simulated requests and their summary.
+
+The CLI, the benchmarks and user scripts share this entry point, so "compare policies on the same
+workload" always means: fresh requests from the same :class:`Workload` for each policy, same cluster,
+same latency profile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from semsched.core.request import Request
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import load_profile
+from semsched.metrics import Summary, TDGWeights, summarize
+from semsched.policies import make_policy
+from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
+from semsched.sim.router import make_router
+from semsched.workloads import Workload
+
+DEFAULT_PROFILE = "a100-qwen1.5-4b"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What is simulated: ``num_instances`` identical engines behind ``router``."""
+
+    profile: str = DEFAULT_PROFILE
+    num_instances: int = 1
+    router: str = "round-robin"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    def __post_init__(self) -> None:
+        if self.num_instances < 1:
+            raise ValueError(f"num_instances: must be >= 1 (got {self.num_instances})")
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    requests: list[Request]
+    result: SimResult
+    summary: Summary
+    wall_s: float  # wall-clock seconds the simulation itself took (not the summary)
+
+
+def build_simulation(
+    policy: str, cluster: ClusterSpec, *, fast_forward: bool = True, progress: ProgressCallback | None = None
+) -> Simulation:
+    latency = load_profile(cluster.profile)
+    instances = [
+        Instance(Scheduler(cluster.scheduler, make_policy(policy)), latency) for _ in range(cluster.num_instances)
+    ]
+    return Simulation(instances, make_router(cluster.router), fast_forward=fast_forward, progress=progress)
+
+
+def run_policy(
+    workload: Workload,
+    policy: str,
+    cluster: ClusterSpec | None = None,
+    *,
+    fast_forward: bool = True,
+    progress: ProgressCallback | None = None,
+    tdg_weights: TDGWeights | None = None,
+    max_output_tokens: int | None = None,
+) -> PolicyRun:
+    """Simulate ``workload`` under ``policy`` (a spec such as ``"edf:deadline=e2e"``)."""
+    cluster = cluster or ClusterSpec()
+    simulation = build_simulation(policy, cluster, fast_forward=fast_forward, progress=progress)
+    requests = workload.to_requests(max_output_tokens)
+    started = time.perf_counter()
+    result = simulation.run(requests)
+    wall_s = time.perf_counter() - started
+    weights = tdg_weights or TDGWeights.paper_defaults(requests)
+    return PolicyRun(policy, requests, result, summarize(requests, tdg_weights=weights), wall_s)
+
+
+def compare_policies(
+    workload: Workload,
+    policies: Sequence[str],
+    cluster: ClusterSpec | None = None,
+    *,
+    fast_forward: bool = True,
+    progress: ProgressCallback | None = None,
+) -> dict[str, PolicyRun]:
+    """Run every policy on the same workload and cluster; TDG weights are the same for all."""
+    weights = TDGWeights.paper_defaults(workload.to_requests())
+    return {
+        spec: run_policy(
+            workload, spec, cluster, fast_forward=fast_forward, progress=progress, tdg_weights=weights
+        )
+        for spec in policies
+    }
