@@ -113,8 +113,11 @@ class BlockManager:
     # ---- GPU allocation ----------------------------------------------------------------------------------
     def try_allocate(self, request: Request, num_new_tokens: int, *, admission: bool = False) -> bool:
         """Grow ``request``'s table to cover ``num_new_tokens`` more tokens; False (and no change) if short."""
-        needed = self.blocks_needed(request, num_new_tokens)
-        if needed == 0:
+        # hot path (every running request, every step): inline blocks_needed
+        table = self._gpu_tables.get(request.request_id)
+        held = len(table) if table is not None else 0
+        needed = -(-(request.num_computed_tokens + num_new_tokens) // self.block_size) - held
+        if needed <= 0:
             return True
         if needed > self.available_for(request, admission=admission):
             return False

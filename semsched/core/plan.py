@@ -24,7 +24,7 @@ class PreemptionReason(enum.Enum):
     PRIORITY = "priority"  # a waiting request displaced it (policy's may_preempt hook)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduledChunk:
     """``num_tokens`` tokens of ``request`` are computed this step on top of ``context_tokens`` cached ones.
 

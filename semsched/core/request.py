@@ -175,6 +175,8 @@ class Request:
     token_step_ranges: list[list[int]] = field(default_factory=list, repr=False)
     # per-policy scratch space (e.g. attained service, queue level); policies own their keys
     policy_state: dict[str, float] = field(default_factory=dict, repr=False)
+    #: how many tokens this request will emit: its true length capped by ``max_output_tokens``
+    target_output_tokens: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_int("prompt_tokens", self.prompt_tokens, minimum=1)
@@ -191,11 +193,11 @@ class Request:
                 raise InvalidRequestError(f"{name}: must be a finite number > 0 (got {value!r})")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise InvalidRequestError(f"priority: must be an integer (got {self.priority!r})")
+        # read on the hot path every step, so computed once (the fields it derives from never change)
+        self.target_output_tokens = self._target_output_tokens()
 
     # ---- sizes -------------------------------------------------------------------------------------------
-    @property
-    def target_output_tokens(self) -> int:
-        """How many tokens this request will emit: its true length capped by ``max_output_tokens``."""
+    def _target_output_tokens(self) -> int:
         if self.output_tokens is None:
             return self.max_output_tokens
         return min(self.output_tokens, self.max_output_tokens)

@@ -120,6 +120,9 @@ class Scheduler:
         self._requests: dict[str, Request] = {}
         self._class_counts: Counter[int] = Counter()
         self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
+        # skip the per-token callback on the hot path when the policy does not override it
+        overrides_on_tokens = type(policy).on_tokens is not Policy.on_tokens
+        self._on_tokens = policy.on_tokens if overrides_on_tokens else None
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
 
@@ -206,16 +209,17 @@ class Scheduler:
         # as in vLLM: after a preemption under memory pressure, admit nothing new this step
         if not any(p.reason is PreemptionReason.KV_PRESSURE for p in plan.preempted):
             self._schedule_waiting(plan, step, now_s)
-        plan.decode_context_tokens = sum(c.context_tokens for c in plan.decode)
         return plan
 
     def _schedule_running(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
+        running = RequestState.RUNNING
         for request in list(self._running):
             if step.tokens <= 0:
                 return
-            if request.state is not RequestState.RUNNING:
+            if request.state is not running:
                 continue  # preempted earlier in this loop to make room
-            num_new = min(request.num_uncomputed_tokens, step.tokens)
+            uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            num_new = uncomputed if uncomputed < step.tokens else step.tokens
             if self._make_room(request, num_new, plan, step, now_s):
                 self._add_chunk(plan, step, request, num_new)
 
@@ -252,7 +256,7 @@ class Scheduler:
         if self._fits(candidate, step):
             return True
         victims = self.policy.victims_for(candidate, self._running, self, now_s)
-        if not victims or not self._victims_suffice(candidate, victims, step):
+        if not victims or not self._victims_suffice(candidate, victims, plan, step):
             return False
         for victim in victims:
             if self._fits(candidate, step):
@@ -274,9 +278,11 @@ class Scheduler:
             needed -= self.kv.gpu_blocks_of(candidate)
         return needed - self.kv.available_for(candidate, admission=True)
 
-    def _victims_suffice(self, candidate: Request, victims: Sequence[Request], step: _StepState) -> bool:
+    def _victims_suffice(
+        self, candidate: Request, victims: Sequence[Request], plan: BatchPlan, step: _StepState
+    ) -> bool:
         freed_blocks = sum(self.kv.gpu_blocks_of(v) for v in victims)
-        scheduled = {id(c.request): c.num_tokens for c in step.chunks}
+        scheduled = {id(c.request): c.num_tokens for c in itertools.chain(plan.prefill, plan.decode)}
         freed_tokens = sum(scheduled.get(id(v), 0) for v in victims)
         freed_seqs = sum(1 for v in victims if id(v) in scheduled)
         if step.seqs + freed_seqs <= 0 or step.tokens + freed_tokens <= 0:
@@ -297,10 +303,12 @@ class Scheduler:
         self._running.append(request)
 
     def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
-        is_decode = num_new == 1 and request.num_computed_tokens >= request.prompt_tokens
-        chunk = ScheduledChunk(request, num_new, request.num_computed_tokens, is_decode)
-        (plan.decode if is_decode else plan.prefill).append(chunk)
-        step.chunks.append(chunk)
+        computed = request.num_computed_tokens
+        if num_new == 1 and computed >= request.prompt_tokens:
+            plan.decode.append(ScheduledChunk(request, 1, computed, True))
+            plan.decode_context_tokens += computed
+        else:
+            plan.prefill.append(ScheduledChunk(request, num_new, computed, False))
         step.tokens -= num_new
         step.seqs -= 1
 
@@ -327,13 +335,15 @@ class Scheduler:
         self._enqueue(victim, new_state)
 
     def _unschedule(self, victim: Request, plan: BatchPlan, step: _StepState) -> None:
-        for chunk in step.chunks:
-            if chunk.request is victim:
-                step.chunks.remove(chunk)
-                (plan.decode if chunk.is_decode else plan.prefill).remove(chunk)
-                step.tokens += chunk.num_tokens
-                step.seqs += 1
-                return
+        for chunks in (plan.decode, plan.prefill):
+            for chunk in chunks:
+                if chunk.request is victim:
+                    chunks.remove(chunk)
+                    if chunk.is_decode:
+                        plan.decode_context_tokens -= chunk.context_tokens
+                    step.tokens += chunk.num_tokens
+                    step.seqs += 1
+                    return
 
     def _enqueue(self, request: Request, state: RequestState) -> None:
         request.state = state
@@ -360,12 +370,13 @@ class Scheduler:
         for request_id in result.aborted_request_ids:
             self.abort(request_id, now_s, "aborted by engine")
         finished: list[Request] = []
+        running = RequestState.RUNNING
         for chunk in itertools.chain(plan.prefill, plan.decode):
             request = chunk.request
-            if request.state is not RequestState.RUNNING:
+            if request.state is not running:
                 continue
             request.num_computed_tokens += chunk.num_tokens
-            if request.num_computed_tokens == request.num_tokens:
+            if request.num_computed_tokens == request.prompt_tokens + request.num_output_tokens:
                 self._emit(request, step_index, 1, now_s)
                 if request.num_output_tokens >= request.target_output_tokens:
                     finished.append(request)
@@ -376,7 +387,8 @@ class Scheduler:
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
         request.record_tokens(self.timeline, step_index, count)
-        self.policy.on_tokens(request, count, now_s)
+        if self._on_tokens is not None:
+            self._on_tokens(request, count, now_s)
 
     def _finish(self, finished: list[Request], now_s: float) -> None:
         done = {id(r) for r in finished}
@@ -458,11 +470,10 @@ class Scheduler:
 class _StepState:
     """Budget left while forming one plan."""
 
-    __slots__ = ("tokens", "seqs", "max_seqs", "chunks", "preempted")
+    __slots__ = ("tokens", "seqs", "max_seqs", "preempted")
 
     def __init__(self, tokens: int, max_seqs: int) -> None:
         self.tokens = tokens
         self.seqs = max_seqs
         self.max_seqs = max_seqs
-        self.chunks: list[ScheduledChunk] = []
         self.preempted: set[int] = set()
