@@ -20,9 +20,11 @@ Hook summary (all times are arguments; a policy never reads a clock):
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.request import Request
@@ -62,7 +64,20 @@ class SchedulerView(Protocol):
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Base of every policy's config dataclass (frozen; parsed from ``name:key=value,...`` specs)."""
+    """Base of every policy's config dataclass (frozen; parsed from ``name:key=value,...`` specs).
+
+    Fields annotated with ``Literal[...]`` are checked on construction; the error names the field and the
+    allowed values.
+    """
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for item in dataclasses.fields(self):
+            allowed = typing.get_args(hints[item.name]) if typing.get_origin(hints[item.name]) is Literal else ()
+            value = getattr(self, item.name)
+            if allowed and value not in allowed:
+                choices = " or ".join(repr(a) for a in allowed)
+                raise ValueError(f"{item.name} must be {choices}, got {value!r}")
 
 
 class Policy:
@@ -127,6 +142,4 @@ class Policy:
         return None
 
     def describe(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return {"policy": self.name, **asdict(self.config)}
+        return {"policy": self.name, **dataclasses.asdict(self.config)}

@@ -20,10 +20,6 @@ class EDFConfig(PolicyConfig):
     deadline: Literal["ttft", "e2e"] = "ttft"
     preempt: bool = False
 
-    def __post_init__(self) -> None:
-        if self.deadline not in ("ttft", "e2e"):
-            raise ValueError(f"deadline must be 'ttft' or 'e2e', got {self.deadline!r}")
-
 
 @register_policy
 class EDF(Policy):

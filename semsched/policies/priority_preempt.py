@@ -25,10 +25,6 @@ class PriorityPreemptConfig(PolicyConfig):
     exclusive: bool = False
     mode: Literal["recompute", "swap"] = "recompute"
 
-    def __post_init__(self) -> None:
-        if self.mode not in ("recompute", "swap"):
-            raise ValueError(f"mode must be 'recompute' or 'swap', got {self.mode!r}")
-
 
 @register_policy
 class PriorityPreempt(StrictPriority):

@@ -18,10 +18,6 @@ from semsched.policies.registry import register_policy
 class LengthConfig(PolicyConfig):
     length: Literal["oracle", "predicted"] = "oracle"
 
-    def __post_init__(self) -> None:
-        if self.length not in ("oracle", "predicted"):
-            raise ValueError(f"length must be 'oracle' or 'predicted', got {self.length!r}")
-
 
 def expected_output(request: Request, length: str) -> float:
     """Total output length the policy believes in."""
