@@ -212,7 +212,7 @@ class Scheduler:
         return plan
 
     def _schedule_running(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
-        running = RequestState.RUNNING
+        running, block_size = RequestState.RUNNING, self.block_size
         for request in list(self._running):
             if step.tokens <= 0:
                 return
@@ -220,7 +220,10 @@ class Scheduler:
                 continue  # preempted earlier in this loop to make room
             uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
             num_new = uncomputed if uncomputed < step.tokens else step.tokens
-            if self._make_room(request, num_new, plan, step, now_s):
+            # a decode whose position is inside its last block needs no allocation (fast path)
+            if (num_new == 1 and request.num_computed_tokens % block_size) or self._make_room(
+                request, num_new, plan, step, now_s
+            ):
                 self._add_chunk(plan, step, request, num_new)
 
     def _make_room(self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
@@ -417,15 +420,16 @@ class Scheduler:
     # ---- fast-forward ------------------------------------------------------------------------------------
     def steady_decode_steps(self, plan: BatchPlan, limit: int) -> int:
         """How many consecutive steps (this plan's included, at most ``limit``) would repeat ``plan``'s
-        decode-only batch unchanged: nobody finishes, no block runs out, and either nothing waits or the
-        policy is stable between events. Returns 1 when the plan cannot be fast-forwarded."""
+        decode-only batch unchanged: nobody finishes before the last of them, no block runs out, and either
+        nothing waits or the policy is stable between events. Returns 1 when the plan cannot be
+        fast-forwarded."""
         if limit <= 1 or not plan.is_pure_decode:
             return 1
         if len(self._waiting) and not self.policy.stable_between_events:
             return 1
         requests = [c.request for c in plan.decode]
-        # the last step of a stretch must not finish anyone: finishing goes through update()
-        steps = min(limit, min(r.remaining_output_tokens for r in requests) - 1)
+        # requests may finish only in the last step of a stretch (update_steady finishes them then)
+        steps = min(limit, min(r.target_output_tokens - r.num_output_tokens for r in requests))
         if steps <= 1:
             return 1
         return self._steps_within_blocks(requests, steps)
@@ -459,12 +463,17 @@ class Scheduler:
         count = len(end_times_s)
         first_step = self.timeline.extend(end_times_s)
         now_s = end_times_s[-1]
+        finished: list[Request] = []
         for chunk in plan.decode:
             request = chunk.request
             # step 1's blocks were allocated by schedule(); steps 2..count allocate here
             self.kv.try_allocate(request, count)
             request.num_computed_tokens += count
             self._emit(request, first_step, count, now_s)
+            if request.num_output_tokens >= request.target_output_tokens:
+                finished.append(request)
+        if finished:
+            self._finish(finished, now_s)
 
 
 class _StepState:

@@ -155,6 +155,9 @@ class Simulation:
         """End times of a fast-forwardable stretch of >= 2 steps starting with ``plan``, else None."""
         if not self.fast_forward or not plan.is_pure_decode:
             return None
+        # cheap scalar check first: a second step can join only if the first ends before the next arrival
+        if now_s + self._step_time_s(instance.latency, plan) >= self._next_arrival_s:
+            return None
         steps = instance.scheduler.steady_decode_steps(plan, self.max_steady_steps)
         if steps <= 1:
             return None
