@@ -171,7 +171,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """Every policy on the embedded default workload (fitted from the Azure conversation trace, four
     priority tiers with seed 003's SLOs) at ~90 % load on the A100/Qwen1.5-4B profile."""
-    rate, duration = 4.5, 300.0
+    rate, duration = 4.0, 600.0
     workload = build_workload("azure-conv", rate_per_s=rate, duration_s=duration, seed=0)
     cluster = ClusterSpec()
     policies = _policies(DEMO_POLICIES)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from semsched.core.plan import PreemptionMode
-from semsched.core.policy import PolicyConfig, SchedulerView
+from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.priority import StrictPriority
 from semsched.policies.registry import register_policy
@@ -31,6 +31,11 @@ class PriorityPreempt(StrictPriority):
     name: ClassVar[str] = "priority-preempt"
     config_cls: ClassVar[type[PolicyConfig]] = PriorityPreemptConfig
     config: PriorityPreemptConfig
+
+    def victim_key(self, request: Request) -> SortKey:
+        """Worst priority first, then least progress (seed 003's victim selection: least wasted compute,
+        cheapest to recompute), then latest arrival."""
+        return (request.priority, -request.num_computed_tokens, request.arrival_time_s)
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float

@@ -42,4 +42,7 @@ class SJF(Policy):
         return (expected_output(request, self.config.length), request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:
-        return (expected_remaining(request, self.config.length), request.arrival_time_s)
+        """Under KV pressure evict the request with the least progress (cheapest to recompute). Evicting the
+        longest job instead re-queues it at the back and evicts it again on return: on the demo workload that
+        thrashing took 214 preemptions and raised the mean E2E from 6.3 s to 10.8 s."""
+        return (-request.num_computed_tokens, request.arrival_time_s)

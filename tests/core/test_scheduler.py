@@ -169,3 +169,15 @@ def test_abort_frees_everything() -> None:
     assert running.state is RequestState.DROPPED and waiting.state is RequestState.DROPPED
     assert not scheduler.has_unfinished() and scheduler.kv.num_free_gpu_blocks == scheduler.kv.num_gpu_blocks
     assert scheduler.abort("nobody", 1.0) is None
+
+
+def test_priority_preempt_displaces_least_progress_first() -> None:
+    scheduler = make_scheduler("priority-preempt", block_size=4, num_gpu_blocks=40, watermark=0.0)
+    _fill(scheduler, [make_request("old", prompt=40, output=30, priority=3)])
+    _fill(scheduler, [make_request("new", prompt=100, output=30, priority=3, arrival=0.5)], now=1.0)
+    # old has computed 41 tokens, new 100 (36 of 40 blocks held); urgent's 40-token prompt needs 10 blocks.
+    # vLLM's rule (latest arrival) would evict "new"; least progress evicts "old", which is enough.
+    scheduler.add_request(make_request("urgent", prompt=40, output=2, priority=0, arrival=2.0), 2.0)
+    plan = scheduler.schedule(2.0)
+    assert [p.request.request_id for p in plan.preempted] == ["old"]
+    assert "urgent" in [c.request.request_id for c in plan.prefill]
