@@ -106,9 +106,19 @@ class BlockManager:
             available -= self.watermark_blocks
         return available
 
-    def fits_ever(self, num_tokens: int) -> bool:
-        """Whether a request of ``num_tokens`` total tokens could ever be held on the GPU."""
-        return blocks_for(num_tokens, self.block_size) <= self.num_gpu_blocks - self.watermark_blocks
+    def capacity_for(self, request: Request) -> int:
+        """Most GPU blocks ``request`` could ever hold: all of them, less the watermark and the reservations
+        it is not entitled to."""
+        capacity = self.num_gpu_blocks - self.watermark_blocks
+        for reservation in self.reservations:
+            if request.priority > reservation.max_priority:
+                capacity -= reservation.num_blocks
+        return capacity
+
+    def fits_ever(self, request: Request) -> bool:
+        """Whether ``request`` at its longest (prompt plus ``max_output_tokens``) could be held on the GPU."""
+        num_tokens = request.prompt_tokens + request.max_output_tokens
+        return blocks_for(num_tokens, self.block_size) <= self.capacity_for(request)
 
     # ---- GPU allocation ----------------------------------------------------------------------------------
     def try_allocate(self, request: Request, num_new_tokens: int, *, admission: bool = False) -> bool:

@@ -169,10 +169,11 @@ class Scheduler:
         """Admit ``request`` into the waiting queue, or reject it with a reason (state REJECTED)."""
         if request.request_id in self._requests:
             raise InvalidRequestError(f"request_id: duplicate id {request.request_id!r}")
-        if not self.kv.fits_ever(request.prompt_tokens + request.max_output_tokens):
+        if not self.kv.fits_ever(request):
             decision = Admission.reject(
                 f"prompt_tokens + max_output_tokens = {request.prompt_tokens + request.max_output_tokens} "
-                f"exceeds the KV capacity of {self.kv.num_gpu_blocks * self.kv.block_size} tokens"
+                f"exceeds the KV capacity of {self.kv.capacity_for(request) * self.kv.block_size} tokens "
+                f"available to priority {request.priority}"
             )
         else:
             decision = self.policy.admit(request, self, now_s)

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from semsched.core.kv import Reservation
 from semsched.core.plan import PreemptionMode, PreemptionReason, StepResult
 from semsched.core.request import InvalidRequestError, RequestState
 from semsched.core.scheduler import SchedulerConfig
@@ -18,7 +19,7 @@ POLICY_SPECS = [
 ]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     policy=st.sampled_from(POLICY_SPECS),
@@ -27,9 +28,17 @@ POLICY_SPECS = [
     budget=st.integers(1, 512),
     max_seqs=st.integers(1, 16),
     cpu_blocks=st.sampled_from([0, 64]),
+    reserve=st.booleans(),
 )
 def test_invariants_on_random_workloads(
-    seed: int, policy: str, block_size: int, num_gpu_blocks: int, budget: int, max_seqs: int, cpu_blocks: int
+    seed: int,
+    policy: str,
+    block_size: int,
+    num_gpu_blocks: int,
+    budget: int,
+    max_seqs: int,
+    cpu_blocks: int,
+    reserve: bool,
 ) -> None:
     requests = random_requests(seed, 25, rate=20.0, max_prompt=300, max_output=60)
     scheduler = make_scheduler(
@@ -40,6 +49,7 @@ def test_invariants_on_random_workloads(
         max_num_seqs=max_seqs,
         num_cpu_blocks=cpu_blocks,
         watermark=0.0,
+        reservations=(Reservation(max_priority=0, num_blocks=num_gpu_blocks // 4),) if reserve else (),
     )
     run_checked(scheduler, requests)  # checks KV, budget and caps after every step
     terminal = Counter(r.request_id for r in scheduler.finished + scheduler.rejected)
@@ -181,3 +191,15 @@ def test_priority_preempt_displaces_least_progress_first() -> None:
     plan = scheduler.schedule(2.0)
     assert [p.request.request_id for p in plan.preempted] == ["old"]
     assert "urgent" in [c.request.request_id for c in plan.prefill]
+
+
+def test_request_that_only_fits_in_reserved_blocks_is_rejected_not_livelocked() -> None:
+    reservations = (Reservation(max_priority=0, num_blocks=6),)
+    scheduler = make_scheduler(block_size=4, num_gpu_blocks=10, watermark=0.0, reservations=reservations)
+    low = make_request("low", prompt=20, output=8, priority=2)  # 7 blocks; only 4 are open to priority 2
+    high = make_request("high", prompt=20, output=8, priority=0)
+    assert not scheduler.add_request(low, 0.0).accepted
+    assert "priority 2" in (low.finish_reason or "")
+    assert scheduler.add_request(high, 0.0).accepted
+    run_checked(scheduler, [])
+    assert high.state is RequestState.FINISHED

@@ -2,6 +2,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from semsched.core.request import Request, RequestState
 from semsched.metrics import summarize
@@ -103,3 +105,33 @@ def _final_step_starts(requests: list[Request], _: float) -> dict[str, float]:
         last_step = request.token_step_ranges[-1][1] - 1
         starts[request.request_id] = float(timeline[last_step - 1]) if last_step > 0 else 0.0
     return starts
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(SPECS),
+    num_gpu_blocks=st.integers(60, 600),
+    block_size=st.sampled_from([4, 16]),
+    max_seqs=st.integers(2, 64),
+    instances=st.integers(1, 3),
+)
+def test_fast_forward_is_exact_on_random_configs(
+    seed: int, policy: str, num_gpu_blocks: int, block_size: int, max_seqs: int, instances: int
+) -> None:
+    outcomes = []
+    for fast_forward in (True, False):
+        requests = random_requests(seed, 80, rate=10.0, max_prompt=400, max_output=120, with_slos=True)
+        simulate(
+            requests,
+            policy,
+            fast_forward=fast_forward,
+            instances=instances,
+            router="least-outstanding",
+            num_gpu_blocks=num_gpu_blocks,
+            num_cpu_blocks=128,
+            block_size=block_size,
+            max_num_seqs=max_seqs,
+        )
+        outcomes.append([(r.state, r.num_preemptions, r.token_times_s().tolist()) for r in requests])
+    assert outcomes[0] == outcomes[1]
