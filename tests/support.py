@@ -104,10 +104,12 @@ def check_plan(scheduler: Scheduler, plan: BatchPlan) -> None:
     assert plan.num_tokens <= config.max_num_batched_tokens
     assert plan.num_seqs <= config.max_num_seqs
     assert scheduler.num_running <= config.max_num_seqs
-    ids = [c.request.request_id for c in plan.prefill + plan.decode]
+    ids = [r.request_id for r in plan.requests()]
     assert len(ids) == len(set(ids))
-    for chunk in plan.prefill + plan.decode:
+    for chunk in plan.prefill:
         assert 1 <= chunk.num_tokens <= chunk.request.num_uncomputed_tokens
+    for request in plan.decode:
+        assert request.num_uncomputed_tokens == 1
 
 
 def run_checked(

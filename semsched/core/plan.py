@@ -26,16 +26,15 @@ class PreemptionReason(enum.Enum):
 
 @dataclass(slots=True)
 class ScheduledChunk:
-    """``num_tokens`` tokens of ``request`` are computed this step on top of ``context_tokens`` cached ones.
+    """``num_tokens`` tokens of ``request`` are computed this step on top of ``context_tokens`` cached ones: a
+    (chunked) prefill, or the recompute of a preempted request. Decodes are listed as plain requests.
 
-    In the notation of PROSERVE eq. 5-6: ``lq = num_tokens``, ``lkv = context_tokens``. A chunk with
-    ``num_tokens == 1`` on a request whose prompt is computed is a decode; anything else is a prefill chunk.
+    In the notation of PROSERVE eq. 5-6: ``lq = num_tokens``, ``lkv = context_tokens``.
     """
 
     request: Request
     num_tokens: int
     context_tokens: int
-    is_decode: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,19 +49,22 @@ class Preemption:
 class BatchPlan:
     """What runs in one engine step.
 
-    ``prefill`` and ``decode`` partition the scheduled chunks; ``swapped_in`` lists requests whose KV is copied
+    ``prefill`` holds the chunks of requests computing more than one token or still in their prompt;
+    ``decode`` holds the requests that decode one token on top of their ``num_computed_tokens`` (a plain list:
+    it is the bulk of every step, and a decode's chunk would say nothing its request does not);
+    ``decode_context_tokens`` is the sum of their context lengths. ``swapped_in`` lists requests whose KV is copied
     back from swap before the step (``swap_in_tokens`` in total); ``preempted`` lists requests taken off the
     GPU while forming this plan (``swap_out_tokens`` copied out).
     """
 
     time_s: float
     prefill: list[ScheduledChunk] = field(default_factory=list)
-    decode: list[ScheduledChunk] = field(default_factory=list)
+    decode: list[Request] = field(default_factory=list)
     preempted: list[Preemption] = field(default_factory=list)
     swapped_in: list[Request] = field(default_factory=list)
     swap_in_tokens: int = 0
     swap_out_tokens: int = 0
-    decode_context_tokens: int = 0  # sum of context_tokens over decode chunks
+    decode_context_tokens: int = 0  # sum of num_computed_tokens over decode requests at planning time
 
     @property
     def num_tokens(self) -> int:
@@ -71,6 +73,10 @@ class BatchPlan:
     @property
     def num_seqs(self) -> int:
         return len(self.prefill) + len(self.decode)
+
+    def requests(self) -> list[Request]:
+        """Every request that computes tokens in this step."""
+        return [c.request for c in self.prefill] + self.decode
 
     @property
     def is_empty(self) -> bool:

@@ -286,7 +286,8 @@ class Scheduler:
         self, candidate: Request, victims: Sequence[Request], plan: BatchPlan, step: _StepState
     ) -> bool:
         freed_blocks = sum(self.kv.gpu_blocks_of(v) for v in victims)
-        scheduled = {id(c.request): c.num_tokens for c in itertools.chain(plan.prefill, plan.decode)}
+        scheduled = {id(c.request): c.num_tokens for c in plan.prefill}
+        scheduled.update((id(r), 1) for r in plan.decode)
         freed_tokens = sum(scheduled.get(id(v), 0) for v in victims)
         freed_seqs = sum(1 for v in victims if id(v) in scheduled)
         if step.seqs + freed_seqs <= 0 or step.tokens + freed_tokens <= 0:
@@ -309,10 +310,10 @@ class Scheduler:
     def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
         computed = request.num_computed_tokens
         if num_new == 1 and computed >= request.prompt_tokens:
-            plan.decode.append(ScheduledChunk(request, 1, computed, True))
+            plan.decode.append(request)
             plan.decode_context_tokens += computed
         else:
-            plan.prefill.append(ScheduledChunk(request, num_new, computed, False))
+            plan.prefill.append(ScheduledChunk(request, num_new, computed))
         step.tokens -= num_new
         step.seqs -= 1
 
@@ -339,15 +340,18 @@ class Scheduler:
         self._enqueue(victim, new_state)
 
     def _unschedule(self, victim: Request, plan: BatchPlan, step: _StepState) -> None:
-        for chunks in (plan.decode, plan.prefill):
-            for chunk in chunks:
-                if chunk.request is victim:
-                    chunks.remove(chunk)
-                    if chunk.is_decode:
-                        plan.decode_context_tokens -= chunk.context_tokens
-                    step.tokens += chunk.num_tokens
-                    step.seqs += 1
-                    return
+        if victim in plan.decode:
+            plan.decode.remove(victim)
+            plan.decode_context_tokens -= victim.num_computed_tokens
+            step.tokens += 1
+            step.seqs += 1
+            return
+        for chunk in plan.prefill:
+            if chunk.request is victim:
+                plan.prefill.remove(chunk)
+                step.tokens += chunk.num_tokens
+                step.seqs += 1
+                return
 
     def _enqueue(self, request: Request, state: RequestState) -> None:
         request.state = state
@@ -375,7 +379,7 @@ class Scheduler:
             self.abort(request_id, now_s, "aborted by engine")
         finished: list[Request] = []
         running = RequestState.RUNNING
-        for chunk in itertools.chain(plan.prefill, plan.decode):
+        for chunk in plan.prefill:
             request = chunk.request
             if request.state is not running:
                 continue
@@ -384,6 +388,13 @@ class Scheduler:
                 self._emit(request, step_index, 1, now_s)
                 if request.num_output_tokens >= request.target_output_tokens:
                     finished.append(request)
+        for request in plan.decode:  # a decode always catches up, so it always emits
+            if request.state is not running:
+                continue
+            request.num_computed_tokens += 1
+            self._emit(request, step_index, 1, now_s)
+            if request.num_output_tokens >= request.target_output_tokens:
+                finished.append(request)
         if finished:
             self._finish(finished, now_s)
         return finished
@@ -428,7 +439,7 @@ class Scheduler:
             return 1
         if len(self._waiting) and not self.policy.stable_between_events:
             return 1
-        requests = [c.request for c in plan.decode]
+        requests = plan.decode
         # requests may finish only in the last step of a stretch (update_steady finishes them then)
         steps = min(limit, min(r.target_output_tokens - r.num_output_tokens for r in requests))
         if steps <= 1:
@@ -465,8 +476,7 @@ class Scheduler:
         first_step = self.timeline.extend(end_times_s)
         now_s = end_times_s[-1]
         finished: list[Request] = []
-        for chunk in plan.decode:
-            request = chunk.request
+        for request in plan.decode:
             # step 1's blocks were allocated by schedule(); steps 2..count allocate here
             self.kv.try_allocate(request, count)
             request.num_computed_tokens += count

@@ -76,7 +76,7 @@ def test_long_prompt_is_prefilled_in_chunks() -> None:
     now = 0.0
     while scheduler.has_unfinished():
         plan = scheduler.schedule(now)
-        chunks.append([c.num_tokens for c in plan.prefill + plan.decode])
+        chunks.append([c.num_tokens for c in plan.prefill] + [1 for _ in plan.decode])
         now += 1.0
         scheduler.update(plan, StepResult(now))
     assert chunks == [[100], [100], [50], [1]]
@@ -150,7 +150,7 @@ def test_swap_preemption_keeps_computed_tokens() -> None:
     scheduler.update(plan, StepResult(2.0))  # urgent finishes
     plan = scheduler.schedule(2.0)
     assert plan.swapped_in == [low] and plan.swap_in_tokens == computed
-    assert [c.num_tokens for c in plan.decode] == [1]
+    assert plan.decode == [low] and not plan.prefill
 
 
 def test_request_larger_than_kv_is_rejected_with_reason() -> None:
