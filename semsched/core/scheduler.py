@@ -219,12 +219,19 @@ class Scheduler:
                 return
             if request.state is not running:
                 continue  # preempted earlier in this loop to make room
-            uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            computed = request.num_computed_tokens
+            uncomputed = request.prompt_tokens + request.num_output_tokens - computed
+            if uncomputed == 1 and computed >= request.prompt_tokens:
+                # decode, the bulk of every step, kept inline; a position inside the last block needs no block
+                if computed % block_size == 0 and not self._make_room(request, 1, plan, step, now_s):
+                    continue
+                plan.decode.append(request)
+                plan.decode_context_tokens += computed
+                step.tokens -= 1
+                step.seqs -= 1
+                continue
             num_new = uncomputed if uncomputed < step.tokens else step.tokens
-            # a decode whose position is inside its last block needs no allocation (fast path)
-            if (num_new == 1 and request.num_computed_tokens % block_size) or self._make_room(
-                request, num_new, plan, step, now_s
-            ):
+            if self._make_room(request, num_new, plan, step, now_s):
                 self._add_chunk(plan, step, request, num_new)
 
     def _make_room(self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
@@ -388,11 +395,15 @@ class Scheduler:
                 self._emit(request, step_index, 1, now_s)
                 if request.num_output_tokens >= request.target_output_tokens:
                     finished.append(request)
-        for request in plan.decode:  # a decode always catches up, so it always emits
+        timeline, on_tokens = self.timeline, self._on_tokens
+        for request in plan.decode:  # a decode always catches up, so it always emits (_emit, inlined)
             if request.state is not running:
                 continue
             request.num_computed_tokens += 1
-            self._emit(request, step_index, 1, now_s)
+            request.num_output_tokens += 1
+            request.record_tokens(timeline, step_index, 1)
+            if on_tokens is not None:
+                on_tokens(request, 1, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
         if finished:
