@@ -17,6 +17,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,13 +57,14 @@ class SimResult:
         return [r for r in self.requests if r.state is RequestState.FINISHED]
 
 
-@dataclass(order=True)
-class _StepDone:
+class _StepDone(NamedTuple):
+    """Heap entry; ordered by (time, sequence number): the sequence is unique, so later fields never compare."""
+
     time_s: float
     seq: int
-    instance: int = field(compare=False)
-    plan: BatchPlan = field(compare=False)
-    end_times_s: np.ndarray | None = field(compare=False)
+    instance: int
+    plan: BatchPlan
+    end_times_s: np.ndarray | None
 
 
 class Simulation:
