@@ -38,10 +38,21 @@ def plot_latency_vs_rate(sweep: Sweep, path: PathLike, metric: str = "e2e_mean")
             ax.plot(rates, values, marker="o", label=policy)
         ax.set_title(_class_title(summaries, priority))
         ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel(metric)
+        ax.set_ylabel(metric_label(metric))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
     _save(figure, path)
+
+
+def metric_label(metric: str) -> str:
+    """Axis label with the unit of a :meth:`ClassSummary.metric` name."""
+    if metric.startswith("normalized_latency"):
+        return f"{metric} (s/token)"
+    if metric.startswith(("ttft", "tpot", "e2e", "queueing", "itl")):
+        return f"{metric} (s)"
+    if metric.startswith(("throughput", "goodput")):
+        return f"{metric} (req/s)"
+    return metric
 
 
 def plot_class_bars(
@@ -58,8 +69,12 @@ def plot_class_bars(
             values = [_value(summary.class_summary(p), metric) for p in classes]
             ax.bar(positions + k * bar_width, values, width=bar_width, label=policy)
         ax.set_xticks(positions + bar_width * (len(results) - 1) / 2)
-        ax.set_xticklabels([_class_title(summaries, p) for p in classes], fontsize="small")
-        ax.set_title(metric)
+        ax.set_xticklabels(
+            [_class_title(summaries, p) for p in classes], fontsize="small", rotation=30, ha="right"
+        )
+        ax.set_title(metric_label(metric))
+        if metric_label(metric).endswith("(s)"):
+            ax.set_yscale("log")  # latencies of different policies span orders of magnitude
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize="small")
     _save(figure, path)
