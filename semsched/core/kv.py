@@ -115,9 +115,10 @@ class BlockManager:
                 capacity -= reservation.num_blocks
         return capacity
 
-    def fits_ever(self, request: Request) -> bool:
-        """Whether ``request`` at its longest (prompt plus ``max_output_tokens``) could be held on the GPU."""
-        num_tokens = request.prompt_tokens + request.max_output_tokens
+    def fits_ever(self, request: Request, extra_tokens: int = 0) -> bool:
+        """Whether ``request`` at its longest (prompt plus ``max_output_tokens`` plus ``extra_tokens`` of
+        speculative lookahead) could be held on the GPU."""
+        num_tokens = request.prompt_tokens + request.max_output_tokens + extra_tokens
         return blocks_for(num_tokens, self.block_size) <= self.capacity_for(request)
 
     # ---- GPU allocation ----------------------------------------------------------------------------------
@@ -163,16 +164,17 @@ class BlockManager:
     def can_swap_out(self, request: Request) -> bool:
         return self.gpu_blocks_of(request) <= len(self._free_cpu)
 
-    def swap_out(self, request: Request) -> int:
-        """Move ``request``'s GPU blocks to CPU swap space; returns the number of blocks moved."""
-        table = self._gpu_tables.pop(request.request_id, [])
-        if len(table) > len(self._free_cpu):
-            self._gpu_tables[request.request_id] = table
+    def swap_out(self, request: Request, num_blocks: int | None = None) -> int:
+        """Move the first ``num_blocks`` (default: all) of ``request``'s GPU blocks to CPU swap space and free
+        the rest; returns the number of blocks moved."""
+        table = self._gpu_tables.get(request.request_id, [])
+        keep = len(table) if num_blocks is None else min(num_blocks, len(table))
+        if keep > len(self._free_cpu):
             raise RuntimeError("swap_out: not enough CPU blocks (check can_swap_out first)")
-        cpu_table = [self._free_cpu.pop() for _ in table]
-        self._cpu_tables[request.request_id] = cpu_table
+        self._gpu_tables.pop(request.request_id, None)
+        self._cpu_tables[request.request_id] = [self._free_cpu.pop() for _ in range(keep)]
         self._free_gpu.extend(reversed(table))
-        return len(table)
+        return keep
 
     def swapped_blocks_of(self, request: Request) -> int:
         return len(self._cpu_tables.get(request.request_id, ()))

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from semsched.core.request import Request
@@ -89,10 +90,13 @@ class BatchPlan:
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
-    """What the executor reports after running a plan: when the step ended, and requests it aborted."""
+    """What the executor reports after running a plan: when the step ended, requests it aborted, and, with
+    speculative decoding, how many tokens each decode request emitted (1 to 1 + ``num_lookahead_tokens``;
+    requests not listed emitted one)."""
 
     end_time_s: float
     aborted_request_ids: tuple[str, ...] = ()
+    accepted_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

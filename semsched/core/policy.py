@@ -7,11 +7,14 @@ behaviour; a policy overrides only what it changes.
 Hook summary (all times are arguments; a policy never reads a clock):
 
 =====================  ==============================================================================
-``waiting_key``        order of the waiting queue (smallest first); computed when a request is enqueued
+``waiting_key``        order of the waiting queue (smallest first); computed when a request is enqueued, and
+                       again for every waiting request each ``rekey_interval_s`` if the policy sets it
 ``admit``              accept or reject an arriving request (explicit rejection, never a silent drop)
 ``victims_for``        which running requests a waiting request may displace when it does not fit
 ``victim_key``         victim order under KV-memory pressure (largest key is preempted first)
 ``preemption_mode``    recompute or swap for a given victim
+``swap_tokens``        how many computed tokens a swapped victim saves (the rest are recomputed; seed 000 eq. 4-6)
+``running_order``      which running requests get this step's token budget, in what order (default: all, FIFO)
 ``exclusive_class``    optional class-exclusive batching: only the most important class present runs
 ``step_budget``        per-step token budget and sequence cap (``None``: the engine's configuration)
 ``on_*``               callbacks on arrival, emitted tokens, preemption and finish
@@ -92,6 +95,8 @@ class Policy:
     name: ClassVar[str] = "base"
     config_cls: ClassVar[type[PolicyConfig]] = PolicyConfig
     stable_between_events: ClassVar[bool] = False
+    #: re-key every waiting request at most this often (time-dependent order: aging, Gittins refresh)
+    rekey_interval_s: ClassVar[float | None] = None
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -99,8 +104,8 @@ class Policy:
             raise TypeError(f"{self.name}: config must be {self.config_cls.__name__}")
 
     # ---- ordering ----------------------------------------------------------------------------------------
-    def waiting_key(self, request: Request) -> SortKey:
-        """Sort key of a waiting request; smaller runs first. Called once per enqueue."""
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        """Sort key of a waiting request; smaller runs first. Called at enqueue (and at each re-key)."""
         return (request.arrival_time_s,)
 
     def victim_key(self, request: Request) -> SortKey:
@@ -120,6 +125,18 @@ class Policy:
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
         return PreemptionMode.RECOMPUTE
+
+    def swap_tokens(self, request: Request, view: SchedulerView) -> int:
+        """For a SWAP victim: how many of its computed tokens to save to CPU; the rest are freed and
+        recomputed on resume (seed 000's optimal partial save). 0 means recompute everything."""
+        return request.num_computed_tokens
+
+    def running_order(
+        self, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request] | None:
+        """Running requests to serve this step, in order; those left out keep their KV but compute nothing
+        this step. ``None`` (the default) serves all of them in admission order, as vLLM does."""
+        return None
 
     def exclusive_class(self, request: Request) -> int | None:
         """If not None, only requests of the smallest class among unfinished ones run (seed 000 eq. 2)."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +45,14 @@ class SchedulerConfig:
     num_cpu_blocks: int = 0
     watermark: float = 0.01
     reservations: tuple[Reservation, ...] = ()
+    #: KV slots reserved per decode for speculative tokens (vLLM's num_lookahead_tokens); 0 = no speculation
+    num_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.num_lookahead_tokens, int) or self.num_lookahead_tokens < 0:
+            raise InvalidRequestError(
+                f"num_lookahead_tokens: must be an integer >= 0 (got {self.num_lookahead_tokens!r})"
+            )
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_gpu_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -89,6 +96,13 @@ class _WaitingQueue:
     def __iter__(self) -> Iterator[Request]:
         return (r for _, s, r in self._heap if s not in self._removed)
 
+    def rekey(self, key: Callable[[Request], tuple[float, ...]]) -> None:
+        """Recompute every live entry's key (O(n)); enqueue order still breaks ties."""
+        live = [(key(r), seq, r) for _, seq, r in self._heap if seq not in self._removed]
+        heapq.heapify(live)
+        self._heap = live
+        self._removed.clear()
+
     def _drop_removed(self) -> None:
         heap = self._heap
         while heap and heap[0][1] in self._removed:
@@ -123,6 +137,7 @@ class Scheduler:
         # skip the per-token callback on the hot path when the policy does not override it
         overrides_on_tokens = type(policy).on_tokens is not Policy.on_tokens
         self._on_tokens = policy.on_tokens if overrides_on_tokens else None
+        self._next_rekey_s = -math.inf
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
 
@@ -169,9 +184,11 @@ class Scheduler:
         """Admit ``request`` into the waiting queue, or reject it with a reason (state REJECTED)."""
         if request.request_id in self._requests:
             raise InvalidRequestError(f"request_id: duplicate id {request.request_id!r}")
-        if not self.kv.fits_ever(request):
+        lookahead = self.config.num_lookahead_tokens
+        if not self.kv.fits_ever(request, lookahead):
             decision = Admission.reject(
-                f"prompt_tokens + max_output_tokens = {request.prompt_tokens + request.max_output_tokens} "
+                f"prompt_tokens + max_output_tokens{' + lookahead' if lookahead else ''} = "
+                f"{request.prompt_tokens + request.max_output_tokens + lookahead} "
                 f"exceeds the KV capacity of {self.kv.capacity_for(request) * self.kv.block_size} tokens "
                 f"available to priority {request.priority}"
             )
@@ -186,7 +203,7 @@ class Scheduler:
         if cls is not None:
             self._class_counts[cls] += 1
         self.policy.on_arrival(request, now_s)
-        self._enqueue(request, RequestState.WAITING)
+        self._enqueue(request, RequestState.WAITING, now_s)
         return decision
 
     def abort(self, request_id: str, now_s: float, reason: str = "aborted") -> Request | None:
@@ -205,6 +222,7 @@ class Scheduler:
         budget = self.policy.step_budget(self, now_s) or self._default_budget
         plan = BatchPlan(time_s=now_s)
         step = _StepState(budget.max_num_batched_tokens, budget.max_num_seqs)
+        self._maybe_rekey(now_s)
         self._enforce_exclusive(plan, step, now_s)
         self._schedule_running(plan, step, now_s)
         # as in vLLM: after a preemption under memory pressure, admit nothing new this step
@@ -214,7 +232,9 @@ class Scheduler:
 
     def _schedule_running(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
         running, block_size = RequestState.RUNNING, self.block_size
-        for request in list(self._running):
+        lookahead = self.config.num_lookahead_tokens
+        order = self.policy.running_order(self._running, self, now_s)
+        for request in list(self._running if order is None else order):
             if step.tokens <= 0:
                 return
             if request.state is not running:
@@ -223,7 +243,8 @@ class Scheduler:
             uncomputed = request.prompt_tokens + request.num_output_tokens - computed
             if uncomputed == 1 and computed >= request.prompt_tokens:
                 # decode, the bulk of every step, kept inline; a position inside the last block needs no block
-                if computed % block_size == 0 and not self._make_room(request, 1, plan, step, now_s):
+                needs_blocks = lookahead or computed % block_size == 0
+                if needs_blocks and not self._make_room(request, 1 + lookahead, plan, step, now_s):
                     continue
                 plan.decode.append(request)
                 plan.decode_context_tokens += computed
@@ -330,9 +351,10 @@ class Scheduler:
         self._running.remove(victim)
         self._unschedule(victim, plan, step)
         mode = self.policy.preemption_mode(victim, self)
-        if mode is PreemptionMode.SWAP and self.kv.can_swap_out(victim):
-            saved = victim.num_computed_tokens
-            self.kv.swap_out(victim)
+        saved = self._tokens_to_save(victim) if mode is PreemptionMode.SWAP else 0
+        if saved > 0:
+            self.kv.swap_out(victim, blocks_for(saved, self.block_size))
+            victim.num_computed_tokens = saved
             plan.swap_out_tokens += saved
             new_state = RequestState.PREEMPTED_SWAPPED
         else:
@@ -344,7 +366,13 @@ class Scheduler:
         step.preempted.add(id(victim))
         plan.preempted.append(Preemption(victim, mode, reason, saved))
         self.policy.on_preempt(victim, now_s)
-        self._enqueue(victim, new_state)
+        self._enqueue(victim, new_state, now_s)
+
+    def _tokens_to_save(self, victim: Request) -> int:
+        """Tokens a SWAP victim keeps (policy's choice, capped by what is computed and by CPU space)."""
+        wanted = min(max(self.policy.swap_tokens(victim, self), 0), victim.num_computed_tokens)
+        fits = self.kv.num_free_cpu_blocks * self.block_size
+        return min(wanted, fits)
 
     def _unschedule(self, victim: Request, plan: BatchPlan, step: _StepState) -> None:
         if victim in plan.decode:
@@ -360,9 +388,16 @@ class Scheduler:
                 step.seqs += 1
                 return
 
-    def _enqueue(self, request: Request, state: RequestState) -> None:
+    def _enqueue(self, request: Request, state: RequestState, now_s: float) -> None:
         request.state = state
-        self._waiting.push(self.policy.waiting_key(request), request)
+        self._waiting.push(self.policy.waiting_key(request, now_s), request)
+
+    def _maybe_rekey(self, now_s: float) -> None:
+        interval = self.policy.rekey_interval_s
+        if interval is None or now_s < self._next_rekey_s:
+            return
+        self._next_rekey_s = now_s + interval
+        self._waiting.rekey(lambda request: self.policy.waiting_key(request, now_s))
 
     def _enforce_exclusive(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
         """Class-exclusive batching: preempt running requests of a less important class than the best
@@ -395,6 +430,16 @@ class Scheduler:
                 self._emit(request, step_index, 1, now_s)
                 if request.num_output_tokens >= request.target_output_tokens:
                     finished.append(request)
+        if result.accepted_tokens:
+            self._update_speculative_decodes(plan, result, step_index, finished)
+        else:
+            self._update_decodes(plan, step_index, now_s, finished)
+        if finished:
+            self._finish(finished, now_s)
+        return finished
+
+    def _update_decodes(self, plan: BatchPlan, step_index: int, now_s: float, finished: list[Request]) -> None:
+        running = RequestState.RUNNING
         timeline, on_tokens = self.timeline, self._on_tokens
         for request in plan.decode:  # a decode always catches up, so it always emits (_emit, inlined)
             if request.state is not running:
@@ -406,9 +451,26 @@ class Scheduler:
                 on_tokens(request, 1, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
-        if finished:
-            self._finish(finished, now_s)
-        return finished
+
+    def _update_speculative_decodes(
+        self, plan: BatchPlan, result: StepResult, step_index: int, finished: list[Request]
+    ) -> None:
+        """Decodes that emitted several tokens in one step (accepted draft tokens plus the bonus token)."""
+        limit = 1 + self.config.num_lookahead_tokens
+        for request in plan.decode:
+            if request.state is not RequestState.RUNNING:
+                continue
+            accepted = result.accepted_tokens.get(request.request_id, 1)
+            if not 1 <= accepted <= limit:
+                raise ValueError(
+                    f"accepted_tokens[{request.request_id!r}]: must be in [1, {limit}] (got {accepted})"
+                )
+            count = min(accepted, request.target_output_tokens - request.num_output_tokens)
+            request.num_computed_tokens += count
+            for _ in range(count):
+                self._emit(request, step_index, 1, result.end_time_s)
+            if request.num_output_tokens >= request.target_output_tokens:
+                finished.append(request)
 
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
@@ -446,8 +508,8 @@ class Scheduler:
         decode-only batch unchanged: nobody finishes before the last of them, no block runs out, and either
         nothing waits or the policy is stable between events. Returns 1 when the plan cannot be
         fast-forwarded."""
-        if limit <= 1 or not plan.is_pure_decode:
-            return 1
+        if limit <= 1 or not plan.is_pure_decode or self.config.num_lookahead_tokens:
+            return 1  # (with speculation the executor decides how many tokens a step emits)
         if len(self._waiting) and not self.policy.stable_between_events:
             return 1
         requests = plan.decode

@@ -31,7 +31,7 @@ class EDF(Policy):
     def deadline_s(self, request: Request) -> float:
         return request.ttft_deadline_s if self.config.deadline == "ttft" else request.e2e_deadline_s
 
-    def waiting_key(self, request: Request) -> SortKey:
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (self.deadline_s(request), request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:

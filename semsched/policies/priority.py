@@ -19,7 +19,7 @@ class StrictPriority(Policy):
     name: ClassVar[str] = "priority"
     stable_between_events: ClassVar[bool] = True
 
-    def waiting_key(self, request: Request) -> SortKey:
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.priority, request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:

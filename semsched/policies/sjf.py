@@ -38,7 +38,7 @@ class SJF(Policy):
     stable_between_events: ClassVar[bool] = True
     config: LengthConfig
 
-    def waiting_key(self, request: Request) -> SortKey:
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (expected_output(request, self.config.length), request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:

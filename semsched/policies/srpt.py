@@ -23,7 +23,7 @@ class SRPT(Policy):
     stable_between_events: ClassVar[bool] = True
     config: LengthConfig
 
-    def waiting_key(self, request: Request) -> SortKey:
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (expected_remaining(request, self.config.length), request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:

@@ -29,6 +29,7 @@ POLICY_SPECS = [
     max_seqs=st.integers(1, 16),
     cpu_blocks=st.sampled_from([0, 64]),
     reserve=st.booleans(),
+    lookahead=st.sampled_from([0, 2]),
 )
 def test_invariants_on_random_workloads(
     seed: int,
@@ -39,6 +40,7 @@ def test_invariants_on_random_workloads(
     max_seqs: int,
     cpu_blocks: int,
     reserve: bool,
+    lookahead: int,
 ) -> None:
     requests = random_requests(seed, 25, rate=20.0, max_prompt=300, max_output=60)
     scheduler = make_scheduler(
@@ -50,6 +52,7 @@ def test_invariants_on_random_workloads(
         num_cpu_blocks=cpu_blocks,
         watermark=0.0,
         reservations=(Reservation(max_priority=0, num_blocks=num_gpu_blocks // 4),) if reserve else (),
+        num_lookahead_tokens=lookahead,
     )
     run_checked(scheduler, requests)  # checks KV, budget and caps after every step
     terminal = Counter(r.request_id for r in scheduler.finished + scheduler.rejected)

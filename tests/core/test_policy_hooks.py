@@ -1,0 +1,141 @@
+"""The hooks later policies rely on: time-dependent re-keying, partial swap, running order."""
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from semsched.core.plan import PreemptionMode, StepResult
+from semsched.core.policy import Policy, SchedulerView, SortKey
+from semsched.core.request import Request, RequestState
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.policies.priority_preempt import PriorityPreempt
+from tests.support import check_kv, make_request, make_scheduler, random_requests, run_checked
+
+
+class Aging(Policy):
+    """Priority improves by one level per second waited (seed 003's aging, simplified)."""
+
+    name: ClassVar[str] = "test-aging"
+    rekey_interval_s: ClassVar[float | None] = 1.0
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (request.priority - (now_s - request.arrival_time_s), request.arrival_time_s)
+
+
+class AgingWithoutRekey(Aging):
+    name: ClassVar[str] = "test-aging-frozen"
+    rekey_interval_s: ClassVar[float | None] = None
+
+
+def _first_admitted_after_wait(policy: Policy) -> str:
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    scheduler.add_request(make_request("blocker", prompt=4, output=2), 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(0.1))
+    scheduler.add_request(make_request("old", prompt=4, output=1, priority=5, arrival=0.1), 0.1)
+    scheduler.add_request(make_request("fresh", prompt=4, output=1, priority=1, arrival=9.0), 9.0)
+    scheduler.update(scheduler.schedule(9.0), StepResult(9.1))  # blocker finishes
+    plan = scheduler.schedule(9.1)
+    return plan.prefill[0].request.request_id
+
+
+def test_rekey_lets_an_old_request_overtake() -> None:
+    # enqueued keys: old 5 - 0 = 5, fresh 1 - 0 = 1; re-keyed at 9.1: old 5 - 9 = -4
+    assert _first_admitted_after_wait(AgingWithoutRekey()) == "fresh"
+    assert _first_admitted_after_wait(Aging()) == "old"
+
+
+class HalfSwap(PriorityPreempt):
+    name: ClassVar[str] = "test-half-swap"
+
+    def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        return PreemptionMode.SWAP
+
+    def swap_tokens(self, request: Request, view: SchedulerView) -> int:
+        return request.num_computed_tokens // 2
+
+
+def test_partial_swap_saves_part_and_recomputes_the_rest() -> None:
+    config = SchedulerConfig(block_size=4, num_gpu_blocks=20, num_cpu_blocks=20, watermark=0.0)
+    scheduler = Scheduler(config, HalfSwap())
+    low = make_request("low", prompt=60, output=10, priority=3)
+    scheduler.add_request(low, 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(1.0))  # low computed 60
+    scheduler.add_request(make_request("urgent", prompt=20, output=1, priority=0, arrival=1.0), 1.0)
+    plan = scheduler.schedule(1.0)
+    assert low.state is RequestState.PREEMPTED_SWAPPED
+    assert low.num_computed_tokens == 30 and plan.swap_out_tokens == 30
+    assert len(scheduler.kv.cpu_block_table(low)) == 30 // 4 + 1
+    scheduler.update(plan, StepResult(2.0))  # urgent finishes
+    plan = scheduler.schedule(2.0)
+    assert plan.swapped_in == [low] and plan.swap_in_tokens == 30
+    assert [(c.num_tokens, c.context_tokens) for c in plan.prefill] == [(61 - 30, 30)]
+
+
+def test_partial_swap_keeps_invariants_on_random_workloads() -> None:
+    for seed in range(5):
+        config = SchedulerConfig(block_size=4, num_gpu_blocks=120, num_cpu_blocks=60, max_num_batched_tokens=128)
+        scheduler = Scheduler(config, HalfSwap())
+        requests = random_requests(seed, 40, rate=30.0, max_prompt=120, max_output=40, num_priorities=4)
+        run_checked(scheduler, requests)
+        assert all(r.state is RequestState.FINISHED for r in requests)
+        assert all(len(r.token_times_s()) == r.target_output_tokens for r in requests)
+
+
+class OneAtATime(Policy):
+    """Serves only the running request with the least remaining output each step."""
+
+    name: ClassVar[str] = "test-one"
+
+    def running_order(
+        self, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request] | None:
+        return [min(running, key=lambda r: r.remaining_output_tokens)] if running else None
+
+
+def test_running_order_selects_who_computes() -> None:
+    scheduler = Scheduler(SchedulerConfig(), OneAtATime())
+    long, short = make_request("long", prompt=8, output=9), make_request("short", prompt=8, output=3)
+    for request in (long, short):
+        scheduler.add_request(request, 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(1.0))  # both prefilled (waiting admission)
+    served = []
+    now = 1.0
+    while scheduler.has_unfinished():
+        plan = scheduler.schedule(now)
+        served.append([r.request_id for r in plan.requests()])
+        now += 1.0
+        scheduler.update(plan, StepResult(now))
+    assert served == [["short"], ["short"]] + [["long"]] * 8
+
+
+def test_speculative_steps_emit_several_tokens_and_keep_kv_consistent() -> None:
+    rng = np.random.default_rng(0)
+    scheduler = make_scheduler("fcfs", block_size=4, num_gpu_blocks=200, num_lookahead_tokens=3, watermark=0.0)
+    requests = random_requests(1, 30, rate=50.0, max_prompt=40, max_output=50)
+    for request in requests:
+        scheduler.add_request(request, 0.0)
+    now = 0.0
+    while scheduler.has_unfinished():
+        plan = scheduler.schedule(now)
+        for request in plan.decode:  # KV holds room for the token and every lookahead slot
+            assert scheduler.kv.gpu_blocks_of(request) * 4 >= request.num_computed_tokens + 4
+        accepted = {r.request_id: int(rng.integers(1, 5)) for r in plan.decode}
+        now += 0.01
+        scheduler.update(plan, StepResult(now, accepted_tokens=accepted))
+        check_kv(scheduler)
+    for request in requests:
+        assert len(request.token_times_s()) == request.target_output_tokens
+    # several tokens were emitted at one step (equal emission times), as speculation does
+    assert any((np.diff(r.token_times_s()) == 0).any() for r in requests)
+
+
+def test_bad_accepted_token_count_names_the_request() -> None:
+    scheduler = make_scheduler("fcfs", num_lookahead_tokens=2)
+    request = make_request("r", prompt=4, output=10)
+    scheduler.add_request(request, 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(1.0))
+    plan = scheduler.schedule(1.0)
+    with pytest.raises(ValueError, match=r"accepted_tokens\['r'\]"):
+        scheduler.update(plan, StepResult(2.0, accepted_tokens={"r": 5}))
