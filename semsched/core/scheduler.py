@@ -280,7 +280,8 @@ class Scheduler:
             self._waiting.remove(candidate.request_id)
             num_new = min(candidate.num_uncomputed_tokens, step.tokens)
             self._start_running(candidate, plan, now_s)
-            self.kv.try_allocate(candidate, num_new, admission=False)
+            if not self.kv.try_allocate(candidate, self._slots(candidate, num_new), admission=False):
+                raise RuntimeError(f"{candidate.request_id}: admitted without KV room (scheduler bug)")
             self._add_chunk(plan, step, candidate, num_new)
 
     def _fit_waiting(self, candidate: Request, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
@@ -301,11 +302,17 @@ class Scheduler:
             return False
         return self._blocks_short(candidate, step) <= 0
 
+    def _slots(self, request: Request, num_new: int) -> int:
+        """KV slots a chunk of ``num_new`` tokens needs: a decode also reserves the speculative lookahead."""
+        if num_new == 1 and request.num_computed_tokens >= request.prompt_tokens:
+            return 1 + self.config.num_lookahead_tokens
+        return num_new
+
     def _blocks_short(self, candidate: Request, step: _StepState) -> int:
         """GPU blocks still missing for ``candidate`` to run this step (swap-in plus its new tokens)."""
         num_new = min(candidate.num_uncomputed_tokens, step.tokens)
         swapped = self.kv.swapped_blocks_of(candidate)
-        needed = blocks_for(candidate.num_computed_tokens + num_new, self.block_size)
+        needed = blocks_for(candidate.num_computed_tokens + self._slots(candidate, num_new), self.block_size)
         if swapped == 0:
             needed -= self.kv.gpu_blocks_of(candidate)
         return needed - self.kv.available_for(candidate, admission=True)

@@ -139,3 +139,35 @@ def test_bad_accepted_token_count_names_the_request() -> None:
     plan = scheduler.schedule(1.0)
     with pytest.raises(ValueError, match=r"accepted_tokens\['r'\]"):
         scheduler.update(plan, StepResult(2.0, accepted_tokens={"r": 5}))
+
+
+def test_speculation_with_swap_preemption_keeps_kv_consistent() -> None:
+    rng = np.random.default_rng(3)
+    scheduler = make_scheduler(
+        "priority-preempt:mode=swap",
+        block_size=4,
+        num_gpu_blocks=60,
+        num_cpu_blocks=200,
+        num_lookahead_tokens=3,
+        watermark=0.0,
+        max_num_batched_tokens=64,
+    )
+    requests = random_requests(2, 40, rate=40.0, max_prompt=60, max_output=40, num_priorities=4)
+    pending = sorted(requests, key=lambda r: r.arrival_time_s)
+    now, index = 0.0, 0
+    while index < len(pending) or scheduler.has_unfinished():
+        while index < len(pending) and pending[index].arrival_time_s <= now:
+            scheduler.add_request(pending[index], now)
+            index += 1
+        plan = scheduler.schedule(now)
+        for request in plan.decode:
+            assert scheduler.kv.gpu_blocks_of(request) * 4 >= request.num_computed_tokens + 4
+        accepted = {r.request_id: int(rng.integers(1, 5)) for r in plan.decode}
+        now += 0.01
+        scheduler.update(plan, StepResult(now, accepted_tokens=accepted))
+        check_kv(scheduler)
+    assert sum(r.num_preemptions for r in requests) > 0
+    assert all(
+        len(r.token_times_s()) == r.target_output_tokens for r in requests if r.state is RequestState.FINISHED
+    )
+    assert all(r.state is RequestState.FINISHED for r in requests)
