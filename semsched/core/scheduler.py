@@ -304,9 +304,7 @@ class Scheduler:
 
     def _slots(self, request: Request, num_new: int) -> int:
         """KV slots a chunk of ``num_new`` tokens needs: a decode also reserves the speculative lookahead."""
-        if num_new == 1 and request.num_computed_tokens >= request.prompt_tokens:
-            return 1 + self.config.num_lookahead_tokens
-        return num_new
+        return 1 + self.config.num_lookahead_tokens if _is_decode(request, num_new) else num_new
 
     def _blocks_short(self, candidate: Request, step: _StepState) -> int:
         """GPU blocks still missing for ``candidate`` to run this step (swap-in plus its new tokens)."""
@@ -344,7 +342,7 @@ class Scheduler:
 
     def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
         computed = request.num_computed_tokens
-        if num_new == 1 and computed >= request.prompt_tokens:
+        if _is_decode(request, num_new):
             plan.decode.append(request)
             plan.decode_context_tokens += computed
         else:
@@ -565,6 +563,13 @@ class Scheduler:
                 finished.append(request)
         if finished:
             self._finish(finished, now_s)
+
+
+def _is_decode(request: Request, num_new: int) -> bool:
+    """A decode computes the one token sampled last. A one-token chunk of a longer recompute is a prefill:
+    it must not emit a token."""
+    computed = request.num_computed_tokens
+    return num_new == 1 and computed >= request.prompt_tokens and request.num_uncomputed_tokens == 1
 
 
 class _StepState:
