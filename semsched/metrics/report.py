@@ -137,7 +137,7 @@ COMPARISON_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
 def comparison_table(results: Mapping[str, Summary], *, title: str = "Policy comparison (all requests)") -> Table:
     """Policies as rows, the headline metrics of :data:`COMPARISON_COLUMNS` (over all requests) as columns."""
     table = Table(title=title)
-    table.add_column("policy", style="bold")
+    table.add_column("policy", style="bold", no_wrap=True)
     for header, _, _ in COMPARISON_COLUMNS:
         table.add_column(header, justify="right")
     for policy, summary in results.items():
@@ -151,7 +151,7 @@ def class_table(results: Mapping[str, Summary], metric: str) -> Table:
     priorities = sorted({p for s in results.values() for p in s.by_priority})
     fmt = _formatter_for(metric)
     table = Table(title=f"{metric} by priority class")
-    table.add_column("policy", style="bold")
+    table.add_column("policy", style="bold", no_wrap=True)
     table.add_column("all", justify="right")
     for priority in priorities:
         table.add_column(_class_header(results.values(), priority), justify="right")
