@@ -249,7 +249,6 @@ class Scheduler:
                 plan.decode.append(request)
                 plan.decode_context_tokens += computed
                 step.tokens -= 1
-                step.seqs -= 1
                 continue
             num_new = uncomputed if uncomputed < step.tokens else step.tokens
             if self._make_room(request, num_new, plan, step, now_s):
@@ -298,7 +297,7 @@ class Scheduler:
         return self._fits(candidate, step)
 
     def _fits(self, candidate: Request, step: _StepState) -> bool:
-        if step.seqs <= 0 or len(self._running) >= step.max_seqs:
+        if len(self._running) >= step.max_seqs:  # every scheduled request is running
             return False
         return self._blocks_short(candidate, step) <= 0
 
@@ -322,8 +321,7 @@ class Scheduler:
         scheduled = {id(c.request): c.num_tokens for c in plan.prefill}
         scheduled.update((id(r), 1) for r in plan.decode)
         freed_tokens = sum(scheduled.get(id(v), 0) for v in victims)
-        freed_seqs = sum(1 for v in victims if id(v) in scheduled)
-        if step.seqs + freed_seqs <= 0 or step.tokens + freed_tokens <= 0:
+        if step.tokens + freed_tokens <= 0:
             return False
         if len(self._running) - len(victims) >= step.max_seqs:
             return False
@@ -348,7 +346,6 @@ class Scheduler:
         else:
             plan.prefill.append(ScheduledChunk(request, num_new, computed))
         step.tokens -= num_new
-        step.seqs -= 1
 
     def _preempt(
         self, victim: Request, reason: PreemptionReason, plan: BatchPlan, step: _StepState, now_s: float
@@ -384,13 +381,11 @@ class Scheduler:
             plan.decode.remove(victim)
             plan.decode_context_tokens -= victim.num_computed_tokens
             step.tokens += 1
-            step.seqs += 1
             return
         for chunk in plan.prefill:
             if chunk.request is victim:
                 plan.prefill.remove(chunk)
                 step.tokens += chunk.num_tokens
-                step.seqs += 1
                 return
 
     def _enqueue(self, request: Request, state: RequestState, now_s: float) -> None:
@@ -575,10 +570,9 @@ def _is_decode(request: Request, num_new: int) -> bool:
 class _StepState:
     """Budget left while forming one plan."""
 
-    __slots__ = ("tokens", "seqs", "max_seqs", "preempted")
+    __slots__ = ("tokens", "max_seqs", "preempted")
 
     def __init__(self, tokens: int, max_seqs: int) -> None:
         self.tokens = tokens
-        self.seqs = max_seqs
         self.max_seqs = max_seqs
         self.preempted: set[int] = set()
