@@ -113,7 +113,8 @@ class QuantileLengths:
 
     def _invert(self, u: FloatArray, quantiles: FloatArray) -> IntArray:
         values = np.interp(u, self.probabilities, quantiles)
-        return np.maximum(np.rint(values), 1).astype(np.int64)
+        result: IntArray = np.maximum(np.rint(values), 1).astype(np.int64)
+        return result
 
     @classmethod
     def fit(
@@ -127,8 +128,8 @@ class QuantileLengths:
         probs = np.linspace(0.0, 1.0, num_points)
         return cls(
             probabilities=probs,
-            prompt_quantiles=np.quantile(prompt, probs),
-            output_quantiles=np.quantile(output, probs),
+            prompt_quantiles=np.asarray(np.quantile(prompt, probs), dtype=np.float64),
+            output_quantiles=np.asarray(np.quantile(output, probs), dtype=np.float64),
             spearman_rho=spearman_correlation(prompt, output),
         )
 

@@ -1,0 +1,23 @@
+"""semsched in real vLLM: the ``scheduler_cls`` adapter, its configuration, metrics and request validation.
+
+``semsched.vllm.Scheduler`` is the class to name in ``vllm serve --scheduler-cls``; it is imported lazily so that
+``semsched.vllm.xargs``/``config`` (plain Python) work without vLLM installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AsyncScheduler", "Scheduler", "XargsValidationMiddleware"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Scheduler", "AsyncScheduler"):
+        from semsched.vllm import scheduler
+
+        return getattr(scheduler, name)
+    if name == "XargsValidationMiddleware":
+        from semsched.vllm.middleware import XargsValidationMiddleware
+
+        return XargsValidationMiddleware
+    raise AttributeError(f"module 'semsched.vllm' has no attribute {name!r}")

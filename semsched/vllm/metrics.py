@@ -1,0 +1,88 @@
+"""Prometheus metrics of the vLLM adapter (``semsched_*``), exported next to vLLM's own.
+
+The scheduler runs in vLLM's engine process. Its metrics reach a scrape in one of three ways:
+
+* in-process engines (``vllm.LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the default registry;
+* ``vllm serve`` with ``PROMETHEUS_MULTIPROC_DIR`` set: prometheus-client's multiprocess mode, so vLLM's
+  ``/metrics`` endpoint shows them beside ``vllm:*``;
+* ``metrics_port`` in the adapter config: a small exporter served by the engine process itself.
+
+Label ``priority`` is the request's vLLM priority (lower is more important), the class the adapter reports on.
+Latencies here are measured in the engine (arrival stamp to the step that produced the token); they exclude
+detokenisation and network time, which vLLM's own ``vllm:time_to_first_token_seconds`` includes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+PREEMPTION_REASONS = ("kv_pressure", "priority", "exclusive")
+_LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class AdapterMetrics:
+    """The adapter's metric families on one registry (one instance per registry per process)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.preemptions = Counter(
+            "semsched_preemptions", "Requests preempted by the semsched scheduler, by reason", ["reason"],
+            registry=registry,
+        )
+        self.rejections = Counter(
+            "semsched_rejections", "Requests rejected at admission, by reason", ["reason"], registry=registry
+        )
+        self.queue_depth = Gauge(
+            "semsched_queue_depth", "Waiting requests per priority class", ["priority"], registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.running = Gauge(
+            "semsched_running_requests", "Running requests per priority class", ["priority"], registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.finished = Counter(
+            "semsched_requests_finished", "Requests finished, per priority class", ["priority"], registry=registry
+        )
+        self.slo = Counter(
+            "semsched_slo_requests",
+            "Finished requests with an SLO, per priority class, SLO kind (ttft, tpot, e2e) and outcome "
+            "(met, missed)",
+            ["priority", "slo", "outcome"], registry=registry,
+        )
+        self.ttft = Histogram(
+            "semsched_ttft_seconds", "Engine-side time to first token, per priority class", ["priority"],
+            buckets=_LATENCY_BUCKETS_S, registry=registry,
+        )
+        self.e2e = Histogram(
+            "semsched_e2e_seconds", "Engine-side end-to-end latency, per priority class", ["priority"],
+            buckets=_LATENCY_BUCKETS_S, registry=registry,
+        )
+
+
+_lock = threading.Lock()
+_by_registry: dict[int, AdapterMetrics] = {}
+_servers: set[tuple[str, int]] = set()
+
+
+def adapter_metrics(registry: CollectorRegistry | None = None) -> AdapterMetrics:
+    """The metric families on ``registry`` (default: the process registry), created on first use.
+
+    Metric families are process-wide by nature in Prometheus; several schedulers in one process (tests that
+    start engines one after another) share them.
+    """
+    target = REGISTRY if registry is None else registry
+    with _lock:
+        metrics = _by_registry.get(id(target))
+        if metrics is None:
+            metrics = _by_registry[id(target)] = AdapterMetrics(target)
+        return metrics
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """Serve the process registry on ``host:port`` (once per process and address)."""
+    with _lock:
+        if (host, port) in _servers:
+            return
+        start_http_server(port, addr=host)
+        _servers.add((host, port))
