@@ -264,6 +264,7 @@ class Scheduler(_VllmScheduler):
         self.kv_holding_waiting = PolicyQueue(self._waiting_key)
         self.metrics: AdapterMetrics = adapter_metrics()
         self._view = _EngineView(self)
+        self._custom_running_order = type(self.semsched_policy).running_order is not Policy.running_order
         self._tracked: dict[str, _Tracked] = {}
         self._rejections: list[_Rejection] = []
         self._class_counts: Counter[int] = Counter()
@@ -485,11 +486,13 @@ class Scheduler(_VllmScheduler):
     def _order_running(self, now: float) -> list[VllmRequest]:
         """Order ``running`` for this step (budget from the front, KV victims from the back); returns the
         requests the policy holds back this step (removed from ``running`` until vLLM has scheduled)."""
-        if len(self.running) < 2:
-            return []
         policy, tracked = self.semsched_policy, self._tracked
-        order = policy.running_order(self.running_shadows(), self._view, now)
+        order = None
+        if self._custom_running_order and self.running:
+            order = policy.running_order(self.running_shadows(), self._view, now)
         if order is None:
+            if len(self.running) < 2:
+                return []
             self.running.sort(key=lambda r: policy.victim_key(tracked[r.request_id].shadow)
                               if r.request_id in tracked else (float("inf"),))
             return []

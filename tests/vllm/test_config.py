@@ -1,0 +1,55 @@
+from pathlib import Path
+
+import pytest
+
+from semsched.vllm.config import AdapterConfigError, load_adapter_config
+
+
+def test_default_is_fcfs() -> None:
+    config = load_adapter_config({})
+    assert config.policy_spec == "fcfs" and config.make_policy().name == "fcfs"
+
+
+def test_policy_from_environment() -> None:
+    config = load_adapter_config({"SEMSCHED_POLICY": "priority-preempt:exclusive=true"})
+    policy = config.make_policy()
+    assert policy.name == "priority-preempt" and policy.describe()["exclusive"] is True
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_policy_from_file(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"semsched{suffix}"
+    text = '{"policy": "edf:deadline=e2e", "metrics_port": 9400}'
+    path.write_text(text if suffix == ".json" else "policy: edf:deadline=e2e\nmetrics_port: 9400\n")
+    config = load_adapter_config({"SEMSCHED_CONFIG": str(path)})
+    assert config.policy_spec == "edf:deadline=e2e" and config.metrics_port == 9400
+
+
+@pytest.mark.parametrize(
+    ("env", "file_text", "expected"),
+    [
+        ({"SEMSCHED_POLICY": "nope"}, None, "SEMSCHED_POLICY: policy 'nope': unknown policy"),
+        ({"SEMSCHED_POLICY": "priority-preempt:mode=teleport"}, None, "mode must be"),
+        ({"SEMSCHED_POLICY": "fcfs"}, "policy: fcfs\n", "not both"),
+        ({}, "policy: fcfs\ncolour: red\n", "unknown key(s) ['colour']"),
+        ({}, "metrics_port: 9400\n", "policy: must be a non-empty policy spec"),
+        ({}, "policy: fcfs\nmetrics_port: 70000\n", "metrics_port: must be an integer from 1 to 65535"),
+        ({}, "- a list\n", "must be a mapping"),
+        ({}, "policy: [unclosed\n", "not valid"),
+    ],
+)
+def test_errors_name_the_source_and_key(tmp_path: Path, env: dict[str, str], file_text: str | None,
+                                        expected: str) -> None:
+    environ = dict(env)
+    if file_text is not None:
+        path = tmp_path / "semsched.yaml"
+        path.write_text(file_text)
+        environ["SEMSCHED_CONFIG"] = str(path)
+    with pytest.raises(AdapterConfigError) as info:
+        load_adapter_config(environ)
+    assert expected in str(info.value)
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(AdapterConfigError, match="SEMSCHED_CONFIG=.*missing.yaml: cannot read"):
+        load_adapter_config({"SEMSCHED_CONFIG": str(tmp_path / "missing.yaml")})

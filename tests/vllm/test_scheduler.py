@@ -1,0 +1,217 @@
+"""The adapter's decisions inside vLLM's real scheduler code, with a fake model runner (no forward pass).
+
+Steps are exact and reproducible, so these tests compare policies step by step on the same workload. The
+end-to-end tests with a real model are in test_engine.py and test_serve.py.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from prometheus_client import REGISTRY
+from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
+
+from semsched.core.plan import Admission
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, StepBudget
+from semsched.core.request import Request
+from semsched.policies import register_policy
+from semsched.vllm.config import AdapterConfigError
+from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
+from semsched.vllm.scheduler import PolicyQueue, UnsupportedVllmError, check_vllm_version
+
+ADAPTER = "semsched.vllm.Scheduler"
+
+
+@register_policy
+class _RejectLong(Policy):
+    """Test policy: rejects prompts over 100 tokens."""
+
+    name: ClassVar[str] = "test-reject-long"
+
+    def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:
+        if request.prompt_tokens > 100:
+            return Admission.reject(f"prompt_tokens {request.prompt_tokens} > 100")
+        return Admission.accept()
+
+
+@register_policy
+class _SmallSteps(Policy):
+    name: ClassVar[str] = "test-small-steps"
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        return StepBudget(max_num_batched_tokens=40, max_num_seqs=3)
+
+
+@dataclass(frozen=True)
+class _OnlyPriorityConfig(PolicyConfig):
+    priority: int = 0
+
+
+@register_policy
+class _OnlyPriority(Policy):
+    """Test policy: serves only running requests of one priority."""
+
+    name: ClassVar[str] = "test-only-priority"
+    config_cls: ClassVar[type[PolicyConfig]] = _OnlyPriorityConfig
+    config: _OnlyPriorityConfig
+
+    def running_order(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> Sequence[Request]:
+        return [r for r in running if r.priority == self.config.priority]
+
+
+def _prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(100, 31000) for _ in range(n)]
+
+
+def _harness(model_dir: Path, policy: str | None, **config: int) -> SchedulerHarness:
+    if policy is None:  # vLLM's own priority scheduling
+        return SchedulerHarness(VllmScheduler, model_dir, HarnessConfig(**config), scheduling_policy="priority")
+    return SchedulerHarness(ADAPTER, model_dir, HarnessConfig(**config), env={"SEMSCHED_POLICY": policy})
+
+
+def _late_high_priority(h: SchedulerHarness) -> list[Finished]:
+    """Two low-priority requests fill the KV cache (2 x 16 of 32 blocks); when they are 400 tokens in, two
+    high-priority requests arrive whose prompts (13 blocks each) do not fit in what is left."""
+    rng = random.Random(0)
+    for i in range(2):
+        h.add(f"low{i}", _prompt(rng, 32), 480, priority=5)
+    finished: list[Finished] = []
+    while h.output_tokens["low0"] < 400:
+        finished += h.step().finished
+    for i in range(2):
+        h.add(f"high{i}", _prompt(rng, 416), 32, priority=0)
+    for record in h.run():
+        finished += record.finished
+    return finished
+
+
+def test_priority_preempt_serves_late_high_priority_first_unlike_vllm(tiny_model_dir: Path) -> None:
+    order = {}
+    for name, policy in (("vllm", None), ("semsched", "priority-preempt")):
+        finished = _late_high_priority(_harness(tiny_model_dir, policy))
+        assert {f.request_id: f.num_output_tokens for f in finished} == {"low0": 480, "low1": 480, "high0": 32,
+                                                                        "high1": 32}
+        order[name] = [f.request_id for f in sorted(finished, key=lambda f: f.step)]
+    assert order["semsched"][:2] == ["high0", "high1"]
+    assert order["vllm"][0].startswith("low")  # vLLM lets a running low-priority request finish first
+
+
+def test_displacement_is_counted_as_priority_preemption(tiny_model_dir: Path) -> None:
+    def count(reason: str) -> float:
+        return REGISTRY.get_sample_value("semsched_preemptions_total", {"reason": reason}) or 0.0
+
+    before = count("priority")
+    h = _harness(tiny_model_dir, "priority-preempt")
+    preempted: set[str] = set()
+    rng = random.Random(0)
+    for i in range(2):
+        h.add(f"low{i}", _prompt(rng, 32), 480, priority=5)
+    while h.output_tokens["low0"] < 400:
+        h.step()
+    for i in range(2):
+        h.add(f"high{i}", _prompt(rng, 416), 32, priority=0)
+    for record in h.run():
+        preempted |= record.preempted
+    assert preempted == {"low0", "low1"}
+    assert count("priority") - before == 2
+
+
+def test_waiting_order_follows_the_policy(tiny_model_dir: Path) -> None:
+    """With one sequence slot, requests run one at a time in the policy's order."""
+    rng = random.Random(1)
+    predicted = {"a": 90, "b": 10, "c": 50}
+    orders = {}
+    for policy in ("fcfs", "sjf:length=predicted"):
+        h = _harness(tiny_model_dir, policy, max_num_seqs=1)
+        for i, (request_id, length) in enumerate(predicted.items()):
+            h.add(request_id, _prompt(rng, 16), 8, arrival_time=1000.0 + i,
+                  extra_args={"predicted_output_tokens": length})
+        orders[policy] = [f.request_id for r in h.run() for f in r.finished]
+    assert orders["fcfs"] == ["a", "b", "c"]
+    assert orders["sjf:length=predicted"] == sorted(predicted, key=predicted.__getitem__)
+
+
+def test_invalid_xargs_abort_only_that_request(tiny_model_dir: Path) -> None:
+    h = _harness(tiny_model_dir, "priority-preempt")
+    rng = random.Random(2)
+    h.add("good", _prompt(rng, 20), 6)
+    h.add("bad", _prompt(rng, 20), 6, extra_args={"ttft_slo_ms": -1})
+    finished = {f.request_id: f for r in h.run() for f in r.finished}
+    assert finished["good"].num_output_tokens == 6 and finished["good"].finish_reason == "length"
+    assert finished["bad"].finish_reason == "abort" and finished["bad"].num_output_tokens == 0
+    assert "vllm_xargs.ttft_slo_ms" in str(finished["bad"].stop_reason)
+
+
+def test_policy_rejection_reaches_the_client(tiny_model_dir: Path) -> None:
+    h = _harness(tiny_model_dir, "test-reject-long")
+    rng = random.Random(3)
+    h.add("short", _prompt(rng, 50), 4)
+    h.add("long", _prompt(rng, 150), 4)
+    finished = {f.request_id: f for r in h.run() for f in r.finished}
+    assert finished["short"].num_output_tokens == 4
+    assert finished["long"].finish_reason == "abort"
+    assert "rejected by test-reject-long: prompt_tokens 150 > 100" in str(finished["long"].stop_reason)
+
+
+def test_step_budget_caps_tokens_and_sequences(tiny_model_dir: Path) -> None:
+    h = _harness(tiny_model_dir, "test-small-steps")
+    rng = random.Random(4)
+    for i in range(6):
+        h.add(f"r{i}", _prompt(rng, 100), 5)
+    records = h.run()
+    assert max(sum(r.num_scheduled_tokens.values()) for r in records) == 40
+    assert max(len(r.num_scheduled_tokens) for r in records) <= 3
+    assert all(h.output_tokens[f"r{i}"] == 5 for i in range(6))
+
+
+def test_running_order_holds_back_what_it_leaves_out(tiny_model_dir: Path) -> None:
+    h = _harness(tiny_model_dir, "test-only-priority:priority=0")
+    rng = random.Random(5)
+    h.add("p1", _prompt(rng, 10), 5, priority=1)
+    h.step()  # p1 is admitted and prefilled, then held back while a priority-0 request runs
+    h.add("p0", _prompt(rng, 10), 5, priority=0)
+    scheduled = [set(h.step().num_scheduled_tokens) for _ in range(5)]
+    assert all("p1" not in s for s in scheduled)
+    assert h.output_tokens["p0"] == 5 and h.output_tokens["p1"] == 1
+
+
+def test_bad_policy_stops_the_engine_with_a_clear_error(tiny_model_dir: Path) -> None:
+    with pytest.raises(AdapterConfigError, match="SEMSCHED_POLICY: policy 'teleport': unknown policy"):
+        _harness(tiny_model_dir, "teleport")
+
+
+def test_unsupported_vllm_versions_are_refused() -> None:
+    check_vllm_version("0.32.0")
+    check_vllm_version("0.32.5.dev3+cpu")
+    with pytest.raises(UnsupportedVllmError, match="supports vLLM 0.32.x; found vLLM 0.31.2"):
+        check_vllm_version("0.31.2")
+
+
+@dataclass
+class _FakeRequest:
+    request_id: str
+    priority: int
+    arrival_time: float
+
+
+def test_policy_queue_orders_by_key_and_removes_lazily() -> None:
+    queue = PolicyQueue(lambda r: (r.priority, r.arrival_time))
+    requests = [_FakeRequest(f"r{i}", priority=i % 3, arrival_time=float(10 - i)) for i in range(9)]
+    for request in requests:
+        queue.add_request(request)  # type: ignore[arg-type]
+    queue.remove_request(requests[0])  # type: ignore[arg-type]
+    queue.remove_requests([requests[3], requests[4]])  # type: ignore[list-item]
+    expected = sorted((r for r in requests if r.request_id not in {"r0", "r3", "r4"}),
+                      key=lambda r: (r.priority, r.arrival_time))
+    assert len(queue) == 6 and list(queue) == expected
+    assert queue.priority_counts == {0: 1, 1: 2, 2: 3}
+    assert queue.peek_request() is expected[0]
+    assert [queue.pop_request() for _ in range(6)] == expected
+    assert not queue and sum(queue.priority_counts.values()) == 0
+    with pytest.raises(IndexError):
+        queue.pop_request()

@@ -1,0 +1,72 @@
+import math
+
+import pytest
+
+from semsched.core.request import InvalidRequestError
+from semsched.vllm.xargs import MAX_SLO_MS, SEMSCHED_KEYS, parse_request_options
+from semsched.workloads.tiers import PREMIUM
+
+
+def test_empty_inputs_give_defaults() -> None:
+    options = parse_request_options(None, None)
+    assert options.priority == 0 and options.tier == "default"
+    assert options.ttft_slo_s is None and options.predicted_output is None
+
+
+def test_slos_are_converted_to_seconds() -> None:
+    options = parse_request_options(3, {"ttft_slo_ms": 250, "tpot_slo_ms": 40.5, "e2e_slo_ms": 9000})
+    assert options.priority == 3
+    assert math.isclose(options.ttft_slo_s or 0, 0.25)
+    assert math.isclose(options.tpot_slo_s or 0, 0.0405)
+    assert math.isclose(options.e2e_slo_s or 0, 9.0)
+
+
+def test_known_tier_fills_missing_slos_but_not_priority() -> None:
+    options = parse_request_options(7, {"tier": "premium", "e2e_slo_ms": 1000})
+    assert options.priority == 7
+    assert options.ttft_slo_s == PREMIUM.ttft_slo_s
+    assert options.e2e_slo_s == 1.0  # the request's own SLO wins over the tier's
+
+
+def test_unknown_keys_are_left_alone() -> None:
+    options = parse_request_options(0, {"kv_transfer_params": {"x": 1}, "other_plugin": "y"})
+    assert options == parse_request_options(0, None)
+    assert "kv_transfer_params" not in SEMSCHED_KEYS
+
+
+def test_predictions_point_and_distribution() -> None:
+    point = parse_request_options(0, {"predicted_output_tokens": 42}).predicted_output
+    assert point is not None and point.mean == 42
+    dist = parse_request_options(0, {"predicted_lengths": [10, 30], "predicted_probs": [0.25, 0.75]})
+    assert dist.predicted_output is not None
+    assert math.isclose(dist.predicted_output.mean, 10 * 0.25 + 30 * 0.75)
+
+
+@pytest.mark.parametrize(
+    ("priority", "xargs", "field"),
+    [
+        ("high", None, "priority"),
+        (True, None, "priority"),
+        (2**40, None, "priority"),
+        (0, {"ttft_slo_ms": -1}, "vllm_xargs.ttft_slo_ms"),
+        (0, {"ttft_slo_ms": "fast"}, "vllm_xargs.ttft_slo_ms"),
+        (0, {"e2e_slo_ms": MAX_SLO_MS * 2}, "vllm_xargs.e2e_slo_ms"),
+        (0, {"tpot_slo_ms": float("nan")}, "vllm_xargs.tpot_slo_ms"),
+        (0, {"tier": 5}, "vllm_xargs.tier"),
+        (0, {"tier": "x" * 65}, "vllm_xargs.tier"),
+        (0, {"urgency": 101}, "vllm_xargs.urgency"),
+        (0, {"urgency": 1.5}, "vllm_xargs.urgency"),
+        (0, {"predicted_output_tokens": 0}, "vllm_xargs.predicted_output_tokens"),
+        (0, {"predicted_output_tokens": 5, "predicted_lengths": [5]}, "vllm_xargs.predicted_output_tokens"),
+        (0, {"predicted_lengths": [5]}, "vllm_xargs.predicted_lengths"),
+        (0, {"predicted_lengths": [30, 10], "predicted_probs": [0.5, 0.5]}, "vllm_xargs.predicted_lengths"),
+        (0, {"predicted_lengths": [10, 30], "predicted_probs": [0.5, 0.6]}, "vllm_xargs.predicted_probs"),
+        (0, {"predicted_lengths": list(range(1, 100)), "predicted_probs": [0.01] * 99},
+         "vllm_xargs.predicted_lengths"),
+        (0, ["not", "a", "dict"], "vllm_xargs"),
+    ],
+)
+def test_bad_values_name_their_field(priority: object, xargs: object, field: str) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        parse_request_options(priority, xargs)  # type: ignore[arg-type]
+    assert str(info.value).startswith(field + ":")
