@@ -1,0 +1,224 @@
+"""vLLM overhead of semsched's scheduler: engine step time with ``semsched.vllm.Scheduler`` vs vLLM's own.
+
+Two measurements, each comparing schedulers on the same workload in the same run:
+
+1. **Engine step** (real forward passes): one ``vllm.LLM`` per scheduler on the same model (default: the tiny
+   random-weight model, whose steps are a few milliseconds on CPU, so scheduler overhead weighs as much as it
+   ever will), each in its own process (the CPU backend binds threads per process), all alive at once and
+   running one at a time. Each round replays the same requests (seeded prompt and output
+   lengths, priorities 0-3, ``ignore_eos``) through every engine in turn with ``add_request``/``step()``,
+   timing every ``step()``; the engine order rotates between rounds so drift on this shared machine hits
+   all of them alike. Reported: mean step time (total step wall / steps) per scheduler, median over rounds,
+   and its ratio to vLLM's own scheduler. With ``fcfs`` both schedulers form identical batches, so that ratio
+   is pure adapter overhead; ``priority-preempt`` also changes the order.
+2. **Scheduler only** (no model): :class:`semsched.vllm.harness.SchedulerHarness` keeps ``--running`` decodes
+   running and ``--waiting`` requests queued, and times ``schedule()`` + ``update_from_output()``.
+
+Target (issue 3): engine step ratio <= 1.1 for every semsched policy measured.
+
+Run: ``.venv/bin/python benchmarks/vllm_overhead.py`` (about 2 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+from common import ResultTable, dump_json, make_console, target_line  # noqa: E402
+
+TARGET_RATIO = 1.1
+VLLM = "vllm"
+
+
+@dataclass(frozen=True)
+class Job:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    priority: int
+
+
+def make_jobs(num_requests: int, seed: int) -> list[Job]:
+    rng = random.Random(seed)
+    return [
+        Job(f"r{i}", [rng.randrange(100, 31000) for _ in range(rng.randint(32, 256))], rng.randint(32, 128),
+            rng.randrange(4))
+        for i in range(num_requests)
+    ]
+
+
+def make_llm(model: str, policy: str, args: argparse.Namespace) -> Any:
+    from vllm import LLM
+
+    settings: dict[str, Any] = dict(
+        max_model_len=512, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=512, block_size=32,
+        dtype="bfloat16", seed=0, enforce_eager=True,
+    )
+    if policy == VLLM:
+        return LLM(model, **settings)
+    os.environ["SEMSCHED_POLICY"] = policy  # read once, when the engine builds its scheduler
+    try:
+        return LLM(model, scheduler_cls="semsched.vllm.Scheduler", **settings)
+    finally:
+        del os.environ["SEMSCHED_POLICY"]
+
+
+def replay(llm: Any, jobs: list[Job], round_index: int) -> tuple[float, int, int]:
+    """(total step wall seconds, steps, output tokens) for one pass of ``jobs``."""
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    for job in jobs:
+        params = SamplingParams(max_tokens=job.max_tokens, ignore_eos=True)
+        engine.add_request(f"{job.request_id}-{round_index}", {"prompt_token_ids": job.prompt_token_ids}, params,
+                           priority=job.priority)
+    total_s, steps, tokens = 0.0, 0, 0
+    while engine.has_unfinished_requests():
+        started = time.perf_counter()
+        outputs = engine.step()
+        total_s += time.perf_counter() - started
+        steps += 1
+        tokens += sum(len(o.outputs[0].token_ids) for o in outputs if o.finished)
+    expected = sum(j.max_tokens for j in jobs)
+    if tokens != expected:
+        raise RuntimeError(f"round {round_index}: {tokens} output tokens, expected {expected}")
+    return total_s, steps, tokens
+
+
+def _engine_worker(model: str, policy: str, args: argparse.Namespace, jobs: list[Job], conn: Any) -> None:
+    """One engine per process (vLLM's CPU backend binds its threads per process): runs rounds on request."""
+    llm = make_llm(model, policy, args)
+    replay(llm, jobs[: max(4, len(jobs) // 8)], -1)  # warm-up, not timed
+    conn.send("ready")
+    while (round_index := conn.recv()) is not None:
+        total_s, num_steps, _ = replay(llm, jobs, round_index)
+        conn.send((total_s, num_steps))
+
+
+def engine_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable, dict[str, Any]]:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    policies = [VLLM, *args.policies]
+    jobs = make_jobs(args.requests, args.seed)
+    workers = {}
+    for policy in policies:  # started one at a time, so start-up does not overlap a timed round
+        parent, child = context.Pipe()
+        process = context.Process(target=_engine_worker, args=(model, policy, args, jobs, child), daemon=True)
+        process.start()
+        if parent.recv() != "ready":
+            raise RuntimeError(f"{policy}: engine worker failed to start")
+        workers[policy] = (process, parent)
+    per_step: dict[str, list[float]] = {p: [] for p in policies}
+    steps: dict[str, list[int]] = {p: [] for p in policies}
+    try:
+        for round_index in range(args.rounds):
+            shift = round_index % len(policies)
+            for policy in policies[shift:] + policies[:shift]:  # one engine runs at a time
+                _, conn = workers[policy]
+                conn.send(round_index)
+                total_s, num_steps = conn.recv()
+                per_step[policy].append(total_s / num_steps)
+                steps[policy].append(num_steps)
+    finally:
+        for process, conn in workers.values():
+            conn.send(None)
+            process.join(timeout=60)
+    base = statistics.median(per_step[VLLM])
+    table = ResultTable(
+        f"Engine step time, {args.requests} requests x {args.rounds} rounds (tiny model, CPU)",
+        ["scheduler", "steps / round", "mean step ms (median of rounds)", "ratio to vLLM"],
+    )
+    for policy in policies:
+        median = statistics.median(per_step[policy])
+        name = "vLLM Scheduler (fcfs)" if policy == VLLM else f"semsched.vllm.Scheduler {policy}"
+        table.add(name, f"{statistics.median(steps[policy]):.0f}", f"{median * 1e3:.3f}", f"{median / base:.3f}")
+    raw = {"per_step_s": per_step, "steps": steps}
+    return table, raw
+
+
+def scheduler_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable, dict[str, Any]]:
+    from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
+
+    from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+
+    config = HarnessConfig(num_blocks=args.running * 8 + 64, max_num_seqs=args.running,
+                           max_num_batched_tokens=max(512, args.running), max_model_len=512)
+    rng = random.Random(args.seed)
+    timings: dict[str, list[float]] = {}
+    for policy in [VLLM, *args.policies]:
+        if policy == VLLM:
+            harness = SchedulerHarness(VllmScheduler, model, config)
+        else:
+            harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
+        for i in range(args.running):  # admitted first, so they hold every sequence slot
+            harness.add(f"run{i}", [rng.randrange(100, 31000) for _ in range(16)], 400, priority=0,
+                        arrival_time=1.0 + i)
+        while len(harness.scheduler.running) < args.running or harness.scheduler.waiting:
+            harness.step()
+        for i in range(args.waiting):
+            harness.add(f"wait{i}", [rng.randrange(100, 31000) for _ in range(16)], 8, priority=3,
+                        arrival_time=10_000.0 + i)
+        samples = []
+        for _ in range(args.scheduler_steps):
+            started = time.perf_counter()
+            harness.step()
+            samples.append(time.perf_counter() - started)
+        timings[policy] = samples
+    base = statistics.median(timings[VLLM])
+    table = ResultTable(
+        f"Scheduler only: {args.running} running, {args.waiting} waiting (no model)",
+        ["scheduler", "median step ms", "ratio to vLLM"],
+    )
+    for policy, samples in timings.items():
+        name = "vLLM Scheduler (fcfs)" if policy == VLLM else f"semsched.vllm.Scheduler {policy}"
+        median = statistics.median(samples)
+        table.add(name, f"{median * 1e3:.3f}", f"{median / base:.2f}")
+    return table, {"step_s": timings}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--model", help="model directory (default: the tiny random-weight model, in a temp dir)")
+    parser.add_argument("--policies", default="fcfs,priority-preempt", type=lambda s: s.split(","))
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-num-seqs", type=int, default=16)
+    parser.add_argument("--running", type=int, default=256)
+    parser.add_argument("--waiting", type=int, default=1000)
+    parser.add_argument("--scheduler-steps", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    console = make_console()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if model is None:
+            from semsched.vllm.tiny_model import make_tiny_model
+
+            model = str(make_tiny_model(Path(tmp) / "tiny"))
+        engine_table, engine_raw = engine_benchmark(model, args)
+        scheduler_table, scheduler_raw = scheduler_benchmark(model, args)
+    engine_table.print(console)
+    scheduler_table.print(console)
+    worst = max(float(row[3]) for row in engine_table.rows[1:])
+    console.print(target_line("engine step ratio (worst semsched policy)", f"{worst:.3f}", f"<= {TARGET_RATIO}",
+                              worst <= TARGET_RATIO))
+    if args.json:
+        settings = vars(args) | {"json": None}
+        dump_json(args.json, {"engine": engine_raw, "scheduler": scheduler_raw, "args": settings})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
