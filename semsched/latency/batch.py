@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -102,13 +103,16 @@ class BatchLatencyModel:
 
 @dataclass(frozen=True, slots=True)
 class FitReport:
-    """Quality of a fit on its own samples. APEs are fractions (0.045 means 4.5 %)."""
+    """Quality of a model on a set of samples. APEs (absolute percentage errors) are fractions (0.045 means
+    4.5 %); ``p90_ape`` is the 90th percentile, linearly interpolated."""
 
     num_samples: int
     mape: float
     max_ape: float
     residual_rms_s: float
     residual_sum_squares_s2: float
+    median_ape: float
+    p90_ape: float
 
 
 def batch_features(
@@ -131,20 +135,25 @@ def fit(
     name: str = "fitted-batch",
     kv_transfer_s_per_token: float = 0.0,
     relative_error: bool = False,
+    nonnegative: bool = False,
 ) -> tuple[BatchLatencyModel, FitReport]:
-    """Least-squares fit of eq. 4-7 to measured steps; coefficients are unconstrained.
+    """Least-squares fit of eq. 4-7 to measured steps.
 
     ``relative_error=True`` weights each sample by ``1/time_s``, minimising squared relative error (closer to
-    the MAPE that PROSERVE reports) instead of squared seconds. Raises ``ValueError`` with fewer samples than
-    the six parameters, a non-positive ``time_s``, or a design whose features cannot all be identified (for
-    example a feature that never varies).
+    the MAPE that PROSERVE reports) instead of squared seconds. Coefficients are unconstrained unless
+    ``nonnegative=True``, which solves the exact non-negative least-squares problem instead: every term of eq.
+    4-7 is a cost, a profile file accepts only coefficients >= 0, and noisy measurements (a term too small to
+    resolve) can otherwise come out negative. Raises ``ValueError`` with fewer samples than the six parameters,
+    a non-positive ``time_s``, or a design whose features cannot all be identified (for example a feature that
+    never varies).
     """
     _check_samples(samples)
     design = np.array([batch_features(s.prefill, s.num_decode, s.decode_context_tokens) for s in samples])
     times_s = np.array([s.time_s for s in samples], dtype=np.float64)
     _check_design(design)
     weights = 1.0 / times_s if relative_error else np.ones_like(times_s)
-    coefficients = _weighted_lstsq(design, times_s, weights)
+    solve = _nonnegative_lstsq if nonnegative else _weighted_lstsq
+    coefficients = solve(design, times_s, weights)
     t_c, a_p, b_p, c_p, a_d, b_d = (float(c) for c in coefficients)
     config = BatchConfig(t_c, a_p, b_p, c_p, a_d, b_d, kv_transfer_s_per_token=kv_transfer_s_per_token)
     model = BatchLatencyModel(config=config, name=name)
@@ -167,6 +176,8 @@ def evaluate(model: BatchLatencyModel, samples: Sequence[BatchSample]) -> FitRep
         max_ape=float(ape.max()),
         residual_rms_s=math.sqrt(residual_ss / len(samples)),
         residual_sum_squares_s2=residual_ss,
+        median_ape=float(np.median(ape)),
+        p90_ape=float(np.percentile(ape, 90)),
     )
 
 
@@ -215,4 +226,33 @@ def _weighted_lstsq(design: FloatArray, times_s: FloatArray, weights: FloatArray
     weighted = design * weights[:, np.newaxis] / scale
     solution, _residuals, _rank, _singular = np.linalg.lstsq(weighted, times_s * weights, rcond=None)
     coefficients: FloatArray = solution / scale
+    return coefficients
+
+
+def _nonnegative_lstsq(design: FloatArray, times_s: FloatArray, weights: FloatArray) -> FloatArray:
+    """Solve min ‖w·(X·c − y)‖² subject to c >= 0, exactly.
+
+    The optimum is the unconstrained least-squares solution restricted to its own support (the coefficients it
+    leaves positive), so the best non-negative solution over all supports is the optimum. With six features
+    that is 63 small solves, which is simpler and more exact than an iterative active-set method.
+    """
+    scale = _column_scale(design)
+    weighted = design * weights[:, np.newaxis] / scale
+    target = times_s * weights
+    num_features = design.shape[1]
+    best: FloatArray = np.zeros(num_features)
+    best_residual = float(target @ target)
+    for size in range(1, num_features + 1):
+        for support in itertools.combinations(range(num_features), size):
+            columns = list(support)
+            solution, _residuals, _rank, _singular = np.linalg.lstsq(weighted[:, columns], target, rcond=None)
+            if np.any(solution < 0):
+                continue
+            residual = target - weighted[:, columns] @ solution
+            residual_ss = float(residual @ residual)
+            if residual_ss < best_residual:
+                best = np.zeros(num_features)
+                best[columns] = solution
+                best_residual = residual_ss
+    coefficients: FloatArray = best / scale
     return coefficients

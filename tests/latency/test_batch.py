@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semsched.latency.base import BatchSample
-from semsched.latency.batch import BatchConfig, BatchLatencyModel, fit
+from semsched.latency.batch import BatchConfig, BatchLatencyModel, batch_features, evaluate, fit
 
 TRUE_CONFIG = BatchConfig(t_c=4e-3, a_p=2e-9, b_p=1e-9, c_p=8e-5, a_d=2e-8, b_d=3e-4, kv_transfer_s_per_token=5e-5)
 
@@ -110,3 +110,43 @@ def test_fit_rejects_non_positive_time() -> None:
     samples[3] = BatchSample(samples[3].prefill, samples[3].num_decode, samples[3].decode_context_tokens, 0.0)
     with pytest.raises(ValueError, match="sample 3"):
         fit(samples)
+
+
+def test_fit_report_percentiles_hand_computed() -> None:
+    model = make_model(BatchConfig(t_c=1.0, a_p=0.0, b_p=0.0, c_p=0.0, a_d=0.0, b_d=0.0))
+    # a decode-only step costs exactly t_c = 1 s; measured times give APEs 0, 0.5, 1.0 (|1 - t| / t)
+    measured = [1.0, 2.0 / 3.0, 0.5]
+    report = evaluate(model, [BatchSample((), 1, 10, t) for t in measured])
+    assert report.median_ape == pytest.approx(0.5)
+    assert report.p90_ape == pytest.approx(0.9)  # linear interpolation between 0.5 and 1.0
+    assert report.max_ape == pytest.approx(1.0)
+    assert report.mape == pytest.approx(0.5)
+
+
+def test_nonnegative_fit_recovers_nonnegative_truth() -> None:
+    fitted, report = fit(grid_samples(make_model()), nonnegative=True, relative_error=True)
+    for name in ("t_c", "a_p", "b_p", "c_p", "a_d", "b_d"):
+        assert getattr(fitted.config, name) == pytest.approx(getattr(TRUE_CONFIG, name), rel=1e-6), name
+    assert report.mape < 1e-9
+
+
+@pytest.mark.parametrize("relative_error", [False, True])
+def test_nonnegative_fit_is_the_constrained_optimum(relative_error: bool) -> None:
+    # Truth with a negative prefill term: the unconstrained fit finds it, the constrained one must not go below
+    # zero and must satisfy the KKT conditions of min ||w(Xc - y)||^2 s.t. c >= 0.
+    truth = BatchConfig(t_c=4e-3, a_p=-1e-9, b_p=1e-9, c_p=8e-5, a_d=2e-8, b_d=3e-4)
+    samples = grid_samples(make_model(truth))
+    unconstrained, _ = fit(samples, relative_error=relative_error)
+    assert unconstrained.config.a_p < 0
+    constrained, _ = fit(samples, relative_error=relative_error, nonnegative=True)
+    coefficients = np.array([getattr(constrained.config, n) for n in ("t_c", "a_p", "b_p", "c_p", "a_d", "b_d")])
+    assert np.all(coefficients >= 0)
+    design = np.array([batch_features(s.prefill, s.num_decode, s.decode_context_tokens) for s in samples])
+    times = np.array([s.time_s for s in samples])
+    weights = 1.0 / times if relative_error else np.ones_like(times)
+    scale = np.abs(design).max(axis=0)  # compare gradients in the solver's (column-scaled) units
+    gradient = ((design / scale) * weights[:, None]).T @ (weights * (design @ coefficients - times))
+    positive = coefficients > 0
+    tolerance = 1e-9 * np.abs(((design / scale) * weights[:, None]).T @ (weights * times)).max()
+    assert np.all(np.abs(gradient[positive]) <= tolerance)
+    assert np.all(gradient[~positive] >= -tolerance)

@@ -13,11 +13,21 @@ from semsched.latency.base import LatencyModel
 from semsched.latency.batch import BatchConfig, BatchLatencyModel
 from semsched.latency.derive_profiles import derive_batch_profile
 from semsched.latency.profiles import (
+    PROFILE_DIR_ENV,
+    FitValue,
+    ProfiledEngine,
     ProfileError,
+    check_profile_name,
     list_profiles,
     load_profile,
+    load_profile_info,
+    packaged_profiles,
     profile_from_dict,
+    profile_to_dict,
     save_profile,
+    user_profile_dir,
+    user_profile_path,
+    user_profiles,
 )
 
 # Appendix B as printed ("decoding coefficients" = gamma1, gamma2; "prefill coefficients" = alpha1, alpha2;
@@ -33,6 +43,32 @@ APPENDIX_B = {
         alpha1=1.859e-9, alpha2=2.175e-4, gamma1=2.117e-6, gamma2=2.727e-2, beta=3e-4
     ),
 }
+
+
+ENGINE = ProfiledEngine(
+    engine="vllm",
+    engine_version="0.32.0",
+    model="/models/tiny",
+    device="cpu",
+    dtype="bfloat16",
+    block_size=32,
+    num_gpu_blocks=1024,
+    max_num_batched_tokens=512,
+    max_num_seqs=16,
+    max_model_len=2048,
+)
+
+
+@pytest.fixture(autouse=True)
+def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets an empty user profile directory of its own (never the developer's real one)."""
+    directory = tmp_path / "user-profiles"
+    monkeypatch.setenv(PROFILE_DIR_ENV, str(directory))
+    return directory
+
+
+def batch_model(name: str) -> BatchLatencyModel:
+    return BatchLatencyModel(config=BatchConfig(1e-3, 1e-9, 2e-9, 1e-4, 1e-8, 1e-4), name=name)
 
 
 def analytic_dict(**coefficient_overrides: Any) -> dict[str, Any]:
@@ -151,3 +187,112 @@ def test_saving_negative_coefficients_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="'t_c'"):
         save_profile(model, tmp_path / "neg.yaml")
     assert not (tmp_path / "neg.yaml").exists()
+
+
+# ---- user profiles ----------------------------------------------------------------------------------------------
+def test_user_profile_dir_prefers_env_then_xdg_then_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path / "mine"))
+    assert user_profile_dir() == tmp_path / "mine"
+    monkeypatch.delenv(PROFILE_DIR_ENV)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert user_profile_dir() == tmp_path / "xdg" / "semsched" / "profiles"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_profile_dir() == tmp_path / "home" / ".local" / "share" / "semsched" / "profiles"
+
+
+def test_missing_user_dir_means_only_packaged_profiles(user_dir: Path) -> None:
+    assert not user_dir.exists()
+    assert user_profiles() == {}
+    assert list_profiles() == packaged_profiles()
+
+
+def test_user_profile_loads_by_name_with_its_engine_and_fit(user_dir: Path) -> None:
+    path = user_profile_path("my-cpu")
+    assert path == user_dir / "my-cpu.yaml"
+    save_profile(batch_model("my-cpu"), path, description="d", source="s", engine=ENGINE, fit={"mape": 0.1})
+    assert user_dir.is_dir()  # created by save_profile
+    assert load_profile("my-cpu") == batch_model("my-cpu")
+    assert "my-cpu" in list_profiles() and set(packaged_profiles()) < set(list_profiles())
+    info = load_profile_info("my-cpu")
+    assert (info.engine, dict(info.fit), info.description, info.origin) == (ENGINE, {"mape": 0.1}, "d", str(path))
+    assert [p.name for p in user_dir.iterdir()] == ["my-cpu.yaml"]  # no partial file left behind
+
+
+def test_packaged_names_are_reserved(user_dir: Path) -> None:
+    with pytest.raises(ProfileError, match="packaged profile"):
+        user_profile_path("a100-qwen1.5-7b")
+    # a stray user file with a packaged name is an error for that name only, never a silent shadow
+    save_profile(batch_model("a100-qwen1.5-7b"), user_dir / "a100-qwen1.5-7b.yaml")
+    with pytest.raises(ProfileError, match="reserved"):
+        load_profile("a100-qwen1.5-7b")
+    assert load_profile("a100-qwen1.5-4b").name == "a100-qwen1.5-4b"
+
+
+def test_user_profile_name_must_match_its_file(user_dir: Path) -> None:
+    save_profile(batch_model("something-else"), user_dir / "mine.yaml")
+    with pytest.raises(ProfileError, match=r"'something-else'.*'mine'"):
+        load_profile("mine")
+    assert load_profile(str(user_dir / "mine.yaml")).name == "something-else"  # by path, any name goes
+
+
+def test_unknown_name_says_where_user_profiles_live(user_dir: Path) -> None:
+    with pytest.raises(ProfileError, match=f"{user_dir}.*{PROFILE_DIR_ENV}"):
+        load_profile("no-such-profile")
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a/b", "../up", "-dash", ".hidden", "has space", "x.yaml", "X.JSON", "n" * 101]
+)
+def test_bad_profile_names_are_refused(name: str) -> None:
+    with pytest.raises(ProfileError, match="profile name"):
+        check_profile_name(name)
+
+
+def test_user_dir_that_is_a_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(PROFILE_DIR_ENV, str(blocker))
+    assert user_profiles() == {}
+    with pytest.raises(ProfileError, match=f"{blocker} is not a directory"):
+        user_profile_path("ok")
+
+
+# ---- engine and fit sections ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_engine_and_fit_sections_round_trip(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"p{suffix}"
+    fit: dict[str, FitValue] = {"mape": 0.08, "num_samples": 150, "timing": "execute", "nonnegative": True}
+    save_profile(batch_model("p"), path, engine=ENGINE, fit=fit)
+    info = load_profile_info(str(path))
+    assert info.engine == ENGINE and dict(info.fit) == fit
+
+
+def test_profiles_without_engine_or_fit_still_load() -> None:
+    info = load_profile_info("a100-qwen1.5-7b-batch")
+    assert info.engine is None and dict(info.fit) == {}
+    assert "engine" not in profile_to_dict(info.model)
+
+
+def engine_dict(**overrides: Any) -> dict[str, Any]:
+    data = {**profile_to_dict(batch_model("e"), engine=ENGINE)}
+    data["engine"] = {**data["engine"], **overrides}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        (engine_dict(block_size=0), r"block_size must be an integer >= 1, got 0"),
+        (engine_dict(num_gpu_blocks=True), r"num_gpu_blocks must be an integer"),
+        (engine_dict(device=""), r"device must be a non-empty string"),
+        (engine_dict(colour="red"), r"unknown engine field 'colour'"),
+        ({**engine_dict(), "engine": {"engine": "vllm"}}, r"missing engine field 'engine_version'"),
+        ({**engine_dict(), "engine": [1]}, r"'engine' must be a mapping"),
+        ({**engine_dict(), "fit": {"nested": {"a": 1}}}, r"fit entry 'nested'"),
+        ({**engine_dict(), "fit": "good"}, r"'fit' must be a mapping"),
+    ],
+)
+def test_bad_engine_or_fit_sections_raise_profile_error(data: object, pattern: str) -> None:
+    with pytest.raises(ProfileError, match=pattern):
+        profile_from_dict(data)
