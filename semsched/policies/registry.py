@@ -33,6 +33,10 @@ class PolicyRegistry:
         self._classes[name] = cls
         return cls
 
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (for tests and plug-ins that register a policy for a while)."""
+        self._classes.pop(name, None)
+
     def names(self) -> list[str]:
         return sorted(self._classes)
 

@@ -7,7 +7,7 @@ end-to-end tests with a real model are in test_engine.py and test_serve.py.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -19,7 +19,7 @@ from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
 from semsched.core.plan import Admission
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, StepBudget
 from semsched.core.request import Request
-from semsched.policies import register_policy
+from semsched.policies import POLICIES, register_policy
 from semsched.vllm.config import AdapterConfigError
 from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
 from semsched.vllm.scheduler import PolicyQueue, UnsupportedVllmError, check_vllm_version
@@ -27,7 +27,6 @@ from semsched.vllm.scheduler import PolicyQueue, UnsupportedVllmError, check_vll
 ADAPTER = "semsched.vllm.Scheduler"
 
 
-@register_policy
 class _RejectLong(Policy):
     """Test policy: rejects prompts over 100 tokens."""
 
@@ -39,7 +38,6 @@ class _RejectLong(Policy):
         return Admission.accept()
 
 
-@register_policy
 class _SmallSteps(Policy):
     name: ClassVar[str] = "test-small-steps"
 
@@ -52,7 +50,6 @@ class _OnlyPriorityConfig(PolicyConfig):
     priority: int = 0
 
 
-@register_policy
 class _OnlyPriority(Policy):
     """Test policy: serves only running requests of one priority."""
 
@@ -62,6 +59,17 @@ class _OnlyPriority(Policy):
 
     def running_order(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> Sequence[Request]:
         return [r for r in running if r.priority == self.config.priority]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _test_policies() -> Iterator[None]:
+    """Registered only while this module runs, so no other test sees them in ``semsched policies``."""
+    classes = (_RejectLong, _SmallSteps, _OnlyPriority)
+    for cls in classes:
+        register_policy(cls)
+    yield
+    for cls in classes:
+        POLICIES.unregister(cls.name)
 
 
 def _prompt(rng: random.Random, n: int) -> list[int]:
