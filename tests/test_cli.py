@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from semsched.cli import main
+from semsched.latency import load_profile, save_profile
 
 
 def test_simulate_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,3 +70,61 @@ def test_listing_commands(capsys: pytest.CaptureFixture[str]) -> None:
         assert main([command]) == 0
     out = capsys.readouterr().out
     assert "priority-preempt" in out and "a100-qwen1.5-7b" in out and "azure-conv" in out
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "profiles"
+    monkeypatch.setenv("SEMSCHED_PROFILE_DIR", str(directory))
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--engine", "sglang"], "--engine: only 'vllm'"),
+        (["--max-seqs", "1"], "max_num_seqs: must be an integer >= 2"),
+        (["--max-batched-tokens", "4"], "max_num_batched_tokens: must be an integer >= 16"),
+        (["--gpu-blocks", "3"], "num_gpu_blocks: must be an integer >= 64"),
+        (["--dtype", "int4"], "dtype: expected one of"),
+        (["--grid", "huge"], "grid: unknown grid 'huge'"),
+        (["--repeats", "0"], "repeats: must be an integer >= 1"),
+        (["--statistic", "mean"], "--statistic: expected one of min, median"),
+        (["--timing", "wall"], "--timing: expected one of execute, iteration"),
+        (["--out", "profile.txt"], "--out: must end in .yaml, .yml or .json"),
+        (["--name", "a100-qwen1.5-7b"], "is a packaged profile"),
+        (["--name", "bad/name"], "profile name 'bad/name'"),
+    ],
+)
+def test_profile_bad_input_is_one_clear_line_before_any_engine_starts(
+    extra: list[str], message: str, tmp_path: Path, profile_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["profile", "--model", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and message in err and "Traceback" not in err
+
+
+def test_profile_needs_a_model_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "--model", str(tmp_path / "absent")]) == 2
+    assert "--model:" in capsys.readouterr().err
+
+
+def test_profile_refuses_to_replace_a_profile_without_force(
+    tmp_path: Path, profile_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile_dir.mkdir()
+    (profile_dir / "mine.yaml").write_text("kind: batch\n")
+    assert main(["profile", "--model", str(tmp_path), "--name", "mine"]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+
+
+def test_profiles_lists_user_profiles_with_their_path(
+    profile_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save_profile(load_profile("a100-qwen1.5-7b-batch"), profile_dir / "mine.yaml")
+    text = (profile_dir / "mine.yaml").read_text().replace("name: a100-qwen1.5-7b-batch", "name: mine")
+    (profile_dir / "mine.yaml").write_text(text)
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "a100-qwen1.5-7b" in out and "mine" in out and str(profile_dir) in out
+    assert main(["simulate", "--profile", "mine", "--policy", "fcfs", "--duration", "5"]) == 0

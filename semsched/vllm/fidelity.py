@@ -1,0 +1,570 @@
+"""``semsched fidelity``: replay one trace slice through real vLLM and through the simulator, and compare them.
+
+The same requests (arrival times, prompt and output lengths, priorities and tiers) go through
+
+1. **real vLLM** with the semsched scheduler (:mod:`semsched.vllm.replay`: open-loop, in-process engine, one
+   fresh engine per policy), and
+2. **the simulator** with a latency profile of that engine and a :class:`~semsched.core.scheduler.SchedulerConfig`
+   equal to the engine's (token budget, sequence cap, block size, KV blocks, no watermark, no swap),
+
+and the report gives, per policy, TTFT and E2E (mean and p90) in both, their relative errors
+``(sim - real) / real``, and an account of where the difference comes from (:class:`ErrorAnalysis`).
+
+The slice: the first ``num_requests`` requests of an Azure-format trace; prompt and output lengths scaled by one
+factor so the longest request fits the engine's ``max_model_len``; arrivals rescaled to the replay rate (bursts
+kept); tiers (and so priorities) drawn from :data:`~semsched.workloads.DEFAULT_TIERS` with the seed. Prompts are
+random token ids from the seed, so the prefix cache finds nothing it was not given by the replay itself.
+
+Modules: this one (the slice, the engine and its profile, the simulated side, the run),
+:mod:`semsched.vllm.replay` (the real side), :mod:`semsched.vllm.fidelity_analysis` (where engine time differs
+from the profile) and :mod:`semsched.vllm.fidelity_report` (comparisons, table, analysis lines, files). None of
+them imports vLLM at import time; engines start inside :func:`run_fidelity`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from semsched.core.request import Request
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import LatencyModel, ProfileInfo, load_profile_info, save_profile
+from semsched.metrics.request_metrics import request_metrics
+from semsched.policies import make_policy
+from semsched.sim.engine import Instance, Simulation
+from semsched.sim.router import make_router
+from semsched.vllm.fidelity_analysis import (
+    PROBE_FIT_KEY,
+    ClassScaledLatency,
+    ScaledLatency,
+    StepTimes,
+    class_factors,
+    engine_time_ratio,
+    error_sources,
+    profile_timing,
+    speed_drift,
+    step_class_fits,
+    step_fit_mape,
+    window_ratios,
+)
+from semsched.vllm.fidelity_report import (
+    SENSITIVITY_FACTOR,
+    ErrorAnalysis,
+    FidelityReport,
+    PolicyFidelity,
+    compare,
+)
+from semsched.vllm.profiling import DTYPES, Dtype, EngineSettings, MeasuredStep, ProfileGrid
+from semsched.vllm.replay import FIRST_PROMPT_TOKEN_ID, ReplayRequest, ReplayResult
+from semsched.workloads import DEFAULT_TIERS, Workload, assign_tiers, load_azure_csv, rescale_to_rate
+
+DEFAULT_TRACE_FILE = "azure_llm_2023_conv.csv"
+DEFAULT_NUM_REQUESTS = 300
+DEFAULT_POLICIES = ("fcfs", "priority-preempt")
+DEFAULT_MAX_MODEL_LEN = 2048
+"""Context of the replayed engine when neither the profile nor the command line sets one (capped by the
+model's own); trace lengths are scaled to fit it. It is ``semsched profile``'s default, so a profile made with
+default settings describes the default replay, and it keeps the default run to a few minutes on a CPU."""
+DEFAULT_LOAD = 0.5
+"""Without an explicit rate, replay at this fraction of the saturation rate the simulator finds for the slice. The
+Azure slice is bursty: at 0.5 its bursts bring the engine close to saturation and drain again (on the tiny model
+about 1 request in 6 waits over 10 ms, none over a second); at 0.6 a burst saturates it for seconds, where a 5 %
+step-time error moves the mean TTFT by about 60 % and the comparison measures little but that amplification."""
+
+Log = Callable[[str], None]
+Progress = Callable[[str, int, int], None]
+"""Called with (phase, done, total) while a replay runs."""
+
+
+# ---- the slice ----------------------------------------------------------------------------------------------
+def scale_lengths(workload: Workload, max_model_len: int) -> tuple[Workload, float]:
+    """Scale every prompt and output length by one factor so that the longest request (prompt + output) fits
+    ``max_model_len``; lengths never grow (factor <= 1), stay >= 1, and each request's rounded total is at most
+    ``max_model_len``. Returns the scaled workload and the factor."""
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
+        raise ValueError(f"max_model_len: must be an integer >= 2 (got {max_model_len!r})")
+    total = workload.prompt_tokens + workload.output_tokens
+    scale = min(1.0, max_model_len / float(total.max()))
+    output = np.clip(np.rint(workload.output_tokens * scale), 1, max_model_len - 1).astype(np.int64)
+    prompt = np.clip(np.rint(workload.prompt_tokens * scale), 1, max_model_len - output).astype(np.int64)
+    return dataclasses.replace(workload, prompt_tokens=prompt, output_tokens=output), scale
+
+
+def load_slice(trace: str | Path, num_requests: int, *, max_model_len: int, seed: int) -> tuple[Workload, float]:
+    """The first ``num_requests`` requests of an Azure-format trace with lengths scaled to ``max_model_len``
+    (:func:`scale_lengths`) and tiers drawn with ``seed``; arrival times as in the trace. Returns the workload and
+    the length scale."""
+    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 2:
+        raise ValueError(f"num_requests: must be an integer >= 2 (got {num_requests!r})")
+    workload = load_azure_csv(trace).head(num_requests)
+    if len(workload) < num_requests:
+        raise ValueError(f"num_requests: {trace} has only {len(workload)} requests (asked for {num_requests})")
+    workload, scale = scale_lengths(workload, max_model_len)
+    workload = assign_tiers(workload, DEFAULT_TIERS, np.random.default_rng(seed))
+    return workload, scale
+
+
+def replay_requests(workload: Workload, *, vocab_size: int, seed: int) -> list[ReplayRequest]:
+    """The workload as engine requests (ids ``"0"``, ``"1"``, ... as :meth:`Workload.to_requests` numbers them):
+    random prompt token ids in ``[FIRST_PROMPT_TOKEN_ID, vocab_size)`` from ``seed``, the output length as
+    ``max_tokens``, the priority, and the tier (the adapter reads it from ``extra_args``)."""
+    if vocab_size <= FIRST_PROMPT_TOKEN_ID:
+        raise ValueError(f"vocab_size: must be > {FIRST_PROMPT_TOKEN_ID} (got {vocab_size})")
+    rng = np.random.default_rng([seed, 1])  # a stream of its own: tiers use default_rng(seed)
+    return [
+        ReplayRequest(
+            request_id=str(i),
+            arrival_s=float(workload.arrival_time_s[i]),
+            prompt_token_ids=tuple(
+                rng.integers(FIRST_PROMPT_TOKEN_ID, vocab_size, int(workload.prompt_tokens[i])).tolist()
+            ),
+            output_tokens=int(workload.output_tokens[i]),
+            priority=int(workload.priority[i]),
+            tier=workload.tier[i],
+        )
+        for i in range(len(workload))
+    ]
+
+
+def warmup_requests(settings: EngineSettings, *, vocab_size: int, seed: int) -> list[ReplayRequest]:
+    """A full batch of requests whose prompts span short to twice the token budget: every first-time shape and
+    allocation happens before the clock starts."""
+    rng = np.random.default_rng([seed, 2])
+    budget, longest = settings.max_num_batched_tokens, settings.max_model_len - 16
+    prompts = [min(max(1, p), longest) for p in (16, 64, budget // 2, budget, 2 * budget)]
+    lengths = [prompts[i % len(prompts)] for i in range(settings.max_num_seqs)]
+    return [
+        ReplayRequest(
+            request_id=f"warmup-{i}",
+            arrival_s=0.0,
+            prompt_token_ids=tuple(rng.integers(FIRST_PROMPT_TOKEN_ID, vocab_size, length).tolist()),
+            output_tokens=16,
+        )
+        for i, length in enumerate(lengths)
+    ]
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the replay needs from a model directory's ``config.json``."""
+
+    vocab_size: int
+    max_position_embeddings: int | None
+
+
+def read_model_facts(model_dir: str | Path) -> ModelFacts:
+    """Read ``vocab_size`` (and ``max_position_embeddings`` if present) from ``<model_dir>/config.json``."""
+    path = Path(model_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"model: cannot read {path} ({error})") from None
+    config = data.get("text_config", data) if isinstance(data, dict) else {}
+    vocab = config.get("vocab_size", data.get("vocab_size") if isinstance(data, dict) else None)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= FIRST_PROMPT_TOKEN_ID:
+        raise ValueError(f"model: {path} has no usable vocab_size (got {vocab!r})")
+    context = config.get("max_position_embeddings")
+    return ModelFacts(vocab, context if isinstance(context, int) and context > 1 else None)
+
+
+# ---- the simulated side -------------------------------------------------------------------------------------
+def scheduler_config(settings: EngineSettings) -> SchedulerConfig:
+    """The simulator's view of the engine: vLLM's limits, its KV blocks, no watermark (vLLM v1 has none),
+    no swap space (vLLM preempts by recompute)."""
+    return SchedulerConfig(
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        block_size=settings.block_size,
+        num_gpu_blocks=settings.kv_blocks,
+        num_cpu_blocks=0,
+        watermark=0.0,
+    )
+
+
+@dataclass
+class SimOutcome:
+    """The simulated requests (terminal state, token times recorded) and how many engine steps it took."""
+
+    requests: list[Request]
+    num_steps: int
+
+
+def simulate(workload: Workload, policy: str, config: SchedulerConfig, latency: LatencyModel) -> SimOutcome:
+    """Run ``workload`` through one simulated engine under ``policy``."""
+    instance = Instance(Scheduler(config, make_policy(policy)), latency)
+    result = Simulation([instance], make_router("round-robin")).run(workload.to_requests())
+    return SimOutcome(result.requests, result.num_steps)
+
+
+def saturation_rate(workload: Workload, config: SchedulerConfig, latency: LatencyModel) -> float:
+    """Requests per second the simulated engine completes when the whole slice arrives at once (FCFS)."""
+    burst = workload.with_arrival_times(np.zeros(len(workload)))
+    outcome = simulate(burst, "fcfs", config, latency)
+    end_s = max((r.finish_time_s or 0.0) for r in outcome.requests)
+    if end_s <= 0:
+        raise ValueError("profile: the simulated engine finished the slice in no time; check the profile")
+    return len(workload) / end_s
+
+
+def real_latencies(result: ReplayResult, ids: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """TTFT and E2E of the replayed requests that finished (optionally only ``ids``)."""
+    wanted = None if ids is None else set(ids)
+    done = [r for r in result.requests if r.finish_s is not None and (wanted is None or r.request_id in wanted)]
+    return {"ttft": [r.ttft_s or 0.0 for r in done], "e2e": [r.e2e_s or 0.0 for r in done]}
+
+
+def sim_latencies(requests: Sequence[Request], ids: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """TTFT and E2E of the simulated requests that finished (optionally only ``ids``)."""
+    wanted = None if ids is None else set(ids)
+    metrics = [request_metrics(r) for r in requests if wanted is None or r.request_id in wanted]
+    done = [m for m in metrics if m.finished]
+    return {"ttft": [m.ttft_s or 0.0 for m in done], "e2e": [m.e2e_s or 0.0 for m in done]}
+
+
+def compare_policy(
+    workload: Workload, result: ReplayResult, config: SchedulerConfig, profile: ProfileInfo, timing: str
+) -> PolicyFidelity:
+    """Simulate ``workload`` under ``result.policy`` with the profile and set the outcome beside the replay,
+    with the analysis: where engine time went, the profile scaled to the replay's engine time, and how much 5 %
+    longer steps move the simulated latencies."""
+    latency = profile.model
+    sim = simulate(workload, result.policy, config, latency)
+    real = real_latencies(result)
+    metrics = compare(real, sim_latencies(sim.requests))
+    by_priority = {}
+    for priority in sorted({int(p) for p in workload.priority}):
+        ids = [str(i) for i in np.flatnonzero(workload.priority == priority)]
+        by_priority[priority] = compare(real_latencies(result, ids), sim_latencies(sim.requests, ids))
+    ratio = engine_time_ratio(result.steps, latency)
+    corrected = simulate(workload, result.policy, config, ScaledLatency(latency, ratio))
+    factors = class_factors(result.steps, latency)
+    by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors))
+    slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR))
+    sensitivity = {
+        base.metric: changed.sim_s / base.sim_s - 1.0 if base.sim_s else 0.0
+        for base, changed in zip(metrics, compare(real, sim_latencies(slower.requests)), strict=True)
+    }
+    analysis = ErrorAnalysis(
+        step_times=StepTimes.of(result.steps, latency),
+        timing=timing,
+        step_fit_mape=step_fit_mape(result.steps, latency, timing),
+        step_classes=tuple(step_class_fits(result.steps, latency, timing)),
+        sources=tuple(error_sources(result, latency, timing)),
+        real_steps=len(result.steps),
+        sim_steps=sim.num_steps,
+        real_preemptions=sum(r.num_preemptions for r in result.requests),
+        sim_preemptions=sum(r.num_preemptions for r in sim.requests),
+        engine_time_ratio=ratio,
+        speed_drift=speed_drift(result, profile),
+        corrected=compare(real, sim_latencies(corrected.requests)),
+        class_factors=factors,
+        class_corrected=compare(real, sim_latencies(by_class.requests)),
+        window_ratios=tuple(window_ratios(result.steps, ClassScaledLatency(latency, factors))),
+        sensitivity=sensitivity,
+    )
+    return PolicyFidelity(result.policy, metrics, by_priority, analysis, result, sim.requests)
+
+
+# ---- the engine and its profile -----------------------------------------------------------------------------
+def engine_settings(
+    model: str, profile: ProfileInfo | None, *, max_model_len: int | None = None
+) -> EngineSettings:
+    """The engine to replay on. Limits (token budget, sequence cap, block size, KV blocks, dtype, context) come
+    from the profile's ``engine`` section when it has one, so the replay runs the engine that was measured and
+    the simulator gets the same limits; otherwise the profiler's defaults. ``max_model_len`` overrides the
+    context (default: the profile's, else the smaller of the model's context and :data:`DEFAULT_MAX_MODEL_LEN`).
+    """
+    facts = read_model_facts(model)
+    measured = profile.engine if profile is not None else None
+    if max_model_len is None:
+        if measured is not None:
+            max_model_len = measured.max_model_len
+        else:
+            max_model_len = min(facts.max_position_embeddings or DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN)
+    if measured is None:
+        return EngineSettings(model=model, max_model_len=max_model_len)
+    blocks_needed = -(-max_model_len // measured.block_size)
+    return EngineSettings(
+        model=model,
+        max_model_len=max_model_len,
+        max_num_seqs=measured.max_num_seqs,
+        max_num_batched_tokens=measured.max_num_batched_tokens,
+        block_size=measured.block_size,
+        num_gpu_blocks=measured.num_gpu_blocks if measured.num_gpu_blocks >= blocks_needed else None,
+        dtype=_dtype(measured.dtype),
+    )
+
+
+def _dtype(name: str) -> Dtype:
+    for dtype in DTYPES:
+        if dtype == name:
+            return dtype
+    raise ValueError(f"profile: engine dtype {name!r} is not one vLLM accepts ({', '.join(DTYPES)})")
+
+
+def profile_mismatches(profile: ProfileInfo, settings: EngineSettings) -> list[str]:
+    """Ways the profiled engine differs from the replayed one (empty when they match or the profile does not
+    say what it measured)."""
+    measured = profile.engine
+    if measured is None:
+        return [f"profile {profile.model.name} records no engine; it may not describe this one"]
+    notes = []
+    if measured.engine != "vllm":
+        notes.append(f"profile measured engine {measured.engine!r}, the replay runs vLLM")
+    if Path(measured.model).name != Path(settings.model).name:
+        notes.append(f"profile measured model {measured.model}, the replay runs {settings.model}")
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        if getattr(measured, name) != getattr(settings, name):
+            notes.append(
+                f"profile measured {name}={getattr(measured, name)}, the replay uses {getattr(settings, name)}"
+            )
+    return notes
+
+
+PROFILE_EXTRA_BATCH_SIZES = (2, 3, 6, 12)
+"""Decode batch sizes added to the profiler's ``quick`` grid: a replay at moderate load spends most steps with
+one to a few decodes, where eq. 4-7 is least accurate, so those sizes get their own measurements."""
+
+
+def profile_grid(settings: EngineSettings) -> ProfileGrid:
+    """The profiler's ``quick`` grid plus :data:`PROFILE_EXTRA_BATCH_SIZES` (those below ``max_num_seqs - 1``)."""
+    from semsched.vllm.profiling import make_grid
+
+    quick = make_grid("quick", settings)
+    extra = {size for size in PROFILE_EXTRA_BATCH_SIZES if size < settings.max_num_seqs - 1}
+    grid = dataclasses.replace(quick, decode_batch_sizes=tuple(sorted(set(quick.decode_batch_sizes) | extra)))
+    grid.check(settings)
+    return grid
+
+
+def profile_engine(
+    settings: EngineSettings,
+    path: Path,
+    *,
+    enable_prefix_caching: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> ProfileInfo:
+    """Measure the engine the replay runs (:class:`~semsched.vllm.replay.ServedEngine`: the semsched adapter,
+    detokenisation, whole ``LLMEngine.step()`` wall time) on :func:`profile_grid` with the profiler's driver and
+    fit (:func:`~semsched.vllm.profiling.measure_grid`, :func:`~semsched.vllm.profiling.fit_steps`), write the
+    profile to ``path`` with ``fit.timing: step`` and load it back."""
+    from semsched.vllm.profiling import default_profile_name, fit_steps, measure_grid
+    from semsched.vllm.replay import ServedEngine
+
+    grid = profile_grid(settings)
+    started = time.perf_counter()
+    with ServedEngine(settings, enable_prefix_caching=enable_prefix_caching) as engine:
+        steps = measure_grid(engine, grid, settings, progress)
+        probe_s = engine.probe_step_s()
+        measured = engine.profiled_engine
+    name = default_profile_name(settings.model)
+    # the median repeat: the simulator must reproduce the engine's typical step, not its best one
+    model, report, all_steps = fit_steps(steps, name=name, timing="iteration", statistic="median")
+    _write_profile_steps(steps, path.with_name(f"{path.stem}_steps.csv"))
+    save_profile(
+        model,
+        path,
+        description=(
+            f"PROSERVE batch model (eq. 4-7) of the engine `semsched fidelity` replays on: {measured.engine} "
+            f"{measured.engine_version} ({measured.device}, {measured.dtype}), {Path(measured.model).name}, "
+            "semsched adapter (fcfs), detokenisation on; step time = whole LLMEngine.step() wall time"
+        ),
+        source="Measured by `semsched fidelity` with the semsched.vllm.profiling grid driver and fit.",
+        engine=measured,
+        fit={
+            "method": "relative-error non-negative least squares on the median repeat of each step",
+            "timing": "step",
+            "grid": "quick+small-batches",
+            "num_samples": report.num_samples,
+            "num_measured_steps": len(steps),
+            "mape": report.mape,
+            "p90_ape": report.p90_ape,
+            "all_steps_mape": all_steps.mape,
+            PROBE_FIT_KEY: probe_s,
+            "wall_s": round(time.perf_counter() - started, 1),
+        },
+    )
+    return load_profile_info(str(path))
+
+
+def _write_profile_steps(steps: Sequence[MeasuredStep], path: Path) -> None:
+    """Every measured profiling step: its grid group, repeat, composition, model time and whole step time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["group", "repeat", "prefill_chunks", "num_decode", "decode_context_tokens", "model_s",
+                         "step_s"])  # fmt: skip
+        for step in steps:
+            c = step.record.composition
+            chunks = " ".join(f"{lq}:{lkv}" for lq, lkv in c.prefill)
+            writer.writerow([step.key.label, step.repeat, chunks, c.num_decode, c.decode_context_tokens,
+                             f"{step.record.execute_s:.6f}", f"{step.record.iteration_s:.6f}"])  # fmt: skip
+
+
+# ---- the run ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FidelityConfig:
+    """What to compare. ``rate_per_s=None`` replays at :data:`DEFAULT_LOAD` of the simulated saturation rate."""
+
+    settings: EngineSettings
+    trace: Path
+    num_requests: int = DEFAULT_NUM_REQUESTS
+    rate_per_s: float | None = None
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    seed: int = 0
+    enable_prefix_caching: bool = True
+    #: torch intra-op threads of the in-process engines (profile and replays alike)
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"threads: must be an integer >= 1 (got {self.threads!r})")
+        if self.rate_per_s is not None and (not math.isfinite(self.rate_per_s) or self.rate_per_s <= 0):
+            raise ValueError(f"rate: must be a finite number > 0 (got {self.rate_per_s!r})")
+        if not self.policies:
+            raise ValueError("policies: give at least one policy")
+        for policy in self.policies:
+            make_policy(policy)  # validate every spec before any engine starts
+
+
+@dataclass(frozen=True)
+class PreparedSlice:
+    """The slice at its replay rate, and what the replay sends to the engine."""
+
+    workload: Workload
+    length_scale: float
+    rate_per_s: float
+    saturation_rate_per_s: float
+    requests: list[ReplayRequest]
+    warmup: list[ReplayRequest]
+
+
+def prepare_slice(config: FidelityConfig, profile: ProfileInfo) -> PreparedSlice:
+    """Load and scale the slice, pick the rate (given, or :data:`DEFAULT_LOAD` of the saturation rate that the
+    simulator finds with ``profile``) and build the engine requests."""
+    settings = config.settings
+    vocab_size = read_model_facts(settings.model).vocab_size
+    workload, scale = load_slice(
+        config.trace, config.num_requests, max_model_len=settings.max_model_len, seed=config.seed
+    )
+    capacity = saturation_rate(workload, scheduler_config(settings), profile.model)
+    rate = config.rate_per_s if config.rate_per_s is not None else DEFAULT_LOAD * capacity
+    workload = rescale_to_rate(workload, rate)
+    return PreparedSlice(
+        workload,
+        scale,
+        rate,
+        capacity,
+        replay_requests(workload, vocab_size=vocab_size, seed=config.seed),
+        warmup_requests(settings, vocab_size=vocab_size, seed=config.seed),
+    )
+
+
+def run_fidelity(
+    config: FidelityConfig,
+    profile: ProfileInfo | None = None,
+    *,
+    profile_path: Path | None = None,
+    command: str = "",
+    log: Log | None = None,
+    progress: Progress | None = None,
+) -> FidelityReport:
+    """Replay the slice through vLLM under each policy (one engine at a time) and through the simulator with
+    ``profile``, and compare. Without a profile the engine is profiled first (:func:`profile_engine`) into
+    ``profile_path`` (required then)."""
+    from semsched.vllm.replay import set_torch_threads
+
+    say = log or (lambda message: None)
+    load_before = os.getloadavg()[0]
+    threads = set_torch_threads(config.threads)
+    if profile is None:
+        if profile_path is None:
+            raise ValueError("profile_path: needed to profile the engine when no profile is given")
+        say(f"profiling the engine into {profile_path} ...")
+        profile = profile_engine(
+            config.settings,
+            profile_path,
+            enable_prefix_caching=config.enable_prefix_caching,
+            progress=None if progress is None else lambda done, total: progress("profile", done, total),
+        )
+    mismatches = profile_mismatches(profile, config.settings)
+    for note in mismatches:
+        say(f"warning: {note}")
+    prepared = prepare_slice(config, profile)
+    say(_slice_line(config, prepared))
+    results = [_replay_policy(config, prepared, policy, say, progress) for policy in config.policies]
+    timing = profile_timing(profile)
+    sim_config = scheduler_config(config.settings)
+    policies = tuple(compare_policy(prepared.workload, r, sim_config, profile, timing) for r in results)
+    meta = _meta(config, prepared, profile, command) | {
+        "profile_mismatches": mismatches,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
+        "torch_threads": threads,
+    }
+    return FidelityReport(meta, policies)
+
+
+def _replay_policy(
+    config: FidelityConfig, prepared: PreparedSlice, policy: str, say: Log, progress: Progress | None
+) -> ReplayResult:
+    from semsched.vllm.replay import replay
+
+    say(f"replaying {policy} on vLLM ...")
+
+    def advance(done: int, total: int) -> None:
+        if progress is not None:
+            progress(policy, done, total)
+
+    return replay(
+        config.settings,
+        policy,
+        prepared.requests,
+        enable_prefix_caching=config.enable_prefix_caching,
+        warmup_requests=prepared.warmup,
+        progress=advance,
+    )
+
+
+def _slice_line(config: FidelityConfig, prepared: PreparedSlice) -> str:
+    workload, rate, capacity = prepared.workload, prepared.rate_per_s, prepared.saturation_rate_per_s
+    return (
+        f"slice: {len(workload)} requests of {Path(config.trace).name}, lengths x{prepared.length_scale:.3f} "
+        f"(prompt mean {workload.prompt_tokens.mean():.0f}, output mean {workload.output_tokens.mean():.0f} "
+        f"tokens), {rate:.2f} req/s over {workload.duration_s():.0f} s ({rate / capacity:.0%} of the simulated "
+        f"saturation rate {capacity:.2f} req/s)"
+    )
+
+
+def _meta(config: FidelityConfig, prepared: PreparedSlice, profile: ProfileInfo, command: str) -> dict[str, Any]:
+    return {
+        "command": command,
+        "trace": str(config.trace),
+        "num_requests": len(prepared.workload),
+        "length_scale": prepared.length_scale,
+        "rate_per_s": prepared.rate_per_s,
+        "simulated_saturation_rate_per_s": prepared.saturation_rate_per_s,
+        "load": prepared.rate_per_s / prepared.saturation_rate_per_s,
+        "seed": config.seed,
+        "policies": list(config.policies),
+        "engine": dataclasses.asdict(config.settings) | {"kv_blocks": config.settings.kv_blocks},
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "profile": {
+            "name": profile.model.name,
+            "origin": profile.origin,
+            "timing": profile_timing(profile),
+            "fit": dict(profile.fit),
+            "engine": dataclasses.asdict(profile.engine) if profile.engine is not None else None,
+        },
+    }

@@ -1,0 +1,445 @@
+"""The report of ``semsched fidelity``: real-vs-simulated comparisons, the per-policy error analysis, and how
+they are shown (a rich table, plain analysis lines) and written (``fidelity.json``, ``requests.csv``,
+``steps.csv``)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from semsched.core.request import Request
+from semsched.metrics.request_metrics import request_metrics
+from semsched.vllm.fidelity_analysis import WINDOW_S, ErrorSource, StepClassFit, StepTimes
+from semsched.vllm.replay import ReplayResult
+
+TARGET_MEAN_ERROR = 0.10
+"""The goal: every policy's TTFT and E2E means within 10 % of the real engine's."""
+METRICS: tuple[tuple[str, str], ...] = (("ttft", "mean"), ("ttft", "p90"), ("e2e", "mean"), ("e2e", "p90"))
+
+SENSITIVITY_FACTOR = 1.05
+"""The report says how much the simulated latencies move when every step is this much longer."""
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """One statistic (``ttft_mean``, ``e2e_p90``, ...) in seconds, real and simulated."""
+
+    metric: str
+    real_s: float
+    sim_s: float
+
+    @property
+    def error(self) -> float:
+        """``(sim - real) / real``: negative when the simulator is faster than the engine."""
+        if self.real_s == 0:
+            return 0.0 if self.sim_s == 0 else math.inf
+        return (self.sim_s - self.real_s) / self.real_s
+
+    def to_dict(self) -> dict[str, float]:
+        return {"real_s": self.real_s, "sim_s": self.sim_s, "error": self.error}
+
+
+def statistic(values: Sequence[float] | np.ndarray, name: str) -> float:
+    """``mean`` or ``p90`` (numpy's linear interpolation, as :mod:`semsched.metrics` uses)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        raise ValueError("statistic: no values")
+    if name == "mean":
+        return float(array.mean())
+    if name == "p90":
+        return float(np.percentile(array, 90.0))
+    raise ValueError(f"statistic: unknown {name!r}; expected mean or p90")
+
+
+def compare(
+    real: Mapping[str, Sequence[float]], sim: Mapping[str, Sequence[float]]
+) -> tuple[MetricComparison, ...]:
+    """Every statistic of :data:`METRICS`; ``real``/``sim`` map ``"ttft"``/``"e2e"`` to per-request seconds."""
+    return tuple(
+        MetricComparison(f"{quantity}_{stat}", statistic(real[quantity], stat), statistic(sim[quantity], stat))
+        for quantity, stat in METRICS
+    )
+
+
+@dataclass(frozen=True)
+class ErrorAnalysis:
+    """Why real and simulated latencies differ, for one policy."""
+
+    step_times: StepTimes
+    timing: str
+    step_fit_mape: float
+    step_classes: tuple[StepClassFit, ...]
+    sources: tuple[ErrorSource, ...]
+    real_steps: int
+    sim_steps: int
+    real_preemptions: int
+    sim_preemptions: int
+    #: real engine time over what the profile charges for the same batches
+    engine_time_ratio: float = 1.0
+    #: the engine-speed probe around the replay over the probe when profiled (None: no probe to compare)
+    speed_drift: float | None = None
+    #: the simulator with the profile scaled by ``engine_time_ratio``, against the real engine
+    corrected: tuple[MetricComparison, ...] = ()
+    #: per step class, real cycle time over the profile's; and the simulator with the profile scaled so
+    class_factors: dict[str, float] = field(default_factory=dict)
+    class_corrected: tuple[MetricComparison, ...] = ()
+    #: real over class-corrected engine time per busy window of the replay: the machine's speed changing
+    window_ratios: tuple[float, ...] = ()
+    #: relative change of each simulated statistic when every step is SENSITIVITY_FACTOR times longer
+    sensitivity: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def dominant(self) -> ErrorSource:
+        return self.sources[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_times_ms": dataclasses.asdict(self.step_times) | {"cycle_ms": self.step_times.cycle_ms},
+            "profiled_timing": self.timing,
+            "step_fit_mape": self.step_fit_mape,
+            "step_classes": [c.to_dict() for c in self.step_classes],
+            "sources": [s.to_dict() for s in self.sources],
+            "real_steps": self.real_steps,
+            "sim_steps": self.sim_steps,
+            "real_preemptions": self.real_preemptions,
+            "sim_preemptions": self.sim_preemptions,
+            "engine_time_ratio": self.engine_time_ratio,
+            "speed_drift": self.speed_drift,
+            "corrected": {m.metric: m.to_dict() for m in self.corrected},
+            "class_factors": self.class_factors,
+            "class_corrected": {m.metric: m.to_dict() for m in self.class_corrected},
+            "window_ratios": list(self.window_ratios),
+            "sensitivity": {"step_time_factor": SENSITIVITY_FACTOR, **self.sensitivity},
+        }
+
+
+@dataclass(frozen=True)
+class PolicyFidelity:
+    policy: str
+    metrics: tuple[MetricComparison, ...]
+    by_priority: dict[int, tuple[MetricComparison, ...]]
+    analysis: ErrorAnalysis
+    real: ReplayResult
+    sim_requests: list[Request]
+
+    def metric(self, name: str) -> MetricComparison:
+        for comparison in self.metrics:
+            if comparison.metric == name:
+                return comparison
+        raise KeyError(name)
+
+    @property
+    def num_complete(self) -> int:
+        """Replayed requests that finished with exactly the requested number of tokens."""
+        wanted = {r.request_id: r.output_tokens for r in self.sim_requests}
+        return sum(
+            1
+            for r in self.real.requests
+            if r.finish_s is not None and r.num_output_tokens == wanted.get(r.request_id)
+        )
+
+
+@dataclass(frozen=True)
+class FidelityReport:
+    meta: dict[str, Any]
+    policies: tuple[PolicyFidelity, ...]
+
+    @property
+    def worst_mean_error(self) -> float:
+        errors = [abs(p.metric(f"{q}_mean").error) for p in self.policies for q in ("ttft", "e2e")]
+        return max(errors) if errors else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "meta": self.meta,
+            "target_mean_error": TARGET_MEAN_ERROR,
+            "worst_mean_error": self.worst_mean_error,
+            "policies": {
+                p.policy: {
+                    "metrics": {m.metric: m.to_dict() for m in p.metrics},
+                    "by_priority": {
+                        str(priority): {m.metric: m.to_dict() for m in metrics}
+                        for priority, metrics in p.by_priority.items()
+                    },
+                    "num_requests": len(p.sim_requests),
+                    "num_complete": p.num_complete,
+                    "replay": {
+                        "startup_s": p.real.startup_s,
+                        "warmup_s": p.real.warmup_s,
+                        "replay_s": p.real.replay_s,
+                        "vllm_version": p.real.vllm_version,
+                        "num_gpu_blocks": p.real.num_gpu_blocks,
+                    },
+                    "analysis": p.analysis.to_dict(),
+                }
+                for p in self.policies
+            },
+        }
+
+
+# ---- output -------------------------------------------------------------------------------------------------
+REQUEST_COLUMNS = (
+    "policy", "request_id", "tier", "priority", "arrival_s", "prompt_tokens", "output_tokens",
+    "real_ttft_s", "sim_ttft_s", "real_e2e_s", "sim_e2e_s", "real_output_tokens", "real_preemptions",
+    "sim_preemptions", "real_cached_tokens", "real_loop_delay_s",
+)  # fmt: skip
+
+
+def request_rows(policy: PolicyFidelity) -> list[dict[str, Any]]:
+    """One row per request: both sides' latencies and what the replay saw."""
+    real = {r.request_id: r for r in policy.real.requests}
+    rows = []
+    for request in policy.sim_requests:
+        metrics = request_metrics(request)
+        record = real.get(request.request_id)
+        rows.append(
+            {
+                "policy": policy.policy,
+                "request_id": request.request_id,
+                "tier": request.tier,
+                "priority": request.priority,
+                "arrival_s": request.arrival_time_s,
+                "prompt_tokens": request.prompt_tokens,
+                "output_tokens": request.output_tokens,
+                "real_ttft_s": None if record is None else record.ttft_s,
+                "sim_ttft_s": metrics.ttft_s,
+                "real_e2e_s": None if record is None else record.e2e_s,
+                "sim_e2e_s": metrics.e2e_s,
+                "real_output_tokens": None if record is None else record.num_output_tokens,
+                "real_preemptions": None if record is None else record.num_preemptions,
+                "sim_preemptions": request.num_preemptions,
+                "real_cached_tokens": None if record is None else record.num_cached_tokens,
+                "real_loop_delay_s": None if record is None else record.loop_delay_s,
+            }
+        )
+    return rows
+
+
+STEP_COLUMNS = (
+    "policy", "start_s", "duration_s", "schedule_s", "model_s", "update_s", "output_s", "gap_before_s",
+    "prefill_chunks", "num_decode", "decode_context_tokens", "num_preempted", "cached_tokens",
+)  # fmt: skip
+
+
+def write_report(report: FidelityReport, out: Path) -> list[Path]:
+    """``fidelity.json`` (the report), ``requests.csv`` (per request, both sides) and ``steps.csv`` (every real
+    step); returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "fidelity.json", out / "requests.csv", out / "steps.csv"]
+    paths[0].write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+    with paths[1].open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=REQUEST_COLUMNS)
+        writer.writeheader()
+        for policy in report.policies:
+            writer.writerows(request_rows(policy))
+    with paths[2].open("w", newline="", encoding="utf-8") as handle:
+        step_writer = csv.writer(handle)
+        step_writer.writerow(STEP_COLUMNS)
+        for policy in report.policies:
+            for s in policy.real.steps:
+                chunks = " ".join(f"{lq}:{lkv}" for lq, lkv in s.prefill)
+                step_writer.writerow(
+                    [policy.policy, f"{s.start_s:.6f}", f"{s.duration_s:.6f}", f"{s.schedule_s:.6f}",
+                     f"{s.model_s:.6f}", f"{s.update_s:.6f}", f"{s.output_s:.6f}", f"{s.gap_before_s:.6f}",
+                     chunks, s.num_decode, s.decode_context_tokens, s.num_preempted, s.cached_tokens]
+                )  # fmt: skip
+    return paths
+
+
+# ---- presentation -------------------------------------------------------------------------------------------
+def fidelity_table(report: FidelityReport) -> Any:
+    """A rich table: policy x metric, real and simulated seconds and the relative error."""
+    from rich.table import Table
+
+    table = Table(title="real vLLM vs simulator", title_justify="left")
+    for name, justify in (
+        ("policy", "left"),
+        ("metric", "left"),
+        ("real (s)", "right"),
+        ("sim (s)", "right"),
+        ("error", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for index, policy in enumerate(report.policies):
+        for comparison in policy.metrics:
+            missed = comparison.metric.endswith("_mean") and abs(comparison.error) > TARGET_MEAN_ERROR
+            style = "red" if missed else ""
+            table.add_row(
+                policy.policy if comparison is policy.metrics[0] else "",
+                comparison.metric.replace("_", " "),
+                f"{comparison.real_s:.3f}",
+                f"{comparison.sim_s:.3f}",
+                f"[{style}]{comparison.error:+.1%}[/]" if style else f"{comparison.error:+.1%}",
+                end_section=comparison is policy.metrics[-1] and index < len(report.policies) - 1,
+            )
+    return table
+
+
+def analysis_lines(report: FidelityReport) -> list[str]:
+    """The error analysis as plain lines: per policy, where step time goes, the sources, the counterfactuals,
+    and what dominates; then the verdict on the target."""
+    lines = [_machine_line(report.meta)] if "load_average_before" in report.meta else []
+    for policy in report.policies:
+        lines.extend(_policy_lines(policy))
+    worst = report.worst_mean_error
+    verdict = "met" if worst <= TARGET_MEAN_ERROR else "NOT met"
+    lines.append(f"target |error of every mean| <= {TARGET_MEAN_ERROR:.0%}: {verdict} (worst {worst:.1%})")
+    return lines
+
+
+def _machine_line(meta: Mapping[str, Any]) -> str:
+    cpus = meta.get("cpu_count") or 1
+    before, after = meta["load_average_before"], meta["load_average_after"]
+    line = (
+        f"machine: load average {before:.1f} at the start, {after:.1f} at the end (this run's engine keeps about "
+        f"one CPU busy), on {cpus} CPUs; {meta.get('torch_threads', '?')} torch thread(s) per engine"
+    )
+    if before > 0.5 * cpus or after > 1 + 0.5 * cpus:
+        line += " (other processes competed for the CPUs: step times are noisier than the profile assumes)"
+    return line
+
+
+def _policy_lines(policy: PolicyFidelity) -> list[str]:
+    a, t = policy.analysis, policy.analysis.step_times
+    total = len(policy.sim_requests)
+    lines = [
+        f"{policy.policy}: {policy.num_complete}/{total} requests finished with their exact token count; "
+        f"steps real {a.real_steps:,} / sim {a.sim_steps:,}; preemptions real {a.real_preemptions} / "
+        f"sim {a.sim_preemptions}",
+        f"  real step {t.cycle_ms:.2f} ms = schedule {t.schedule_ms:.2f} + model {t.model_ms:.2f} + update "
+        f"{t.update_ms:.2f} + output {t.output_ms:.2f} + loop gap {t.gap_ms:.2f}; the profile charges "
+        f"{t.predicted_ms:.2f} ms ('{a.timing}' timing, per-step MAPE {a.step_fit_mape:.1%})",
+        "  profile by step class: "
+        + "; ".join(
+            f"{c.name} {c.num_steps:,} steps, real {c.real_ms:.2f} vs {c.predicted_ms:.2f} ms"
+            for c in a.step_classes
+        ),
+        "  sources (engine seconds over the run; + = the real engine spent time the simulator does not charge):",
+    ]
+    real_engine_s = t.cycle_ms * t.num_steps / 1000.0
+    for source in a.sources:
+        share = source.engine_s / real_engine_s if real_engine_s else 0.0
+        lines.append(f"    {source.name:<38} {source.engine_s:+8.2f} s ({share:+6.1%})  {source.note}")
+    if a.speed_drift is not None:
+        lines.append(f"  {_drift_line(policy.real, a.speed_drift)}")
+    lines.append(f"  {_corrected_line(a)}")
+    if a.class_corrected:
+        lines.append(f"  {_class_corrected_line(a)}")
+    if len(a.window_ratios) >= 2:
+        lines.append(f"  {_windows_line(a)}")
+    lines.append(f"  {_sensitivity_line(a)}")
+    lines.append(f"  dominant: {dominant_statement(policy)}")
+    return lines
+
+
+def _means(metrics: Sequence[MetricComparison]) -> str:
+    return ", ".join(f"{m.metric.replace('_', ' ')} {m.error:+.1%}" for m in metrics if m.metric.endswith("_mean"))
+
+
+def _drift_line(real: ReplayResult, drift: float) -> str:
+    probes = " and ".join(
+        f"{p * 1000:.2f} ms {when}"
+        for p, when in ((real.probe_before_s, "before"), (real.probe_after_s, "after"))
+        if p is not None
+    )
+    return (
+        f"engine-speed probe (one decode-only step of 4 requests): {probes} this replay, {drift:.3f}x its time "
+        f"when the profile was measured ({'slower' if drift > 1 else 'faster'} machine: {abs(drift - 1):.1%})"
+    )
+
+
+def _corrected_line(analysis: ErrorAnalysis) -> str:
+    return (
+        f"sim with the profile x{analysis.engine_time_ratio:.3f} (scaled to this replay's engine time): "
+        f"{_means(analysis.corrected)}"
+    )
+
+
+def _class_corrected_line(analysis: ErrorAnalysis) -> str:
+    factors = ", ".join(f"{name} x{factor:.2f}" for name, factor in analysis.class_factors.items())
+    return f"sim with the profile corrected per step class ({factors}): {_means(analysis.class_corrected)}"
+
+
+def _windows_line(analysis: ErrorAnalysis) -> str:
+    ratios = np.asarray(analysis.window_ratios)
+    return (
+        f"speed during the replay: real / class-corrected profile per {WINDOW_S:g} s busy window from "
+        f"{ratios.min():.2f} to {ratios.max():.2f} (sd {ratios.std():.0%})"
+    )
+
+
+def _sensitivity_line(analysis: ErrorAnalysis) -> str:
+    step = SENSITIVITY_FACTOR - 1
+    changes = ", ".join(
+        f"{name.replace('_', ' ')} {change:+.0%} (x{change / step:.1f})"
+        for name, change in analysis.sensitivity.items()
+        if name.endswith("_mean")
+    )
+    return f"sensitivity at this load: {step:.0%} longer steps move the simulated {changes}"
+
+
+def _mean_errors(metrics: Sequence[MetricComparison]) -> float:
+    return float(np.mean([abs(m.error) for m in metrics if m.metric.endswith("_mean")]))
+
+
+def dominant_statement(policy: PolicyFidelity) -> str:
+    """What dominates the error of the means, tested with the what-if simulations: within the target, say so;
+    if the profile scaled to the replay's engine time halves the error, its step-time level (machine drift or fit,
+    told apart by the probe); if the profile corrected per step class does, its step-time shape (the class off
+    most); otherwise neither: scheduling differences or noise within the replay (the probe's spread)."""
+    analysis = policy.analysis
+    base = _mean_errors(policy.metrics)
+    top = analysis.dominant
+    source = f"{top.name} ({top.engine_s:+.2f} s of engine time)"
+    if base <= TARGET_MEAN_ERROR:
+        return f"the means are within {TARGET_MEAN_ERROR:.0%} ({base:.1%} on average); largest source: {source}"
+    ratio = analysis.engine_time_ratio
+    level = (
+        f"the profile charges {abs(1 - 1 / ratio):.1%} {'less' if ratio > 1 else 'more'} engine time than the "
+        "real steps took"
+    )
+    corrected = _mean_errors(analysis.corrected) if analysis.corrected else base
+    if corrected <= 0.5 * base:
+        return (
+            f"the profile's step-time level: {level}{_level_split(analysis)} (largest source: {source}); scaled "
+            f"to the replay's engine time the mean errors fall from {base:.1%} to {corrected:.1%}"
+        )
+    by_class = _mean_errors(analysis.class_corrected) if analysis.class_corrected else base
+    if by_class <= 0.5 * base and analysis.class_factors:
+        worst = max(analysis.class_factors.items(), key=lambda item: abs(math.log(item[1])))
+        return (
+            f"the profile's step-time shape: it is off most for steps {worst[0]} (real x{worst[1]:.2f} the "
+            f"profile), which dominate the busy stretches where requests queue; corrected per step class the mean "
+            f"errors fall from {base:.1%} to {by_class:.1%} (scaling alone leaves {corrected:.1%})"
+        )
+    return (
+        f"neither the profile's level nor its shape: corrected for both the mean errors stay {by_class:.1%} (vs "
+        f"{base:.1%}); what is left is scheduling differences (steps, preemptions) or the machine speed changing "
+        f"within the replay{_speed_spread(analysis)}; largest measured source: {source}"
+    )
+
+
+def _speed_spread(analysis: ErrorAnalysis) -> str:
+    if len(analysis.window_ratios) < 2:
+        return ""
+    ratios = analysis.window_ratios
+    return f" (real / class-corrected profile from {min(ratios):.2f} to {max(ratios):.2f} between windows)"
+
+
+def _level_split(analysis: ErrorAnalysis) -> str:
+    """The level error as machine-speed drift (the probe) times the rest (the profile's fit on these batches)."""
+    drift = analysis.speed_drift
+    if drift is None:
+        return ""
+    return (
+        f": x{analysis.engine_time_ratio:.3f} = machine speed drift x{drift:.3f} (probe) times the fit on these "
+        f"batches x{analysis.engine_time_ratio / drift:.3f}"
+    )

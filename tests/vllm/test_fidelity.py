@@ -1,0 +1,232 @@
+"""Tests for semsched/vllm/fidelity.py (and, in the last test, semsched/vllm/replay.py).
+
+Everything but the last test runs without an engine: the trace slice and its length scaling, the engine requests,
+the engine settings taken from a profile, the simulated side, and the command line's input checks. The last test
+replays a small slice through real vLLM under both default policies, profiling the engine first, and checks the
+structure and that every request got exactly its tokens; it never asserts an error or a timing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semsched.cli import main
+from semsched.latency import ProfileInfo, load_profile
+from semsched.latency.batch import BatchLatencyModel
+from semsched.vllm import fidelity
+from semsched.vllm.fidelity import (
+    FidelityConfig,
+    engine_settings,
+    load_slice,
+    profile_mismatches,
+    read_model_facts,
+    replay_requests,
+    saturation_rate,
+    scale_lengths,
+    scheduler_config,
+    simulate,
+    warmup_requests,
+)
+from semsched.vllm.fidelity_report import write_report
+from semsched.vllm.profiling import EngineSettings
+from semsched.vllm.replay import FIRST_PROMPT_TOKEN_ID
+from semsched.workloads import DEFAULT_TIERS, Workload
+from tests.vllm.fidelity_factories import BATCH, model_dir, profile_info, small_workload, write_trace
+
+
+# ---- the slice ------------------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 20_000), st.integers(1, 20_000)), min_size=1, max_size=30),
+    max_model_len=st.integers(2, 8192),
+)
+def test_scaled_lengths_fit_the_context_and_never_grow(lengths: list[tuple[int, int]], max_model_len: int) -> None:
+    prompts, outputs = (np.array(column) for column in zip(*lengths, strict=True))
+    workload = Workload.untiered("w", np.arange(len(lengths), dtype=float), prompts, outputs)
+    scaled, scale = scale_lengths(workload, max_model_len)
+    assert 0 < scale <= 1
+    assert np.all(scaled.prompt_tokens >= 1) and np.all(scaled.output_tokens >= 1)
+    assert np.all(scaled.prompt_tokens + scaled.output_tokens <= max_model_len)
+    assert np.all(scaled.prompt_tokens <= prompts) and np.all(scaled.output_tokens <= outputs)
+
+
+def test_lengths_that_fit_are_unchanged_and_the_longest_request_sets_the_scale() -> None:
+    workload = Workload.untiered("w", [0.0, 1.0], [100, 3000], [50, 1000])
+    same, scale = scale_lengths(workload, 4096)
+    assert (
+        scale == 1.0 and same.prompt_tokens.tolist() == [100, 3000] and same.output_tokens.tolist() == [50, 1000]
+    )
+    scaled, scale = scale_lengths(workload, 2000)
+    assert scale == pytest.approx(0.5)
+    assert scaled.prompt_tokens.tolist() == [50, 1500] and scaled.output_tokens.tolist() == [25, 500]
+
+
+def test_scale_lengths_rejects_a_context_below_two_tokens() -> None:
+    with pytest.raises(ValueError, match="max_model_len"):
+        scale_lengths(Workload.untiered("w", [0.0], [5], [5]), 1)
+
+
+def test_load_slice_takes_the_trace_head_scaled_with_seeded_tiers(tmp_path: Path) -> None:
+    rows = [(i * 0.5, 1000 + 10 * i, 200 + i) for i in range(40)]
+    trace = write_trace(tmp_path / "trace.csv", rows)
+    workload, scale = load_slice(trace, 30, max_model_len=600, seed=3)
+    assert len(workload) == 30
+    assert workload.arrival_time_s.tolist() == pytest.approx([i * 0.5 for i in range(30)])
+    assert scale == pytest.approx(600 / (1290 + 229))
+    assert np.all(workload.prompt_tokens + workload.output_tokens <= 600)
+    assert {spec.name for spec in workload.tiers} == {spec.name for spec in DEFAULT_TIERS}
+    again, _ = load_slice(trace, 30, max_model_len=600, seed=3)
+    other, _ = load_slice(trace, 30, max_model_len=600, seed=4)
+    assert again.priority.tolist() == workload.priority.tolist()
+    assert other.priority.tolist() != workload.priority.tolist()
+    assert len(set(workload.priority.tolist())) > 1  # priorities differ, so priority policies have work to do
+
+
+@pytest.mark.parametrize(("count", "message"), [(1, "num_requests: must be an integer >= 2"), (50, "only 40")])
+def test_load_slice_names_a_bad_request_count(tmp_path: Path, count: int, message: str) -> None:
+    trace = write_trace(tmp_path / "trace.csv", [(i * 0.5, 100, 10) for i in range(40)])
+    with pytest.raises(ValueError, match=message):
+        load_slice(trace, count, max_model_len=512, seed=0)
+
+
+def test_replay_requests_mirror_the_workload_with_seeded_random_prompts() -> None:
+    workload = small_workload()
+    requests = replay_requests(workload, vocab_size=500, seed=7)
+    assert [r.request_id for r in requests] == [r.request_id for r in workload.to_requests()]
+    for request, sim in zip(requests, workload.to_requests(), strict=True):
+        assert len(request.prompt_token_ids) == sim.prompt_tokens
+        assert request.output_tokens == sim.output_tokens
+        assert (request.priority, request.tier, request.arrival_s) == (sim.priority, sim.tier, sim.arrival_time_s)
+        assert all(FIRST_PROMPT_TOKEN_ID <= token < 500 for token in request.prompt_token_ids)
+    assert replay_requests(workload, vocab_size=500, seed=7) == requests
+    assert replay_requests(workload, vocab_size=500, seed=8) != requests
+    with pytest.raises(ValueError, match="vocab_size"):
+        replay_requests(workload, vocab_size=FIRST_PROMPT_TOKEN_ID, seed=0)
+
+
+def test_warmup_fills_one_batch_with_prompts_that_fit() -> None:
+    settings = EngineSettings(model="m", max_model_len=600, max_num_seqs=8, max_num_batched_tokens=512)
+    warmup = warmup_requests(settings, vocab_size=1000, seed=0)
+    assert len(warmup) == 8 and len({r.request_id for r in warmup}) == 8
+    assert all(r.request_id.startswith("warmup-") for r in warmup)
+    assert max(len(r.prompt_token_ids) for r in warmup) == 600 - 16
+    assert all(len(r.prompt_token_ids) + r.output_tokens <= 600 for r in warmup)
+
+
+def test_model_facts_come_from_config_json(tmp_path: Path) -> None:
+    facts = read_model_facts(model_dir(tmp_path, max_position_embeddings=2048))
+    assert (facts.vocab_size, facts.max_position_embeddings) == (32000, 2048)
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 999}}), encoding="utf-8")
+    assert read_model_facts(nested).vocab_size == 999
+    with pytest.raises(ValueError, match="model: cannot read"):
+        read_model_facts(tmp_path / "missing")
+
+
+# ---- engine and profile ---------------------------------------------------------------------------------------
+def test_engine_settings_take_the_profiled_engine_limits(tmp_path: Path) -> None:
+    model = str(model_dir(tmp_path, max_position_embeddings=8192))
+    settings = engine_settings(model, profile_info())
+    assert (settings.max_model_len, settings.max_num_seqs, settings.max_num_batched_tokens) == (2048, 16, 512)
+    assert (settings.block_size, settings.kv_blocks, settings.dtype) == (32, 1024, "bfloat16")
+    longer = engine_settings(model, profile_info(), max_model_len=4096)
+    assert longer.max_model_len == 4096 and longer.kv_blocks >= 4096 // 32
+    default = engine_settings(model, None)
+    assert default.max_model_len == fidelity.DEFAULT_MAX_MODEL_LEN  # the model's 8192, capped
+
+
+def test_without_a_profile_the_context_is_the_models_when_shorter(tmp_path: Path) -> None:
+    settings = engine_settings(str(model_dir(tmp_path, max_position_embeddings=1024)), None)
+    assert (settings.max_model_len, settings.max_num_seqs, settings.max_num_batched_tokens) == (1024, 16, 512)
+
+
+def test_profile_mismatches_name_what_differs(tmp_path: Path) -> None:
+    settings = EngineSettings(model=str(tmp_path / "tiny"), max_model_len=2048, max_num_seqs=8)
+    notes = profile_mismatches(profile_info(), settings)
+    assert any("max_num_seqs=16" in note for note in notes)
+    assert not any("model" in note and "measured model" in note for note in notes)
+    assert profile_mismatches(ProfileInfo(BatchLatencyModel(BATCH), "x"), settings)[0].startswith("profile")
+
+
+def test_scheduler_config_matches_the_engine_without_watermark_or_swap() -> None:
+    settings = EngineSettings(model="m", max_model_len=1024, max_num_seqs=8, max_num_batched_tokens=256)
+    config = scheduler_config(settings)
+    assert (config.max_num_batched_tokens, config.max_num_seqs, config.block_size) == (256, 8, 32)
+    assert config.num_gpu_blocks == settings.kv_blocks
+    assert (config.watermark, config.num_cpu_blocks) == (0.0, 0)
+
+
+def test_fidelity_config_validates_before_any_engine_starts() -> None:
+    settings = EngineSettings(model="m")
+    with pytest.raises(ValueError, match="rate"):
+        FidelityConfig(settings, Path("t.csv"), rate_per_s=0.0)
+    with pytest.raises(ValueError, match="threads"):
+        FidelityConfig(settings, Path("t.csv"), threads=0)
+    with pytest.raises(ValueError):
+        FidelityConfig(settings, Path("t.csv"), policies=("no-such-policy",))
+
+
+# ---- the simulated side ---------------------------------------------------------------------------------------
+def test_simulate_finishes_every_request_and_saturation_is_positive() -> None:
+    workload = small_workload()
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    outcome = simulate(workload, "priority-preempt", config, BatchLatencyModel(BATCH))
+    assert all(r.finish_time_s is not None for r in outcome.requests) and outcome.num_steps > 0
+    rate = saturation_rate(workload, config, BatchLatencyModel(BATCH))
+    assert rate > 0
+    assert saturation_rate(workload, config, load_profile("a100-qwen1.5-4b")) > 0
+
+
+# ---- the command line -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--requests", "1"], "--requests"),
+        (["--rate", "-1"], "--rate"),
+        (["--threads", "0"], "--threads"),
+        (["--max-model-len", "1"], "--max-model-len"),
+        (["--policies", "no-such-policy"], "no-such-policy"),
+        (["--model", "/no/such/dir"], "--model"),
+    ],
+)
+def test_cli_rejects_bad_input_before_starting_an_engine(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fidelity", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and field in err and len(err.strip().splitlines()) <= 2
+
+
+# ---- real vLLM ------------------------------------------------------------------------------------------------
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_replay_and_simulation_of_a_small_slice_on_real_vllm(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from semsched.workloads import find_data_file
+
+    settings = EngineSettings(model=str(tiny_model_dir), max_model_len=512)
+    config = FidelityConfig(settings, find_data_file(fidelity.DEFAULT_TRACE_FILE), num_requests=40)
+    report = fidelity.run_fidelity(config, profile_path=tmp_path / "profile.yaml")
+    assert (tmp_path / "profile.yaml").is_file()
+    assert [p.policy for p in report.policies] == ["fcfs", "priority-preempt"]
+    for policy in report.policies:
+        wanted = {r.request_id: r.output_tokens or 0 for r in policy.sim_requests}
+        assert len(policy.real.requests) == len(wanted) == 40
+        for record in policy.real.requests:
+            assert record.finish_s is not None and record.first_token_s is not None
+            assert record.num_output_tokens == wanted[record.request_id]
+            assert record.arrival_s <= record.first_token_s <= record.finish_s
+        assert all(r.finish_time_s is not None for r in policy.sim_requests)
+        assert policy.num_complete == 40
+        assert [m.metric for m in policy.metrics] == ["ttft_mean", "ttft_p90", "e2e_mean", "e2e_p90"]
+        assert policy.analysis.real_steps == len(policy.real.steps) > 0
+        emitters = sum(s.num_decode + len(s.prefill) for s in policy.real.steps)
+        assert emitters >= sum(wanted.values())  # every token came out of a recorded step
+    paths = write_report(report, tmp_path / "out")
+    assert json.loads(paths[0].read_text())["meta"]["num_requests"] == 40

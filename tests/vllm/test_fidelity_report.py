@@ -1,0 +1,110 @@
+"""Tests for semsched/vllm/fidelity_report.py: comparisons, the rich table, the analysis lines and the files,
+on a report built from a synthetic replay (the simulator's own latencies, 20 % slower)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from semsched.vllm.fidelity import compare_policy, scheduler_config
+from semsched.vllm.fidelity_report import (
+    FidelityReport,
+    MetricComparison,
+    analysis_lines,
+    compare,
+    fidelity_table,
+    statistic,
+    write_report,
+)
+from semsched.vllm.profiling import EngineSettings
+from tests.vllm.fidelity_factories import profile_info, replay_result, small_workload
+
+
+def test_relative_error_is_sim_minus_real_over_real() -> None:
+    assert MetricComparison("ttft_mean", 2.0, 1.5).error == pytest.approx(-0.25)
+    assert MetricComparison("e2e_p90", 1.0, 1.1).error == pytest.approx(0.1)
+    assert MetricComparison("ttft_mean", 0.0, 0.0).error == 0.0
+    assert math.isinf(MetricComparison("ttft_mean", 0.0, 1.0).error)
+
+
+def test_statistics_are_the_mean_and_numpys_p90() -> None:
+    values = [0.1, 0.5, 0.2, 3.0, 0.4]
+    assert statistic(values, "mean") == pytest.approx(np.mean(values))
+    assert statistic(values, "p90") == pytest.approx(np.percentile(values, 90))
+    with pytest.raises(ValueError, match="unknown"):
+        statistic(values, "p50")
+    with pytest.raises(ValueError, match="no values"):
+        statistic([], "mean")
+
+
+def test_compare_gives_every_metric_in_order() -> None:
+    metrics = compare({"ttft": [1.0, 2.0], "e2e": [3.0, 5.0]}, {"ttft": [1.0, 1.0], "e2e": [4.0, 4.0]})
+    assert [m.metric for m in metrics] == ["ttft_mean", "ttft_p90", "e2e_mean", "e2e_p90"]
+    assert metrics[0].error == pytest.approx(-1 / 3) and metrics[2].error == pytest.approx(0.0)
+
+
+@pytest.fixture(scope="module")
+def report() -> FidelityReport:
+    workload = small_workload()
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    policies = tuple(
+        compare_policy(workload, replay_result(workload, policy), config, profile_info(), "iteration")
+        for policy in ("fcfs", "priority-preempt")
+    )
+    meta = {"num_requests": len(workload), "load_average_before": 3.0, "load_average_after": 0.5, "cpu_count": 2}
+    return FidelityReport(meta, policies)
+
+
+def test_the_comparison_sees_the_slowdown_of_the_synthetic_engine(report: FidelityReport) -> None:
+    for policy in report.policies:
+        assert policy.num_complete == len(policy.sim_requests)
+        for metric in policy.metrics:
+            assert metric.error == pytest.approx(1 / 1.2 - 1)  # the real side is the simulator, 20 % slower
+        assert set(policy.by_priority) <= {0, 1, 2, 3}
+        analysis = policy.analysis
+        assert analysis.engine_time_ratio > 1  # the synthetic steps carry overheads BATCH does not charge
+        assert [m.metric for m in analysis.corrected] == [m.metric for m in policy.metrics]
+        assert all(change > 0 for change in analysis.sensitivity.values())  # slower steps, later tokens
+    assert report.worst_mean_error == pytest.approx(1 - 1 / 1.2)
+
+
+def test_table_lists_policy_by_metric_with_real_sim_and_error(report: FidelityReport) -> None:
+    console = Console(file=io.StringIO(), width=120)
+    console.print(fidelity_table(report))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    for expected in ("fcfs", "priority-preempt", "ttft mean", "ttft p90", "e2e mean", "e2e p90", "-16.7%"):
+        assert expected in text
+
+
+def test_analysis_lines_explain_the_error_and_give_the_verdict(report: FidelityReport) -> None:
+    lines = analysis_lines(report)
+    text = "\n".join(lines)
+    assert lines[0].startswith("machine: load average 3.0") and "competed for the CPUs" in lines[0]
+    assert "12/12 requests finished with their exact token count" in text
+    assert "profile by step class" in text and "step-time fit" in text and "dominant:" in text
+    assert "sim with the profile x" in text and "sensitivity at this load: 5% longer steps" in text
+    assert "engine-speed probe (one decode-only step of 4 requests): 2.10 ms before and 2.30 ms after" in text
+    assert "1.100x its time when the profile was measured (slower machine: 10.0%)" in text
+    assert lines[-1].startswith("target |error of every mean| <= 10%: NOT met")
+
+
+def test_report_files_hold_the_summary_and_every_request_and_step(report: FidelityReport, tmp_path: Path) -> None:
+    paths = write_report(report, tmp_path / "out")
+    assert [p.name for p in paths] == ["fidelity.json", "requests.csv", "steps.csv"]
+    data = json.loads(paths[0].read_text())
+    assert set(data["policies"]) == {"fcfs", "priority-preempt"}
+    fcfs = data["policies"]["fcfs"]
+    assert set(fcfs["metrics"]) == {"ttft_mean", "ttft_p90", "e2e_mean", "e2e_p90"}
+    assert {"sources", "step_classes", "corrected", "sensitivity", "step_times_ms"} <= set(fcfs["analysis"])
+    with paths[1].open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 * 12 and rows[0]["real_ttft_s"] and rows[0]["sim_ttft_s"]
+    with paths[2].open() as handle:
+        assert len(list(csv.DictReader(handle))) == sum(len(p.real.steps) for p in report.policies)
