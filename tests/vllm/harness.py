@@ -32,6 +32,12 @@ if TYPE_CHECKING:
     from vllm import LLM
 
 HOST = "127.0.0.1"  # servers listen on loopback only
+# The environment before anything in this process imported vLLM. Importing vLLM changes it (LD_LIBRARY_PATH gains
+# opencv's bundled libraries, TORCHINDUCTOR_* ...); a server started with those inherited ran its worker so that
+# the API server starved and passed requests on to the engine only when it went idle. Servers get this snapshot
+# plus the VLLM_*/HF_*/DO_NOT_TRACK settings the tests make.
+_ENV_BEFORE_VLLM = dict(os.environ)
+_TEST_ENV_PREFIXES = ("VLLM_", "HF_", "DO_NOT_TRACK", "PROMETHEUS_", "SEMSCHED_")
 SERVED_MODEL_NAME = "tiny"
 STARTUP_TIMEOUT_S = 240.0
 STOP_GRACE_S = 20.0
@@ -212,7 +218,7 @@ def vllm_server(
         args += ["--scheduler-cls", scheduler_cls]
     command = serve_command(model_dir, port, EngineShape(**sizes), args)
     # The server always runs its engine core in a child process; the in-process setting is for vllm.LLM.
-    child_env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    child_env = server_environment()
     child_env.update(env or {})
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
@@ -226,6 +232,14 @@ def vllm_server(
         yield base_url
     finally:
         stop_process_group(process)
+
+
+def server_environment() -> dict[str, str]:
+    """The environment a server starts with: the one before vLLM was imported here, plus test settings."""
+    env = dict(_ENV_BEFORE_VLLM)
+    env.update({k: v for k, v in os.environ.items() if k.startswith(_TEST_ENV_PREFIXES)})
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the in-process setting is for vllm.LLM
+    return env
 
 
 def _wait_until_healthy(process: subprocess.Popen[bytes], base_url: str, log_path: Path, timeout_s: float) -> None:
