@@ -224,7 +224,7 @@ def vllm_server(
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_all_cpus,
         )  # fmt: skip
     try:
         base_url = f"http://{HOST}:{port}"
@@ -232,6 +232,13 @@ def vllm_server(
         yield base_url
     finally:
         stop_process_group(process)
+
+
+def _all_cpus() -> None:
+    """In the server's process, before exec: allow every CPU again. An in-process engine started earlier in this
+    test process pins the process to the CPUs it bound its threads to, and children inherit that affinity: a
+    server squeezed onto one core starved its API server, which passed requests on only when the engine idled."""
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
 def server_environment() -> dict[str, str]:

@@ -18,7 +18,7 @@ import pytest
 from tests.vllm.harness import SERVED_MODEL_NAME, stream_completion, vllm_server
 from tests.vllm.recording import FINISH_LOG_ENV
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.server]
 
 # semsched's adapter and vLLM's own scheduler, each with a recorder of the engine-side finish order (recording.py)
 ADAPTER = "tests.vllm.recording.SemschedRecorder"

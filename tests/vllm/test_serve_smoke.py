@@ -10,7 +10,7 @@ import pytest
 
 from tests.vllm.harness import SERVED_MODEL_NAME, stream_completion
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.server]
 
 
 @pytest.fixture(scope="module")
