@@ -39,12 +39,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the ``vllm serve`` tests (marked ``server``) before anything starts an in-process engine.
-
-    After an in-process engine has run in the test process, a server started from it was seen to hand requests
-    to its engine only when the engine went idle (on 2 cores; the cause was not found: environment and CPU
-    affinity are already reset for servers). Servers started from a process that has run no engine behave.
-    """
+    """Run the ``vllm serve`` tests (marked ``server``) before anything starts an in-process engine, so that no
+    engine state of this process can reach a server it starts (a precaution: servers started by pytest were
+    sometimes seen to pass a request on to their engine only once it went idle, cause not found)."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("server") else 1)
 
 

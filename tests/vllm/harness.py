@@ -32,10 +32,9 @@ if TYPE_CHECKING:
     from vllm import LLM
 
 HOST = "127.0.0.1"  # servers listen on loopback only
-# The environment before anything in this process imported vLLM. Importing vLLM changes it (LD_LIBRARY_PATH gains
-# opencv's bundled libraries, TORCHINDUCTOR_* ...); a server started with those inherited ran its worker so that
-# the API server starved and passed requests on to the engine only when it went idle. Servers get this snapshot
-# plus the VLLM_*/HF_*/DO_NOT_TRACK settings the tests make.
+# The environment before anything in this process imported vLLM, which changes it (LD_LIBRARY_PATH,
+# TORCHINDUCTOR_* ...). Servers get this snapshot plus the VLLM_*/HF_*/DO_NOT_TRACK/... settings the tests make,
+# so that a server starts as it would from a shell.
 _ENV_BEFORE_VLLM = dict(os.environ)
 _TEST_ENV_PREFIXES = ("VLLM_", "HF_", "DO_NOT_TRACK", "PROMETHEUS_", "SEMSCHED_")
 SERVED_MODEL_NAME = "tiny"
@@ -235,9 +234,8 @@ def vllm_server(
 
 
 def _all_cpus() -> None:
-    """In the server's process, before exec: allow every CPU again. An in-process engine started earlier in this
-    test process pins the process to the CPUs it bound its threads to, and children inherit that affinity: a
-    server squeezed onto one core starved its API server, which passed requests on only when the engine idled."""
+    """In the server's process, before exec: allow every CPU, whatever an in-process engine of this test process
+    may have bound (children inherit CPU affinity)."""
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
