@@ -9,13 +9,13 @@ forward pass is missing, so steps take no model time and decisions are exactly r
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from semsched.vllm.environ import temporary_environ
 
 FAKE_TOKEN_ID = 7
 
@@ -47,18 +47,6 @@ class StepRecord:
     finished: list[Finished] = field(default_factory=list)
 
 
-@contextmanager
-def _env(overrides: Mapping[str, str] | None) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in overrides or {}}
-    os.environ.update(overrides or {})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class SchedulerHarness:
@@ -102,7 +90,7 @@ class SchedulerHarness:
             num_blocks=cfg.num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]
         )
         cls = resolve_obj_by_qualname(scheduler_cls) if isinstance(scheduler_cls, str) else scheduler_cls
-        with _env(env):
+        with temporary_environ(env or {}):
             self.scheduler = cls(
                 vllm_config=vllm_config,
                 kv_cache_config=kv_cache_config,

@@ -39,7 +39,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -49,6 +48,7 @@ import numpy as np
 from semsched.latency.base import BatchSample
 from semsched.latency.batch import FEATURE_NAMES, BatchLatencyModel, FitReport, evaluate, fit
 from semsched.latency.profiles import FitValue, ProfiledEngine, check_profile_name, save_profile
+from semsched.vllm.environ import temporary_environ
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -685,24 +685,11 @@ class VllmEngine:
             gc.collect()
 
 
-@contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Set environment variables for the duration of the block."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _start_llm(settings: EngineSettings) -> LLM:
     # In-process engine core: the driver steps it and reads the scheduler's records directly.
-    with _environment(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
+    with temporary_environ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}):
         from vllm import LLM
         from vllm.platforms import current_platform
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from semsched.latency.profiles import ProfiledEngine
 from semsched.vllm.config import CONFIG_ENV, POLICY_ENV
+from semsched.vllm.environ import temporary_environ
 from semsched.vllm.profiling import EngineSettings, StepComposition, step_composition
 from semsched.vllm.profiling import StepRecord as ProfilingStep
 
@@ -231,17 +232,8 @@ def _engine_env(policy: str) -> Iterator[None]:
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
     }
-    saved = {key: os.environ.get(key) for key in (*values, CONFIG_ENV)}
-    os.environ.update(values)
-    os.environ.pop(CONFIG_ENV, None)
-    try:
+    with temporary_environ({**values, CONFIG_ENV: None}):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _start_engine(settings: EngineSettings, policy: str, enable_prefix_caching: bool) -> tuple[Any, _Recorder]:

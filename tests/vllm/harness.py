@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from semsched.vllm.environ import temporary_environ
+
 if TYPE_CHECKING:
     from vllm import LLM
 
@@ -89,18 +91,6 @@ class EngineShape:
         return args
 
 
-@contextmanager
-def _environment(overrides: Mapping[str, str] | None) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in overrides or {}}
-    os.environ.update(overrides or {})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _split_options(options: Mapping[str, Any]) -> tuple[EngineShape, dict[str, Any]]:
@@ -127,7 +117,7 @@ def make_llm(
     if scheduler_cls is not None:
         kwargs["scheduler_cls"] = scheduler_cls
     kwargs.update(engine_kwargs)
-    with _environment(env):
+    with temporary_environ(env or {}):
         return LLM(str(model_dir), **kwargs)
 
 
