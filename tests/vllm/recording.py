@@ -18,45 +18,33 @@ from semsched.vllm.scheduler import Scheduler as SemschedScheduler
 FINISH_LOG_ENV = "SEMSCHED_TEST_FINISH_LOG"
 
 
-def _record(scheduler: Any, scheduler_output: Any, outputs: Any) -> None:
-    path = os.environ.get(FINISH_LOG_ENV)
-    if not path:
-        return
-    lines = []
-    for batch in outputs.values():
-        for item in batch.outputs:
-            if item.finish_reason is not None:
-                lines.append(f"{scheduler.semsched_test_priorities.get(item.request_id, '?')} {item.request_id}\n")
-    if lines:
-        with open(path, "a", encoding="utf-8") as log:
-            log.writelines(lines)
+class _FinishLog:
+    """Mixin: remembers each request's priority and logs finishes (put it before the scheduler class)."""
 
-
-class VllmRecorder(VllmScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.semsched_test_priorities: dict[str, int] = {}
 
     def add_request(self, request: Any) -> None:
         self.semsched_test_priorities[request.request_id] = request.priority
-        super().add_request(request)
+        super().add_request(request)  # type: ignore[misc]
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        outputs = super().update_from_output(scheduler_output, model_runner_output)
-        _record(self, scheduler_output, outputs)
+        outputs = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        path = os.environ.get(FINISH_LOG_ENV)
+        lines = [
+            f"{self.semsched_test_priorities.get(item.request_id, '?')} {item.request_id}\n"
+            for batch in outputs.values() for item in batch.outputs if item.finish_reason is not None
+        ]
+        if path and lines:
+            with open(path, "a", encoding="utf-8") as log:
+                log.writelines(lines)
         return outputs
 
 
-class SemschedRecorder(SemschedScheduler):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.semsched_test_priorities: dict[str, int] = {}
+class VllmRecorder(_FinishLog, VllmScheduler):
+    pass
 
-    def add_request(self, request: Any) -> None:
-        self.semsched_test_priorities[request.request_id] = request.priority
-        super().add_request(request)
 
-    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        outputs = super().update_from_output(scheduler_output, model_runner_output)
-        _record(self, scheduler_output, outputs)
-        return outputs
+class SemschedRecorder(_FinishLog, SemschedScheduler):
+    pass
