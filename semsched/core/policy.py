@@ -97,6 +97,9 @@ class Policy:
     stable_between_events: ClassVar[bool] = False
     #: re-key every waiting request at most this often (time-dependent order: aging, Gittins refresh)
     rekey_interval_s: ClassVar[float | None] = None
+    #: True when ``victim_key`` depends only on what never changes while a request runs (arrival, priority,
+    #: deadline): the scheduler then re-sorts its running list only after admissions
+    static_victim_key: ClassVar[bool] = False
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -135,7 +138,8 @@ class Policy:
         self, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request] | None:
         """Running requests to serve this step, in order; those left out keep their KV but compute nothing
-        this step. ``None`` (the default) serves all of them in admission order, as vLLM does."""
+        this step. ``None`` (the default) serves all of them in ascending :meth:`victim_key` order (most protected
+        first; for FCFS, arrival order), which is also the order the vLLM adapter gives vLLM's running list."""
         return None
 
     def exclusive_class(self, request: Request) -> int | None:

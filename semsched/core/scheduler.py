@@ -47,6 +47,9 @@ class SchedulerConfig:
     reservations: tuple[Reservation, ...] = ()
     #: KV slots reserved per decode for speculative tokens (vLLM's num_lookahead_tokens); 0 = no speculation
     num_lookahead_tokens: int = 0
+    #: admit a waiting request only when its whole sequence (prompt plus tokens already generated) fits in free
+    #: blocks, not just its first chunk (vLLM >= 0.2x's ``scheduler_reserve_full_isl``, on by default there)
+    reserve_full_prompt: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_lookahead_tokens, int) or self.num_lookahead_tokens < 0:
@@ -131,6 +134,7 @@ class Scheduler:
         self.timeline = TokenTimeline()
         self._waiting = _WaitingQueue()
         self._running: list[Request] = []
+        self._running_sorted = True  # in ascending victim_key order (removals keep it; admissions clear it)
         self._requests: dict[str, Request] = {}
         self._class_counts: Counter[int] = Counter()
         self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
@@ -234,6 +238,11 @@ class Scheduler:
         running, block_size = RequestState.RUNNING, self.block_size
         lookahead = self.config.num_lookahead_tokens
         order = self.policy.running_order(self._running, self, now_s)
+        if order is None and not (self._running_sorted and self.policy.static_victim_key):
+            # most protected first: the budget goes to them first and KV-pressure victims come from the back,
+            # the order the vLLM adapter gives vLLM's running list every step
+            self._running.sort(key=self.policy.victim_key)
+            self._running_sorted = True
         for request in list(self._running if order is None else order):
             if step.tokens <= 0:
                 return
@@ -310,6 +319,8 @@ class Scheduler:
         num_new = min(candidate.num_uncomputed_tokens, step.tokens)
         swapped = self.kv.swapped_blocks_of(candidate)
         needed = blocks_for(candidate.num_computed_tokens + self._slots(candidate, num_new), self.block_size)
+        if self.config.reserve_full_prompt and swapped == 0:
+            needed = max(needed, blocks_for(candidate.prompt_tokens + candidate.num_output_tokens, self.block_size))
         if swapped == 0:
             needed -= self.kv.gpu_blocks_of(candidate)
         return needed - self.kv.available_for(candidate, admission=True)
@@ -337,6 +348,7 @@ class Scheduler:
             request.first_scheduled_time_s = now_s
         request.state = RequestState.RUNNING
         self._running.append(request)
+        self._running_sorted = False
 
     def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
         computed = request.num_computed_tokens

@@ -26,6 +26,7 @@ class EDF(Policy):
     name: ClassVar[str] = "edf"
     config_cls: ClassVar[type[PolicyConfig]] = EDFConfig
     stable_between_events: ClassVar[bool] = True
+    static_victim_key: ClassVar[bool] = True
     config: EDFConfig
 
     def deadline_s(self, request: Request) -> float:

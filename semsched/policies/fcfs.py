@@ -14,3 +14,4 @@ class FCFS(Policy):
 
     name: ClassVar[str] = "fcfs"
     stable_between_events: ClassVar[bool] = True
+    static_victim_key: ClassVar[bool] = True

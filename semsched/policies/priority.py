@@ -18,6 +18,7 @@ from semsched.policies.registry import register_policy
 class StrictPriority(Policy):
     name: ClassVar[str] = "priority"
     stable_between_events: ClassVar[bool] = True
+    static_victim_key: ClassVar[bool] = True
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.priority, request.arrival_time_s)

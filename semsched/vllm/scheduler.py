@@ -86,7 +86,9 @@ class PolicyQueue(RequestQueue):
     """vLLM's waiting-queue interface, ordered by a policy key (smallest first); removal is lazy.
 
     ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order.
-    ``priority_counts`` tracks queue depth per vLLM priority in O(1) per operation (for metrics).
+    ``priority_counts`` tracks queue depth per vLLM priority in O(1) per operation (for metrics). While ``gate``
+    is set, the queue reads as empty (``bool``) when its head fails the gate, which stops vLLM's admission loop
+    there; the adapter sets it for one ``schedule()`` to keep other classes out under class-exclusive batching.
     """
 
     def __init__(self, key: Callable[[VllmRequest], SortKey]) -> None:
@@ -95,6 +97,7 @@ class PolicyQueue(RequestQueue):
         self._live: dict[str, int] = {}  # request_id -> sequence number of its live heap entry
         self._seq = itertools.count()
         self.priority_counts: Counter[int] = Counter()
+        self.gate: Callable[[VllmRequest], bool] | None = None
 
     def add_request(self, request: VllmRequest) -> None:
         if request.request_id in self._live:
@@ -144,7 +147,10 @@ class PolicyQueue(RequestQueue):
         self._heap = live
 
     def __bool__(self) -> bool:
-        return bool(self._live)
+        if self.gate is None or not self._live:
+            return bool(self._live)
+        self._drop_dead()
+        return self.gate(self._heap[0][2])
 
     def __len__(self) -> int:
         return len(self._live)
@@ -204,6 +210,11 @@ class _StepEstimate:
     tokens: int
     seqs: int
     running_tokens: dict[str, int] = field(default_factory=dict)
+    running_blocks: dict[str, int] = field(default_factory=dict)  # blocks each running request's share adds
+
+    def freed_by(self, request: VllmRequest, block_size: int) -> int:
+        """Blocks displacing ``request`` gives back: what it holds plus the share it would have taken."""
+        return _blocks(request.num_computed_tokens, block_size) + self.running_blocks.get(request.request_id, 0)
 
 
 class _EngineView:
@@ -353,13 +364,17 @@ class Scheduler(_VllmScheduler):
         self._sync_running()
         self._maybe_rekey(now)
         displaced: dict[str, str] = {}
-        self._enforce_exclusive(displaced)
+        best = self._best_class()
+        if best is not None:
+            self._enforce_exclusive(best, displaced)
+            self.waiting.gate = self._class_gate(best)  # type: ignore[attr-defined]
         self._displace_for_waiting(displaced, now)
         held_back = self._order_running(now)
         self._apply_step_budget(now, len(held_back))
         try:
             output = super().schedule(*args, **kwargs)
         finally:
+            self.waiting.gate = None  # type: ignore[attr-defined]
             self.max_num_scheduled_tokens = self._configured.max_num_batched_tokens
             self.max_num_active_reqs = self._configured.max_num_seqs
             self.running.extend(held_back)
@@ -383,28 +398,43 @@ class Scheduler(_VllmScheduler):
         self.waiting.rekey()  # type: ignore[attr-defined]
         self.kv_holding_waiting.rekey()  # type: ignore[attr-defined]
 
-    def _enforce_exclusive(self, displaced: dict[str, str]) -> None:
-        """Class-exclusive batching: preempt running requests of a less important class than the best
-        unfinished one (seed 000 eq. 2)."""
-        counts = self._class_counts
-        if not counts:
-            return
-        present = [c for c, n in counts.items() if n > 0]
-        if not present:
-            return
-        best = min(present)
+    def _best_class(self) -> int | None:
+        """The most important class among unfinished requests under class-exclusive batching, else None."""
+        return min((c for c, n in self._class_counts.items() if n > 0), default=None)
+
+    def _class_gate(self, best: int) -> Callable[[VllmRequest], bool]:
+        policy, tracked = self.semsched_policy, self._tracked
+
+        def admissible(request: VllmRequest) -> bool:
+            entry = tracked.get(request.request_id)
+            return entry is None or policy.exclusive_class(entry.shadow) == best
+
+        return admissible
+
+    def _enforce_exclusive(self, best: int, displaced: dict[str, str]) -> None:
+        """Class-exclusive batching (seed 000 eq. 2): preempt running requests of a less important class than
+        the best unfinished one; the waiting queue's gate keeps such requests from being admitted."""
         policy = self.semsched_policy
         for request in [r for r in self.running if r.request_id in self._tracked]:
             if policy.exclusive_class(self._tracked[request.request_id].shadow) != best:
                 self._displace(request, "exclusive", displaced)
 
     def _displace_for_waiting(self, displaced: dict[str, str], now: float) -> None:
-        """Let waiting requests that do not fit displace the running requests the policy names."""
+        """Let waiting requests that do not fit displace the running requests the policy names.
+
+        As in the core scheduler, only KV blocks and sequence slots are reasons to displace: a candidate is
+        considered only while running requests leave token budget this step, and one that finds the budget spent
+        waits for the next step instead of costing a running request its computed tokens (a recompute)."""
         if not self.waiting or self.kv_holding_waiting:
             return
         estimate = self._estimate_step()
+        if estimate.free_blocks < 0:
+            return  # running requests alone overflow the KV cache: vLLM preempts for them and admits nothing
         with closing(self.waiting.in_order()) as candidates:  # type: ignore[attr-defined]
+            gate = self.waiting.gate  # type: ignore[attr-defined]
             for candidate in candidates:
+                if estimate.tokens <= 0 or (gate is not None and not gate(candidate)):
+                    return
                 if not self._make_room(candidate, estimate, displaced, now):
                     return
 
@@ -426,7 +456,8 @@ class Scheduler(_VllmScheduler):
             if self._fits(candidate, estimate):
                 break
             request = self._tracked[victim.request_id].request
-            estimate.free_blocks += _blocks(request.num_computed_tokens, self.block_size)
+            estimate.free_blocks += estimate.freed_by(request, self.block_size)
+            estimate.running_blocks.pop(request.request_id, None)
             estimate.tokens += estimate.running_tokens.pop(request.request_id, 0)
             estimate.seqs += 1
             self._displace(request, "priority", displaced)
@@ -439,25 +470,33 @@ class Scheduler(_VllmScheduler):
         tokens = self.max_num_scheduled_tokens
         free = int(self.kv_cache_manager.block_pool.get_num_free_blocks())
         running_tokens: dict[str, int] = {}
+        running_blocks: dict[str, int] = {}
         for request in self.running:
             computed = request.num_computed_tokens
             new = min(request.num_tokens_with_spec + request.num_output_placeholders - computed, max(tokens, 0))
             if new <= 0:
                 continue
             running_tokens[request.request_id] = new
+            running_blocks[request.request_id] = share = (
+                _blocks(computed + new + lookahead, block_size) - _blocks(computed, block_size)
+            )
             tokens -= new
-            free -= _blocks(computed + new + lookahead, block_size) - _blocks(computed, block_size)
+            free -= share
         seqs = self.max_num_active_reqs - len(self.running)
-        return _StepEstimate(free_blocks=free, tokens=tokens, seqs=seqs, running_tokens=running_tokens)
+        return _StepEstimate(free, tokens, seqs, running_tokens, running_blocks)
 
     def _candidate_need(self, candidate: VllmRequest, tokens: int) -> tuple[int, int]:
         """(tokens, blocks) the candidate takes if admitted now with ``tokens`` of budget left."""
         new = min(candidate.num_tokens - candidate.num_computed_tokens, max(tokens, 1))
         blocks = _blocks(candidate.num_computed_tokens + new + self.num_lookahead_tokens, self.block_size)
+        if self.scheduler_reserve_full_isl:  # vLLM admits only what fits whole
+            blocks = max(blocks, _blocks(min(candidate.num_tokens, self.max_model_len), self.block_size))
         return new, blocks + int(self.kv_cache_manager.watermark_blocks)
 
     def _fits(self, candidate: VllmRequest, estimate: _StepEstimate) -> bool:
-        if estimate.seqs <= 0 or estimate.tokens <= 0:
+        """Whether ``candidate`` gets a slot and its blocks (taking them from ``estimate`` if so). Called only
+        while ``estimate.tokens > 0``."""
+        if estimate.seqs <= 0:
             return False
         new, blocks = self._candidate_need(candidate, estimate.tokens)
         if blocks > estimate.free_blocks:
@@ -470,12 +509,13 @@ class Scheduler(_VllmScheduler):
     def _victims_suffice(
         self, candidate: VllmRequest, victims: Sequence[Request], estimate: _StepEstimate
     ) -> bool:
+        """Whether displacing all of ``victims`` would give ``candidate`` a slot and its blocks (the core
+        scheduler's test: the candidate's chunk is sized by the budget left now)."""
         requests = [self._tracked[v.request_id].request for v in victims]
-        tokens = estimate.tokens + sum(estimate.running_tokens.get(r.request_id, 0) for r in requests)
-        if tokens <= 0 or estimate.seqs + len(requests) <= 0:
+        if estimate.seqs + len(requests) <= 0:
             return False
-        freed = sum(_blocks(r.num_computed_tokens, self.block_size) for r in requests)
-        _, blocks = self._candidate_need(candidate, tokens)
+        freed = sum(estimate.freed_by(r, self.block_size) for r in requests)
+        _, blocks = self._candidate_need(candidate, estimate.tokens)
         return blocks <= estimate.free_blocks + freed
 
     def _displace(self, request: VllmRequest, reason: str, displaced: dict[str, str]) -> None:
