@@ -358,7 +358,7 @@ def _show_profile(console: Console, result: Any) -> None:
         f"{result.timing} time",
         highlight=False,
     )
-    coefficients = Table("coefficient", "value", "unit", "term (PROSERVE eq. 4-7)")
+    coefficients = Table("coefficient", "value", "unit", "term (PROSERVE eq. 4-7, plus d_p)")
     for field, unit, term in (
         ("t_c", "s", "every step"),
         ("a_p", "s/token²", "prefill chunk: lq²"),
@@ -366,6 +366,7 @@ def _show_profile(console: Console, result: Any) -> None:
         ("c_p", "s/token", "prefill chunk: lq"),
         ("a_d", "s/token", "decode: its context lkv"),
         ("b_d", "s", "decode: each"),
+        ("d_p", "s", "prefill chunk: each (not in PROSERVE)"),
     ):
         coefficients.add_row(field, f"{getattr(config, field):.4g}", unit, term)
     console.print(coefficients)

@@ -23,6 +23,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "num_decode",
 )
 """Columns of the fit's design matrix, in the order of the coefficients t_c, a_p, b_p, c_p, a_d, b_d."""
+CHUNK_FEATURE = "num_prefill_chunks"
+"""The extra column of a fit with ``per_chunk_constant=True`` (coefficient ``d_p``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,9 @@ class BatchConfig:
     * ``a_d`` (s/token), ``b_d`` (s): a decode request costs ``a_d·lkv + b_d``.
     * ``kv_transfer_s_per_token`` (s/token): swap cost, not part of PROSERVE. The default 0 makes swapping
       free, which is only right when the simulator does not model transfer time.
+    * ``d_p`` (s): a fixed cost per prefill chunk, not part of PROSERVE (0, the default, is eq. 5 exactly).
+      Measured engines have one (per-request input preparation, the sampler and the first-token output of a
+      prompt); without it a fit folds that cost into ``t_c`` and overcharges small decode-only steps.
 
     Fitted coefficients are unconstrained, so they may be negative; they must be finite.
     """
@@ -46,6 +51,7 @@ class BatchConfig:
     a_d: float
     b_d: float
     kv_transfer_s_per_token: float = 0.0
+    d_p: float = 0.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -63,7 +69,8 @@ def _step_s(config: BatchConfig, prefill_s: float, num_decode: int, context_toke
 
 @dataclass(frozen=True, slots=True)
 class BatchLatencyModel:
-    """``T(B) = t_c + Σ_prefill (a_p·lq² + b_p·lq·lkv + c_p·lq) + Σ_decode (a_d·lkv + b_d)`` (PROSERVE eq. 7).
+    """``T(B) = t_c + Σ_prefill (a_p·lq² + b_p·lq·lkv + c_p·lq + d_p) + Σ_decode (a_d·lkv + b_d)`` (PROSERVE
+    eq. 7, plus the optional per-chunk constant ``d_p``).
 
     The decode sum is computed from aggregates as ``a_d·Σlkv + b_d·num_decode``. An empty step costs 0 (no
     ``t_c``). ``swap_time_s(n) = kv_transfer_s_per_token·n``.
@@ -96,9 +103,12 @@ class BatchLatencyModel:
         return self.config.kv_transfer_s_per_token * num_tokens
 
     def chunk_time_s(self, query_tokens: int, cached_tokens: int) -> float:
-        """Eq. 5 for one prefill chunk: ``a_p·lq² + b_p·lq·lkv + c_p·lq``."""
+        """Eq. 5 for one prefill chunk: ``a_p·lq² + b_p·lq·lkv + c_p·lq`` (+ ``d_p``)."""
         config = self.config
-        return config.a_p * query_tokens**2 + config.b_p * query_tokens * cached_tokens + config.c_p * query_tokens
+        return (
+            config.a_p * query_tokens**2 + config.b_p * query_tokens * cached_tokens + config.c_p * query_tokens
+            + config.d_p
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +126,11 @@ class FitReport:
 
 
 def batch_features(
-    prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int
+    prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int, *, per_chunk: bool = False
 ) -> tuple[float, ...]:
-    """One row of the design matrix, in the order of :data:`FEATURE_NAMES`."""
-    return (
+    """One row of the design matrix, in the order of :data:`FEATURE_NAMES` (then :data:`CHUNK_FEATURE` with
+    ``per_chunk=True``)."""
+    row = (
         1.0,
         float(sum(lq * lq for lq, _ in prefill)),
         float(sum(lq * lkv for lq, lkv in prefill)),
@@ -127,6 +138,7 @@ def batch_features(
         float(decode_context_tokens),
         float(num_decode),
     )
+    return (*row, float(len(prefill))) if per_chunk else row
 
 
 def fit(
@@ -136,26 +148,33 @@ def fit(
     kv_transfer_s_per_token: float = 0.0,
     relative_error: bool = False,
     nonnegative: bool = False,
+    per_chunk_constant: bool = False,
 ) -> tuple[BatchLatencyModel, FitReport]:
-    """Least-squares fit of eq. 4-7 to measured steps.
+    """Least-squares fit of eq. 4-7 to measured steps (with ``per_chunk_constant=True``, also ``d_p``: the
+    samples then need steps with and without prefill, and with different numbers of chunks or tokens).
 
     ``relative_error=True`` weights each sample by ``1/time_s``, minimising squared relative error (closer to
     the MAPE that PROSERVE reports) instead of squared seconds. Coefficients are unconstrained unless
     ``nonnegative=True``, which solves the exact non-negative least-squares problem instead: every term of eq.
     4-7 is a cost, a profile file accepts only coefficients >= 0, and noisy measurements (a term too small to
-    resolve) can otherwise come out negative. Raises ``ValueError`` with fewer samples than the six parameters,
+    resolve) can otherwise come out negative. Raises ``ValueError`` with fewer samples than parameters (six, seven with ``d_p``),
     a non-positive ``time_s``, or a design whose features cannot all be identified (for example a feature that
     never varies).
     """
-    _check_samples(samples)
-    design = np.array([batch_features(s.prefill, s.num_decode, s.decode_context_tokens) for s in samples])
+    names = (*FEATURE_NAMES, CHUNK_FEATURE) if per_chunk_constant else FEATURE_NAMES
+    _check_samples(samples, len(names))
+    design = np.array([
+        batch_features(s.prefill, s.num_decode, s.decode_context_tokens, per_chunk=per_chunk_constant)
+        for s in samples
+    ])
     times_s = np.array([s.time_s for s in samples], dtype=np.float64)
-    _check_design(design)
+    _check_design(design, names)
     weights = 1.0 / times_s if relative_error else np.ones_like(times_s)
     solve = _nonnegative_lstsq if nonnegative else _weighted_lstsq
-    coefficients = solve(design, times_s, weights)
-    t_c, a_p, b_p, c_p, a_d, b_d = (float(c) for c in coefficients)
-    config = BatchConfig(t_c, a_p, b_p, c_p, a_d, b_d, kv_transfer_s_per_token=kv_transfer_s_per_token)
+    coefficients = [float(c) for c in solve(design, times_s, weights)]
+    t_c, a_p, b_p, c_p, a_d, b_d = coefficients[:6]
+    d_p = coefficients[6] if per_chunk_constant else 0.0
+    config = BatchConfig(t_c, a_p, b_p, c_p, a_d, b_d, kv_transfer_s_per_token=kv_transfer_s_per_token, d_p=d_p)
     model = BatchLatencyModel(config=config, name=name)
     return model, evaluate(model, samples)
 
@@ -181,8 +200,7 @@ def evaluate(model: BatchLatencyModel, samples: Sequence[BatchSample]) -> FitRep
     )
 
 
-def _check_samples(samples: Sequence[BatchSample]) -> None:
-    num_parameters = len(FEATURE_NAMES)
+def _check_samples(samples: Sequence[BatchSample], num_parameters: int) -> None:
     if len(samples) < num_parameters:
         raise ValueError(
             f"need at least {num_parameters} samples to fit {num_parameters} parameters, got {len(samples)}"
@@ -193,21 +211,21 @@ def _check_samples(samples: Sequence[BatchSample]) -> None:
         validate_step_inputs(sample.prefill, sample.num_decode, sample.decode_context_tokens)
 
 
-def _check_design(design: FloatArray) -> None:
+def _check_design(design: FloatArray, names: Sequence[str]) -> None:
     """Raise ``ValueError`` naming the culprit features if the design matrix is rank deficient."""
     scaled = design / _column_scale(design)
     rank = int(np.linalg.matrix_rank(scaled))
     if rank == design.shape[1]:
         return
     constant = [
-        f"'{FEATURE_NAMES[j]}' never varies (always {design[0, j]:g})"
+        f"'{names[j]}' never varies (always {design[0, j]:g})"
         for j in range(1, design.shape[1])
         if np.all(design[:, j] == design[0, j])
     ]
     if constant:
         raise ValueError("degenerate design: " + "; ".join(constant) + ". Add samples where it varies.")
     dependent = [
-        FEATURE_NAMES[j]
+        names[j]
         for j in range(design.shape[1])
         if int(np.linalg.matrix_rank(np.delete(scaled, j, axis=1))) == rank
     ]
@@ -234,7 +252,7 @@ def _nonnegative_lstsq(design: FloatArray, times_s: FloatArray, weights: FloatAr
 
     The optimum is the unconstrained least-squares solution restricted to its own support (the coefficients it
     leaves positive), so the best non-negative solution over all supports is the optimum. With six features
-    that is 63 small solves, which is simpler and more exact than an iterative active-set method.
+    that is 63 (127 with ``d_p``) small solves, which is simpler and more exact than an iterative active-set method.
     """
     scale = _column_scale(design)
     weighted = design * weights[:, np.newaxis] / scale

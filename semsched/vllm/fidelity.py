@@ -179,15 +179,19 @@ def read_model_facts(model_dir: str | Path) -> ModelFacts:
 
 # ---- the simulated side -------------------------------------------------------------------------------------
 def scheduler_config(settings: EngineSettings) -> SchedulerConfig:
-    """The simulator's view of the engine: vLLM's limits, its KV blocks, no watermark (vLLM v1 has none),
-    no swap space (vLLM preempts by recompute)."""
+    """The simulator's view of the engine: vLLM's limits, its usable KV blocks (vLLM keeps one of them as the
+    null block), no watermark (vLLM's default is none), no swap space (vLLM preempts by recompute), and vLLM
+    0.32's admission rule: a waiting request starts only when its whole sequence fits
+    (``scheduler_reserve_full_isl``, on by default). With these the core scheduler makes the adapter's decisions
+    step for step (tests/vllm/test_scheduler.py, the lockstep test)."""
     return SchedulerConfig(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
         block_size=settings.block_size,
-        num_gpu_blocks=settings.kv_blocks,
+        num_gpu_blocks=settings.kv_blocks - 1,
         num_cpu_blocks=0,
         watermark=0.0,
+        reserve_full_prompt=True,
     )
 
 

@@ -21,8 +21,9 @@ How a profile is made:
    another process on the machine, a page fault or a first-time kernel shape only ever *slows* a step, so the
    fastest repeat is the best estimate of what the step costs the engine alone (the argument of Python's
    ``timeit``). ``median`` keeps the typical repeat instead, for a machine the engine has to itself.
-4. **Fit.** Relative-error, non-negative least squares of PROSERVE eq. 4-7 (:func:`fit_steps`); a profile file
-   needs coefficients >= 0.
+4. **Fit.** Relative-error, non-negative least squares of PROSERVE eq. 4-7 plus a fixed cost per prefill chunk
+   ``d_p`` (:func:`fit_steps`); a profile file needs coefficients >= 0. On the tiny CPU model ``d_p`` takes about
+   a millisecond that eq. 4-7 alone would put into ``t_c``, overcharging every small decode-only step.
 
 vLLM (and torch) are imported only when an engine starts, so the grid, the recorder and the fitting code can be
 used and tested without them.
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from semsched.latency.base import BatchSample
-from semsched.latency.batch import FEATURE_NAMES, BatchLatencyModel, FitReport, evaluate, fit
+from semsched.latency.batch import CHUNK_FEATURE, FEATURE_NAMES, BatchLatencyModel, FitReport, evaluate, fit
 from semsched.latency.profiles import FitValue, ProfiledEngine, check_profile_name, save_profile
 from semsched.vllm.environ import temporary_environ
 
@@ -613,7 +614,7 @@ def fit_steps(
     coefficient."""
     samples = [step.record.sample(timing) for step in representative_steps(steps, timing, statistic)]
     try:
-        model, report = fit(samples, name=name, relative_error=True, nonnegative=True)
+        model, report = fit(samples, name=name, relative_error=True, nonnegative=True, per_chunk_constant=True)
     except ValueError as error:
         raise ProfilingError(f"cannot fit the batch model to this grid: {error}") from None
     return model, report, evaluate(model, [step.record.sample(timing) for step in steps])
@@ -856,7 +857,7 @@ class ProfileResult:
             writer.writerows(_csv_row(step, id(step) in kept) for step in self.steps)
 
 
-_COEFFICIENTS = ("t_c", "a_p", "b_p", "c_p", "a_d", "b_d")
+_COEFFICIENTS = ("t_c", "a_p", "b_p", "c_p", "a_d", "b_d", "d_p")
 _CSV_HEADER = (
     "group",
     "repeat",
@@ -868,6 +869,7 @@ _CSV_HEADER = (
     "execute_cpu_s",
     "fit_sample",
     *FEATURE_NAMES[1:],
+    CHUNK_FEATURE,
 )
 
 
@@ -889,6 +891,7 @@ def _csv_row(step: MeasuredStep, kept: bool) -> list[object]:
         sum(lq for lq, _ in prefill),
         composition.decode_context_tokens,
         composition.num_decode,
+        len(prefill),
     ]
 
 

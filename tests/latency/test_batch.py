@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -79,6 +80,31 @@ def test_fit_recovers_coefficients_from_noiseless_samples() -> None:
         assert getattr(fitted.config, name) == pytest.approx(getattr(TRUE_CONFIG, name), rel=1e-6), name
     assert report.mape < 1e-9
     assert report.num_samples == len(grid_samples(make_model()))
+
+
+def test_chunk_constant_is_charged_once_per_prefill_chunk() -> None:
+    plain, with_d_p = make_model(), make_model(dataclasses.replace(TRUE_CONFIG, d_p=7e-4))
+    assert with_d_p.step_time_s([(100, 50), (20, 0)], 3, 600) - plain.step_time_s([(100, 50), (20, 0)], 3, 600) \
+        == pytest.approx(2 * 7e-4, rel=1e-9)
+    assert with_d_p.step_time_s([], 3, 600) == plain.step_time_s([], 3, 600)
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+def test_fit_with_chunk_constant_recovers_it_and_eq7_alone_cannot(nonnegative: bool) -> None:
+    truth = make_model(dataclasses.replace(TRUE_CONFIG, d_p=1.5e-3))
+    samples = grid_samples(truth)
+    fitted, report = fit(samples, per_chunk_constant=True, nonnegative=nonnegative)
+    for name in ("t_c", "a_p", "b_p", "c_p", "a_d", "b_d", "d_p"):
+        assert getattr(fitted.config, name) == pytest.approx(getattr(truth.config, name), rel=1e-6), name
+    assert report.mape < 1e-9
+    _, without = fit(samples, nonnegative=nonnegative)
+    assert without.mape > 0.01  # eq. 4-7 has no term for a fixed per-chunk cost
+
+
+def test_fit_with_chunk_constant_needs_steps_without_prefill() -> None:
+    prefill_only = [s for s in grid_samples(make_model()) if s.prefill]
+    with pytest.raises(ValueError, match="num_prefill_chunks"):
+        fit(prefill_only, per_chunk_constant=True)
 
 
 @pytest.mark.parametrize("relative_error", [False, True])

@@ -155,11 +155,20 @@ def test_profile_mismatches_name_what_differs(tmp_path: Path) -> None:
     assert profile_mismatches(ProfileInfo(BatchLatencyModel(BATCH), "x"), settings)[0].startswith("profile")
 
 
-def test_scheduler_config_matches_the_engine_without_watermark_or_swap() -> None:
-    settings = EngineSettings(model="m", max_model_len=1024, max_num_seqs=8, max_num_batched_tokens=256)
+def test_scheduler_config_matches_the_engine_without_watermark_or_swap(tiny_model_dir: Path) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
+
+    from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+
+    settings = EngineSettings(model=str(tiny_model_dir), max_model_len=512, max_num_seqs=8,
+                              max_num_batched_tokens=256)
     config = scheduler_config(settings)
-    assert (config.max_num_batched_tokens, config.max_num_seqs, config.block_size) == (256, 8, 32)
-    assert config.num_gpu_blocks == settings.kv_blocks
+    engine = SchedulerHarness(VllmScheduler, tiny_model_dir, HarnessConfig(
+        num_blocks=settings.kv_blocks, block_size=settings.block_size, max_num_seqs=8, max_num_batched_tokens=256,
+        max_model_len=512)).scheduler
+    assert (config.max_num_batched_tokens, config.max_num_seqs, config.block_size) == (256, 8, settings.block_size)
+    assert config.num_gpu_blocks == engine.kv_cache_manager.block_pool.get_num_free_blocks()  # usable blocks
+    assert config.reserve_full_prompt == engine.scheduler_reserve_full_isl
     assert (config.watermark, config.num_cpu_blocks) == (0.0, 0)
 
 
