@@ -410,8 +410,10 @@ def _add_fidelity_parser(sub: Any) -> None:
         "--profile", default=None, help="latency profile name or path (default: profile the engine first)"
     )
     fidelity.add_argument("--requests", type=int, default=300, help="requests from the trace's start (300)")
+    fidelity.add_argument("--rate", type=float, default=None, help="requests/s (default: set by --load)")
     fidelity.add_argument(
-        "--rate", type=float, default=None, help="requests/s (default: 50%% of the simulated saturation rate)"
+        "--load", type=float, default=None,
+        help="fraction of the simulated saturation rate to replay at, when --rate is not given (default 0.3)",
     )
     fidelity.add_argument("--policies", default="fcfs,priority-preempt", help="comma-separated policy specs")
     fidelity.add_argument("--seed", type=int, default=0, help="tiers and prompt token ids (default 0)")
@@ -436,6 +438,10 @@ def _cmd_fidelity(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--requests: must be >= 2 (got {args.requests})")
     if args.rate is not None and not args.rate > 0:
         raise ValueError(f"--rate: must be > 0 (got {args.rate})")
+    if args.load is not None and args.rate is not None:
+        raise ValueError("--load: give --rate or --load, not both")
+    if args.load is not None and not 0 < args.load <= 1:
+        raise ValueError(f"--load: must be in (0, 1] (got {args.load})")
     if args.threads < 1:
         raise ValueError(f"--threads: must be >= 1 (got {args.threads})")
     if args.max_model_len is not None and args.max_model_len < 2:
@@ -455,6 +461,7 @@ def _cmd_fidelity(args: argparse.Namespace, console: Console) -> int:
             trace=trace,
             num_requests=args.requests,
             rate_per_s=args.rate,
+            load=args.load if args.load is not None else fidelity.DEFAULT_LOAD,
             policies=policies,
             seed=args.seed,
             enable_prefix_caching=not args.no_prefix_caching,

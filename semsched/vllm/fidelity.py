@@ -75,11 +75,13 @@ DEFAULT_MAX_MODEL_LEN = 2048
 """Context of the replayed engine when neither the profile nor the command line sets one (capped by the
 model's own); trace lengths are scaled to fit it. It is ``semsched profile``'s default, so a profile made with
 default settings describes the default replay, and it keeps the default run to a few minutes on a CPU."""
-DEFAULT_LOAD = 0.5
-"""Without an explicit rate, replay at this fraction of the saturation rate the simulator finds for the slice. The
-Azure slice is bursty: at 0.5 its bursts bring the engine close to saturation and drain again (on the tiny model
-about 1 request in 6 waits over 10 ms, none over a second); at 0.6 a burst saturates it for seconds, where a 5 %
-step-time error moves the mean TTFT by about 60 % and the comparison measures little but that amplification."""
+DEFAULT_LOAD = 0.3
+"""Without an explicit rate (or ``--load``), replay at this fraction of the saturation rate the simulator finds
+for the slice. The Azure slice is bursty. At 0.5 its bursts bring the engine close to saturation, and 5 % longer
+steps move the simulated mean TTFT by 35-40 % (measured: x7-x8). On this shared 2-core machine, step times drift
+by 10-30 % within and between runs, so at 0.5 the comparison mostly measures that drift, amplified. At 0.3 the
+same 5 % moves the mean TTFT by 8-10 % (x1.6-x1.9), and the comparison measures the step-time model and the
+scheduler. Every report prints its own sensitivity."""
 
 Log = Callable[[str], None]
 Progress = Callable[[str, int, int], None]
@@ -340,11 +342,18 @@ PROFILE_EXTRA_BATCH_SIZES = (2, 3, 6, 12)
 one to a few decodes, where eq. 4-7 is least accurate, so those sizes get their own measurements."""
 
 
+PROFILE_REPEATS = 7
+"""Repeats of every grid step when ``semsched fidelity`` profiles: the fit takes each step's median, and on a
+machine whose speed drifts by tens of percent for seconds at a time, three repeats let one slow stretch decide
+a step's time."""
+
+
 def profile_grid(settings: EngineSettings) -> ProfileGrid:
-    """The profiler's ``quick`` grid plus :data:`PROFILE_EXTRA_BATCH_SIZES` (those below ``max_num_seqs - 1``)."""
+    """The profiler's ``quick`` grid plus :data:`PROFILE_EXTRA_BATCH_SIZES` (those below ``max_num_seqs - 1``),
+    each step repeated :data:`PROFILE_REPEATS` times."""
     from semsched.vllm.profiling import make_grid
 
-    quick = make_grid("quick", settings)
+    quick = make_grid("quick", settings, repeats=PROFILE_REPEATS)
     extra = {size for size in PROFILE_EXTRA_BATCH_SIZES if size < settings.max_num_seqs - 1}
     grid = dataclasses.replace(quick, decode_batch_sizes=tuple(sorted(set(quick.decode_batch_sizes) | extra)))
     grid.check(settings)
@@ -418,12 +427,13 @@ def _write_profile_steps(steps: Sequence[MeasuredStep], path: Path) -> None:
 # ---- the run ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FidelityConfig:
-    """What to compare. ``rate_per_s=None`` replays at :data:`DEFAULT_LOAD` of the simulated saturation rate."""
+    """What to compare. ``rate_per_s=None`` replays at ``load`` (a fraction) of the simulated saturation rate."""
 
     settings: EngineSettings
     trace: Path
     num_requests: int = DEFAULT_NUM_REQUESTS
     rate_per_s: float | None = None
+    load: float = DEFAULT_LOAD
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
     enable_prefix_caching: bool = True
@@ -435,6 +445,8 @@ class FidelityConfig:
             raise ValueError(f"threads: must be an integer >= 1 (got {self.threads!r})")
         if self.rate_per_s is not None and (not math.isfinite(self.rate_per_s) or self.rate_per_s <= 0):
             raise ValueError(f"rate: must be a finite number > 0 (got {self.rate_per_s!r})")
+        if not (math.isfinite(self.load) and 0 < self.load <= 1):
+            raise ValueError(f"load: must be in (0, 1] (got {self.load!r})")
         if not self.policies:
             raise ValueError("policies: give at least one policy")
         for policy in self.policies:
@@ -454,7 +466,7 @@ class PreparedSlice:
 
 
 def prepare_slice(config: FidelityConfig, profile: ProfileInfo) -> PreparedSlice:
-    """Load and scale the slice, pick the rate (given, or :data:`DEFAULT_LOAD` of the saturation rate that the
+    """Load and scale the slice, pick the rate (given, or ``config.load`` of the saturation rate that the
     simulator finds with ``profile``) and build the engine requests."""
     settings = config.settings
     vocab_size = read_model_facts(settings.model).vocab_size
@@ -462,7 +474,7 @@ def prepare_slice(config: FidelityConfig, profile: ProfileInfo) -> PreparedSlice
         config.trace, config.num_requests, max_model_len=settings.max_model_len, seed=config.seed
     )
     capacity = saturation_rate(workload, scheduler_config(settings), profile.model)
-    rate = config.rate_per_s if config.rate_per_s is not None else DEFAULT_LOAD * capacity
+    rate = config.rate_per_s if config.rate_per_s is not None else config.load * capacity
     workload = rescale_to_rate(workload, rate)
     return PreparedSlice(
         workload,

@@ -178,6 +178,9 @@ def test_fidelity_config_validates_before_any_engine_starts() -> None:
         FidelityConfig(settings, Path("t.csv"), rate_per_s=0.0)
     with pytest.raises(ValueError, match="threads"):
         FidelityConfig(settings, Path("t.csv"), threads=0)
+    for load in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="load"):
+            FidelityConfig(settings, Path("t.csv"), load=load)
     with pytest.raises(ValueError):
         FidelityConfig(settings, Path("t.csv"), policies=("no-such-policy",))
 
@@ -192,6 +195,16 @@ def test_simulate_finishes_every_request_and_saturation_is_positive() -> None:
     assert rate > 0
     assert saturation_rate(workload, config, load_profile("a100-qwen1.5-4b")) > 0
 
+
+
+@pytest.mark.parametrize("load", [0.25, 0.5])
+def test_the_slice_replays_at_the_given_fraction_of_the_simulated_saturation_rate(tmp_path: Path, load: float) -> None:
+    trace = write_trace(tmp_path / "t.csv", [(i * 0.5, 100 + 7 * i, 10 + i) for i in range(20)])
+    settings = EngineSettings(model=str(model_dir(tmp_path)), max_model_len=1024)
+    config = FidelityConfig(settings, trace, num_requests=20, load=load)
+    prepared = fidelity.prepare_slice(config, profile_info())
+    assert prepared.rate_per_s == pytest.approx(load * prepared.saturation_rate_per_s)
+    assert prepared.workload.mean_rate() == pytest.approx(prepared.rate_per_s)
 
 # ---- the command line -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
