@@ -69,7 +69,8 @@ def main() -> None:
     table.print(console)
     console.print("per window: " + " ".join(str(c) for c in counts), highlight=False)
     ratio = float(values.min() / values.max())
-    console.print(target_line("slowest / fastest window", f"{ratio:.2f}", f">= {STEADY_RATIO}", ratio >= STEADY_RATIO))
+    steady = ratio >= STEADY_RATIO
+    console.print(target_line("slowest / fastest window", f"{ratio:.2f}", f">= {STEADY_RATIO}", steady))
     if args.json is not None:
         dump_json(args.json, {"matrix_size": MATRIX_SIZE, "counts": counts})
 

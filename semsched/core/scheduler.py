@@ -320,7 +320,8 @@ class Scheduler:
         swapped = self.kv.swapped_blocks_of(candidate)
         needed = blocks_for(candidate.num_computed_tokens + self._slots(candidate, num_new), self.block_size)
         if self.config.reserve_full_prompt and swapped == 0:
-            needed = max(needed, blocks_for(candidate.prompt_tokens + candidate.num_output_tokens, self.block_size))
+            whole = candidate.prompt_tokens + candidate.num_output_tokens
+            needed = max(needed, blocks_for(whole, self.block_size))
         if swapped == 0:
             needed -= self.kv.gpu_blocks_of(candidate)
         return needed - self.kv.available_for(candidate, admission=True)

@@ -157,9 +157,9 @@ def fit(
     the MAPE that PROSERVE reports) instead of squared seconds. Coefficients are unconstrained unless
     ``nonnegative=True``, which solves the exact non-negative least-squares problem instead: every term of eq.
     4-7 is a cost, a profile file accepts only coefficients >= 0, and noisy measurements (a term too small to
-    resolve) can otherwise come out negative. Raises ``ValueError`` with fewer samples than parameters (six, seven with ``d_p``),
-    a non-positive ``time_s``, or a design whose features cannot all be identified (for example a feature that
-    never varies).
+    resolve) can otherwise come out negative. Raises ``ValueError`` with fewer samples than parameters (six,
+    seven with ``d_p``), a non-positive ``time_s``, or a design whose features cannot all be identified (for
+    example a feature that never varies).
     """
     names = (*FEATURE_NAMES, CHUNK_FEATURE) if per_chunk_constant else FEATURE_NAMES
     _check_samples(samples, len(names))
@@ -252,7 +252,7 @@ def _nonnegative_lstsq(design: FloatArray, times_s: FloatArray, weights: FloatAr
 
     The optimum is the unconstrained least-squares solution restricted to its own support (the coefficients it
     leaves positive), so the best non-negative solution over all supports is the optimum. With six features
-    that is 63 (127 with ``d_p``) small solves, which is simpler and more exact than an iterative active-set method.
+    that is 63 small solves (127 with ``d_p``), simpler and more exact than an iterative active-set method.
     """
     scale = _column_scale(design)
     weighted = design * weights[:, np.newaxis] / scale

@@ -198,7 +198,7 @@ def test_simulate_finishes_every_request_and_saturation_is_positive() -> None:
 
 
 @pytest.mark.parametrize("load", [0.25, 0.5])
-def test_the_slice_replays_at_the_given_fraction_of_the_simulated_saturation_rate(tmp_path: Path, load: float) -> None:
+def test_the_slice_replays_at_the_given_fraction_of_the_saturation_rate(tmp_path: Path, load: float) -> None:
     trace = write_trace(tmp_path / "t.csv", [(i * 0.5, 100 + 7 * i, 10 + i) for i in range(20)])
     settings = EngineSettings(model=str(model_dir(tmp_path)), max_model_len=1024)
     config = FidelityConfig(settings, trace, num_requests=20, load=load)

@@ -167,7 +167,8 @@ def _lockstep(model_dir: Path, policy: str, seed: int) -> tuple[list[tuple], lis
         record = harness.step()
         real.append((record.num_scheduled_tokens, record.preempted))
         plan = core.schedule(float(step))
-        tokens = {c.request.request_id: c.num_tokens for c in plan.prefill} | {r.request_id: 1 for r in plan.decode}
+        tokens = {c.request.request_id: c.num_tokens for c in plan.prefill}
+        tokens |= {r.request_id: 1 for r in plan.decode}
         simulated.append((tokens, {p.request.request_id for p in plan.preempted}))
         core.update(plan, StepResult(end_time_s=step + 0.5))
         step += 1
@@ -182,7 +183,7 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
     for seed in range(3):
         real, simulated = _lockstep(tiny_model_dir, policy, seed)
         preemptions = sum(len(p) for _, p in real)
-        first_difference = next((i for i, (a, b) in enumerate(zip(real, simulated)) if a != b), None)
+        first_difference = next((i for i, (a, b) in enumerate(zip(real, simulated, strict=False)) if a != b), None)
         assert first_difference is None, (
             f"seed {seed}, step {first_difference}: vLLM+adapter {real[first_difference]} vs core "
             f"{simulated[first_difference]}"
