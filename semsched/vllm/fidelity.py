@@ -64,8 +64,8 @@ from semsched.vllm.fidelity_report import (
     PolicyFidelity,
     compare,
 )
-from semsched.vllm.profiling import DTYPES, Dtype, EngineSettings, MeasuredStep, ProfileGrid
-from semsched.vllm.replay import FIRST_PROMPT_TOKEN_ID, ReplayRequest, ReplayResult
+from semsched.vllm.profiling import DTYPES, FIRST_PROMPT_TOKEN_ID, Dtype, EngineSettings, MeasuredStep, ProfileGrid
+from semsched.vllm.replay import ReplayRequest, ReplayResult
 from semsched.workloads import DEFAULT_TIERS, Workload, assign_tiers, load_azure_csv, rescale_to_rate
 
 DEFAULT_TRACE_FILE = "azure_llm_2023_conv.csv"

@@ -65,7 +65,9 @@ ProgressCallback = Callable[[int, int], None]
 """Called with (measured steps done, measured steps in the grid)."""
 
 _CPU_KV_CACHE_BYTES = 1 << 30
-_FIRST_PROMPT_TOKEN_ID = 10  # stay clear of special tokens (bos/eos/unk/pad are single digits in common vocabs)
+FIRST_PROMPT_TOKEN_ID = 10
+"""Random prompt token ids start here: clear of special tokens (bos/eos/unk/pad are single digits in common
+vocabularies). The profiler and the replay draw prompts the same way."""
 
 
 class ProfilingError(ValueError):
@@ -638,7 +640,7 @@ class VllmEngine:
                 raise ProfilingError(f"vLLM did not use the recording scheduler (it made {type(core.scheduler)})")
             self._recorder = recorder
             self._vocab_size = int(self._llm.llm_engine.model_config.get_vocab_size())
-            self.profiled_engine = _describe_engine(settings, core.vllm_config)
+            self.profiled_engine = describe_engine(settings, core.vllm_config)
         except BaseException:
             self.close()
             raise
@@ -660,7 +662,7 @@ class VllmEngine:
     def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
         from vllm import SamplingParams
 
-        token_ids = self._rng.integers(_FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
+        token_ids = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False)
         (prompt,) = self.llm.renderer.render_cmpl([{"prompt_token_ids": token_ids}])
         self.llm.llm_engine.add_request(request_id, prompt, params)
@@ -735,7 +737,9 @@ def _in_process_core(llm: LLM) -> Any:
     return core
 
 
-def _describe_engine(settings: EngineSettings, vllm_config: Any) -> ProfiledEngine:
+def describe_engine(settings: EngineSettings, vllm_config: Any) -> ProfiledEngine:
+    """The profile file's ``engine`` section for an engine built from ``settings`` (the model path resolved when
+    it is a local directory)."""
     import vllm
     from vllm.platforms import current_platform
 

@@ -33,10 +33,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from semsched.latency.profiles import ProfiledEngine
 from semsched.vllm.config import CONFIG_ENV, POLICY_ENV
 from semsched.vllm.environ import temporary_environ
-from semsched.vllm.profiling import EngineSettings, StepComposition, step_composition
+from semsched.vllm.profiling import (
+    FIRST_PROMPT_TOKEN_ID,
+    EngineSettings,
+    StepComposition,
+    describe_engine,
+    step_composition,
+)
 from semsched.vllm.profiling import StepRecord as ProfilingStep
 
 PROBE_DECODES = 4
@@ -48,9 +53,6 @@ tiny model), measured when a profile is taken and before and after each replay, 
 between can be told from a profile error. It samples two moments: speed changes within a replay show in the
 report's per-window ratios instead."""
 
-FIRST_PROMPT_TOKEN_ID = 10
-"""Random prompt token ids start here: clear of special tokens (bos/eos/unk/pad are single digits in common
-vocabularies)."""
 
 
 @dataclass(frozen=True)
@@ -405,25 +407,6 @@ class ServedEngine:
             self._engine.engine_core.shutdown()
             self._engine = None
             gc.collect()
-
-
-def describe_engine(settings: EngineSettings, vllm_config: Any) -> ProfiledEngine:
-    """The profile file's ``engine`` section for an engine built from ``settings``."""
-    import vllm
-    from vllm.platforms import current_platform
-
-    return ProfiledEngine(
-        engine="vllm",
-        engine_version=str(vllm.__version__),
-        model=settings.model,
-        device=str(current_platform.device_type),
-        dtype=str(vllm_config.model_config.dtype).removeprefix("torch."),
-        block_size=int(vllm_config.cache_config.block_size),
-        num_gpu_blocks=int(vllm_config.cache_config.num_gpu_blocks),
-        max_num_batched_tokens=int(vllm_config.scheduler_config.max_num_batched_tokens),
-        max_num_seqs=int(vllm_config.scheduler_config.max_num_seqs),
-        max_model_len=int(vllm_config.model_config.max_model_len),
-    )
 
 
 # ---- the loop -----------------------------------------------------------------------------------------------

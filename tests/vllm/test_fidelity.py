@@ -34,8 +34,7 @@ from semsched.vllm.fidelity import (
     warmup_requests,
 )
 from semsched.vllm.fidelity_report import write_report
-from semsched.vllm.profiling import EngineSettings
-from semsched.vllm.replay import FIRST_PROMPT_TOKEN_ID
+from semsched.vllm.profiling import FIRST_PROMPT_TOKEN_ID, EngineSettings
 from semsched.workloads import DEFAULT_TIERS, Workload
 from tests.vllm.fidelity_factories import BATCH, model_dir, profile_info, small_workload, write_trace
 
