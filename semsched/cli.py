@@ -416,6 +416,12 @@ def _add_fidelity_parser(sub: Any) -> None:
         help="fraction of the simulated saturation rate to replay at, when --rate is not given (default 0.3)",
     )
     fidelity.add_argument("--policies", default="fcfs,priority-preempt", help="comma-separated policy specs")
+    fidelity.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="replays per policy, alternating between policies; the real side is their median (default 3)",
+    )
     fidelity.add_argument("--seed", type=int, default=0, help="tiers and prompt token ids (default 0)")
     fidelity.add_argument(
         "--trace", type=Path, default=None, help="Azure-format CSV (default: the shared conversation trace)"
@@ -444,6 +450,8 @@ def _cmd_fidelity(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--load: must be in (0, 1] (got {args.load})")
     if args.threads < 1:
         raise ValueError(f"--threads: must be >= 1 (got {args.threads})")
+    if args.repeats is not None and not 1 <= args.repeats <= 20:
+        raise ValueError(f"--repeats: must be from 1 to 20 (got {args.repeats})")
     if args.max_model_len is not None and args.max_model_len < 2:
         raise ValueError(f"--max-model-len: must be >= 2 (got {args.max_model_len})")
     if args.model is not None and not Path(args.model).is_dir():
@@ -466,6 +474,7 @@ def _cmd_fidelity(args: argparse.Namespace, console: Console) -> int:
             seed=args.seed,
             enable_prefix_caching=not args.no_prefix_caching,
             threads=args.threads,
+            repeats=args.repeats if args.repeats is not None else fidelity.DEFAULT_REPEATS,
         )
         with _progress(console) as progress:
             tasks: dict[str, Any] = {}

@@ -39,6 +39,7 @@ import numpy as np
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency import LatencyModel, ProfileInfo, load_profile_info, save_profile
+from semsched.latency.profiles import ProfiledEngine
 from semsched.metrics.request_metrics import request_metrics
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, Simulation
@@ -63,6 +64,7 @@ from semsched.vllm.fidelity_report import (
     FidelityReport,
     PolicyFidelity,
     compare,
+    compare_repeats,
 )
 from semsched.vllm.profiling import DTYPES, FIRST_PROMPT_TOKEN_ID, Dtype, EngineSettings, MeasuredStep, ProfileGrid
 from semsched.vllm.replay import ReplayRequest, ReplayResult
@@ -75,6 +77,12 @@ DEFAULT_MAX_MODEL_LEN = 2048
 """Context of the replayed engine when neither the profile nor the command line sets one (capped by the
 model's own); trace lengths are scaled to fit it. It is ``semsched profile``'s default, so a profile made with
 default settings describes the default replay, and it keeps the default run to a few minutes on a CPU."""
+DEFAULT_REPEATS = 3
+"""Replays per policy. On this shared 2-core VM two replays of the same slice with the same decisions differed by
+up to 70 % in mean E2E (the machine's speed for Python-heavy work drifts by tens of percent over seconds to
+minutes), so one replay says little; the report compares the simulator with the median of the repeats and shows
+their spread. Replays alternate between policies (A B, B A, A B, ...) and the profile is measured in parts between
+them, so no policy and not the profile gets all the fast or all the slow stretches."""
 DEFAULT_LOAD = 0.3
 """Without an explicit rate (or ``--load``), replay at this fraction of the saturation rate the simulator finds
 for the slice. The Azure slice is bursty. At 0.5 its bursts bring the engine close to saturation, and 5 % longer
@@ -238,27 +246,39 @@ def sim_latencies(requests: Sequence[Request], ids: Sequence[str] | None = None)
 
 
 def compare_policy(
-    workload: Workload, result: ReplayResult, config: SchedulerConfig, profile: ProfileInfo, timing: str
+    workload: Workload,
+    results: Sequence[ReplayResult],
+    config: SchedulerConfig,
+    profile: ProfileInfo,
+    timing: str,
 ) -> PolicyFidelity:
-    """Simulate ``workload`` under ``result.policy`` with the profile and set the outcome beside the replay,
-    with the analysis: where engine time went, the profile scaled to the replay's engine time, and how much 5 %
-    longer steps move the simulated latencies."""
+    """Simulate ``workload`` under the replays' policy with the profile and set the outcome beside the replays:
+    each statistic's real side is its median over the replays (:func:`compare_repeats`). The analysis (where
+    engine time went, the profile scaled to the replay's engine time, how much 5 % longer steps move the
+    simulated latencies) is of the median replay (:func:`median_replay`)."""
+    if not results or len({r.policy for r in results}) != 1:
+        raise ValueError("results: give one or more replays of one policy")
     latency = profile.model
-    sim = simulate(workload, result.policy, config, latency)
-    real = real_latencies(result)
-    metrics = compare(real, sim_latencies(sim.requests))
+    sim = simulate(workload, results[0].policy, config, latency)
+    metrics = compare_repeats([real_latencies(r) for r in results], sim_latencies(sim.requests))
     by_priority = {}
     for priority in sorted({int(p) for p in workload.priority}):
         ids = [str(i) for i in np.flatnonzero(workload.priority == priority)]
-        by_priority[priority] = compare(real_latencies(result, ids), sim_latencies(sim.requests, ids))
+        by_priority[priority] = compare_repeats(
+            [real_latencies(r, ids) for r in results], sim_latencies(sim.requests, ids)
+        )
+    representative = median_replay(results)
+    result = results[representative]
+    real = real_latencies(result)
     ratio = engine_time_ratio(result.steps, latency)
     corrected = simulate(workload, result.policy, config, ScaledLatency(latency, ratio))
     factors = class_factors(result.steps, latency)
     by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors))
     slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR))
+    base = compare(real, sim_latencies(sim.requests))
     sensitivity = {
-        base.metric: changed.sim_s / base.sim_s - 1.0 if base.sim_s else 0.0
-        for base, changed in zip(metrics, compare(real, sim_latencies(slower.requests)), strict=True)
+        b.metric: changed.sim_s / b.sim_s - 1.0 if b.sim_s else 0.0
+        for b, changed in zip(base, compare(real, sim_latencies(slower.requests)), strict=True)
     }
     analysis = ErrorAnalysis(
         step_times=StepTimes.of(result.steps, latency),
@@ -277,8 +297,15 @@ def compare_policy(
         class_corrected=compare(real, sim_latencies(by_class.requests)),
         window_ratios=tuple(window_ratios(result.steps, ClassScaledLatency(latency, factors))),
         sensitivity=sensitivity,
+        replay_index=representative,
     )
-    return PolicyFidelity(result.policy, metrics, by_priority, analysis, result, sim.requests)
+    return PolicyFidelity(result.policy, metrics, by_priority, analysis, result, sim.requests, tuple(results))
+
+
+def median_replay(results: Sequence[ReplayResult]) -> int:
+    """Index of the replay whose mean E2E is the median of the replays' (the lower median for an even count)."""
+    means = [float(np.mean(real_latencies(r)["e2e"] or [0.0])) for r in results]
+    return sorted(range(len(results)), key=lambda i: means[i])[(len(results) - 1) // 2]
 
 
 # ---- the engine and its profile -----------------------------------------------------------------------------
@@ -341,23 +368,111 @@ PROFILE_EXTRA_BATCH_SIZES = (2, 3, 6, 12)
 """Decode batch sizes added to the profiler's ``quick`` grid: a replay at moderate load spends most steps with
 one to a few decodes, where eq. 4-7 is least accurate, so those sizes get their own measurements."""
 
+PROFILE_EXTRA_PREFILL_FRACTIONS = (0.25, 0.75)
+"""Prefill lengths (fractions of the token budget) added to the ``quick`` grid's 16, 64, budget/2, budget and
+2 x budget: the replayed slice's prompts are mostly a few hundred tokens, between the quick grid's points."""
 
-PROFILE_REPEATS = 7
-"""Repeats of every grid step when ``semsched fidelity`` profiles: the fit takes each step's median, and on a
-machine whose speed drifts by tens of percent for seconds at a time, three repeats let one slow stretch decide
-a step's time."""
+PROFILE_REPEATS = 8
+"""Rounds of the grid when ``semsched fidelity`` profiles, split evenly over the profile's parts (at least one
+round each): the fit takes each step's median over all rounds. On a machine whose speed drifts by tens of
+percent for seconds to minutes at a time, many rounds far apart keep one slow stretch from deciding a step."""
 
 
-def profile_grid(settings: EngineSettings) -> ProfileGrid:
-    """The profiler's ``quick`` grid plus :data:`PROFILE_EXTRA_BATCH_SIZES` (those below ``max_num_seqs - 1``),
-    each step repeated :data:`PROFILE_REPEATS` times."""
+def profile_grid(settings: EngineSettings, *, repeats: int = PROFILE_REPEATS) -> ProfileGrid:
+    """The profiler's ``quick`` grid plus :data:`PROFILE_EXTRA_BATCH_SIZES` (those below ``max_num_seqs - 1``)
+    and :data:`PROFILE_EXTRA_PREFILL_FRACTIONS` of the token budget, run ``repeats`` rounds."""
     from semsched.vllm.profiling import make_grid
 
-    quick = make_grid("quick", settings, repeats=PROFILE_REPEATS)
+    quick = make_grid("quick", settings, repeats=repeats)
     extra = {size for size in PROFILE_EXTRA_BATCH_SIZES if size < settings.max_num_seqs - 1}
-    grid = dataclasses.replace(quick, decode_batch_sizes=tuple(sorted(set(quick.decode_batch_sizes) | extra)))
+    budget = settings.max_num_batched_tokens
+    prefills = {max(1, int(budget * f)) for f in PROFILE_EXTRA_PREFILL_FRACTIONS} | set(quick.prefill_tokens)
+    grid = dataclasses.replace(
+        quick,
+        decode_batch_sizes=tuple(sorted(set(quick.decode_batch_sizes) | extra)),
+        prefill_tokens=tuple(sorted(p for p in prefills if p < settings.max_model_len)),
+    )
     grid.check(settings)
     return grid
+
+
+class ProfileSession:
+    """The profile of the engine ``semsched fidelity`` replays on, measured in parts.
+
+    Each :meth:`measure` starts a fresh :class:`~semsched.vllm.replay.ServedEngine` (the semsched adapter,
+    detokenisation, whole ``LLMEngine.step()`` wall time), runs rounds of :func:`profile_grid` with the profiler's
+    driver (:func:`~semsched.vllm.profiling.measure_grid`) and the engine-speed probe, and shuts it down.
+    :func:`run_fidelity` interleaves the parts with the replays, so the profile samples the machine at the same
+    stretches of time as the replays do. :meth:`save` fits every step measured so far (the median repeat of each
+    grid step, :func:`~semsched.vllm.profiling.fit_steps`), writes the profile with ``fit.timing: step`` and
+    loads it back.
+    """
+
+    def __init__(self, settings: EngineSettings, *, enable_prefix_caching: bool = True) -> None:
+        self.settings = settings
+        self.enable_prefix_caching = enable_prefix_caching
+        self.steps: list[MeasuredStep] = []
+        self.probes_s: list[float] = []
+        self.engine: ProfiledEngine | None = None
+        self.measured_s = 0.0
+        self._rounds = 0
+
+    def measure(self, rounds: int, progress: Callable[[int, int], None] | None = None) -> None:
+        """Measure ``rounds`` more rounds of the grid on a fresh engine."""
+        from semsched.vllm.profiling import measure_grid
+        from semsched.vllm.replay import ServedEngine
+
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds: must be an integer >= 1 (got {rounds!r})")
+        started = time.perf_counter()
+        grid = profile_grid(self.settings, repeats=rounds)
+        with ServedEngine(self.settings, enable_prefix_caching=self.enable_prefix_caching) as engine:
+            steps = measure_grid(engine, grid, self.settings, progress)
+            self.probes_s.append(engine.probe_step_s())
+            self.engine = engine.profiled_engine
+        self.steps.extend(dataclasses.replace(s, repeat=s.repeat + self._rounds) for s in steps)
+        self._rounds += rounds
+        self.measured_s += time.perf_counter() - started
+
+    def save(self, path: Path) -> ProfileInfo:
+        """Fit every step measured so far, write the profile to ``path`` (and every step to
+        ``<stem>_steps.csv`` beside it) and load it back."""
+        from semsched.vllm.profiling import default_profile_name, fit_steps
+
+        if not self.steps or self.engine is None:
+            raise ValueError("profile: nothing measured yet")
+        measured = self.engine
+        name = default_profile_name(self.settings.model)
+        # the median repeat: the simulator must reproduce the engine's typical step, not its best one
+        model, report, all_steps = fit_steps(self.steps, name=name, timing="iteration", statistic="median")
+        _write_profile_steps(self.steps, path.with_name(f"{path.stem}_steps.csv"))
+        probes = [p for p in self.probes_s if math.isfinite(p)]
+        save_profile(
+            model,
+            path,
+            description=(
+                f"PROSERVE batch model (eq. 4-7) of the engine `semsched fidelity` replays on: {measured.engine} "
+                f"{measured.engine_version} ({measured.device}, {measured.dtype}), {Path(measured.model).name}, "
+                "semsched adapter (fcfs), detokenisation on; step time = whole LLMEngine.step() wall time"
+            ),
+            source="Measured by `semsched fidelity` with the semsched.vllm.profiling grid driver and fit.",
+            engine=measured,
+            fit={
+                "method": "relative-error non-negative least squares on the median repeat of each step",
+                "timing": "step",
+                "grid": "quick+small-batches+mid-prefills",
+                "rounds": self._rounds,
+                "parts": len(self.probes_s),
+                "num_samples": report.num_samples,
+                "num_measured_steps": len(self.steps),
+                "mape": report.mape,
+                "p90_ape": report.p90_ape,
+                "all_steps_mape": all_steps.mape,
+                PROBE_FIT_KEY: float(np.median(probes)) if probes else float("nan"),
+                "wall_s": round(self.measured_s, 1),
+            },
+        )
+        return load_profile_info(str(path))
 
 
 def profile_engine(
@@ -367,47 +482,11 @@ def profile_engine(
     enable_prefix_caching: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> ProfileInfo:
-    """Measure the engine the replay runs (:class:`~semsched.vllm.replay.ServedEngine`: the semsched adapter,
-    detokenisation, whole ``LLMEngine.step()`` wall time) on :func:`profile_grid` with the profiler's driver and
-    fit (:func:`~semsched.vllm.profiling.measure_grid`, :func:`~semsched.vllm.profiling.fit_steps`), write the
-    profile to ``path`` with ``fit.timing: step`` and load it back."""
-    from semsched.vllm.profiling import default_profile_name, fit_steps, measure_grid
-    from semsched.vllm.replay import ServedEngine
-
-    grid = profile_grid(settings)
-    started = time.perf_counter()
-    with ServedEngine(settings, enable_prefix_caching=enable_prefix_caching) as engine:
-        steps = measure_grid(engine, grid, settings, progress)
-        probe_s = engine.probe_step_s()
-        measured = engine.profiled_engine
-    name = default_profile_name(settings.model)
-    # the median repeat: the simulator must reproduce the engine's typical step, not its best one
-    model, report, all_steps = fit_steps(steps, name=name, timing="iteration", statistic="median")
-    _write_profile_steps(steps, path.with_name(f"{path.stem}_steps.csv"))
-    save_profile(
-        model,
-        path,
-        description=(
-            f"PROSERVE batch model (eq. 4-7) of the engine `semsched fidelity` replays on: {measured.engine} "
-            f"{measured.engine_version} ({measured.device}, {measured.dtype}), {Path(measured.model).name}, "
-            "semsched adapter (fcfs), detokenisation on; step time = whole LLMEngine.step() wall time"
-        ),
-        source="Measured by `semsched fidelity` with the semsched.vllm.profiling grid driver and fit.",
-        engine=measured,
-        fit={
-            "method": "relative-error non-negative least squares on the median repeat of each step",
-            "timing": "step",
-            "grid": "quick+small-batches",
-            "num_samples": report.num_samples,
-            "num_measured_steps": len(steps),
-            "mape": report.mape,
-            "p90_ape": report.p90_ape,
-            "all_steps_mape": all_steps.mape,
-            PROBE_FIT_KEY: probe_s,
-            "wall_s": round(time.perf_counter() - started, 1),
-        },
-    )
-    return load_profile_info(str(path))
+    """Measure the engine the replay runs in one part of :data:`PROFILE_REPEATS` rounds
+    (:class:`ProfileSession`), write the profile to ``path`` and load it back."""
+    session = ProfileSession(settings, enable_prefix_caching=enable_prefix_caching)
+    session.measure(PROFILE_REPEATS, progress)
+    return session.save(path)
 
 
 def _write_profile_steps(steps: Sequence[MeasuredStep], path: Path) -> None:
@@ -439,8 +518,12 @@ class FidelityConfig:
     enable_prefix_caching: bool = True
     #: torch intra-op threads of the in-process engines (profile and replays alike)
     threads: int = 1
+    #: replays of every policy (each on a fresh engine); the real side of each statistic is their median
+    repeats: int = DEFAULT_REPEATS
 
     def __post_init__(self) -> None:
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= 20:
+            raise ValueError(f"repeats: must be an integer from 1 to 20 (got {self.repeats!r})")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"threads: must be an integer >= 1 (got {self.threads!r})")
         if self.rate_per_s is not None and (not math.isfinite(self.rate_per_s) or self.rate_per_s <= 0):
@@ -486,6 +569,19 @@ def prepare_slice(config: FidelityConfig, profile: ProfileInfo) -> PreparedSlice
     )
 
 
+def replay_order(policies: Sequence[str], repeats: int) -> list[list[str]]:
+    """The replays, in rounds: every policy once per round, in the given order in even rounds and reversed in odd
+    ones (A B, B A, A B, ...), so a slow or fast stretch of the machine does not fall on one policy."""
+    return [list(policies) if r % 2 == 0 else list(reversed(policies)) for r in range(repeats)]
+
+
+def profile_rounds(repeats: int) -> list[int]:
+    """Rounds of the grid per profile part: one part before the replays and one after each round of replays,
+    :data:`PROFILE_REPEATS` rounds shared out among them (at least one each)."""
+    parts = repeats + 1
+    return [max(1, -(-PROFILE_REPEATS // parts))] * parts
+
+
 def run_fidelity(
     config: FidelityConfig,
     profile: ProfileInfo | None = None,
@@ -495,33 +591,42 @@ def run_fidelity(
     log: Log | None = None,
     progress: Progress | None = None,
 ) -> FidelityReport:
-    """Replay the slice through vLLM under each policy (one engine at a time) and through the simulator with
-    ``profile``, and compare. Without a profile the engine is profiled first (:func:`profile_engine`) into
-    ``profile_path`` (required then)."""
+    """Replay the slice through vLLM ``config.repeats`` times per policy (:func:`replay_order`, a fresh engine
+    each) and through the simulator with ``profile``, and compare. Without a profile the engine is profiled into
+    ``profile_path`` (required then) in parts (:class:`ProfileSession`, :func:`profile_rounds`): one before the
+    replays, whose fit sets the replay rate, and one after each round of replays; the simulator gets the fit of
+    all parts."""
     from semsched.vllm.replay import set_torch_threads
 
     say = log or (lambda message: None)
     load_before = os.getloadavg()[0]
     threads = set_torch_threads(config.threads)
+    session: ProfileSession | None = None
+    rounds = profile_rounds(config.repeats)
     if profile is None:
         if profile_path is None:
             raise ValueError("profile_path: needed to profile the engine when no profile is given")
-        say(f"profiling the engine into {profile_path} ...")
-        profile = profile_engine(
-            config.settings,
-            profile_path,
-            enable_prefix_caching=config.enable_prefix_caching,
-            progress=None if progress is None else lambda done, total: progress("profile", done, total),
-        )
+        session = ProfileSession(config.settings, enable_prefix_caching=config.enable_prefix_caching)
+        _profile_part(session, rounds[0], 1, len(rounds), say, progress)
+        profile = session.save(profile_path)
     mismatches = profile_mismatches(profile, config.settings)
     for note in mismatches:
         say(f"warning: {note}")
     prepared = prepare_slice(config, profile)
     say(_slice_line(config, prepared))
-    results = [_replay_policy(config, prepared, policy, say, progress) for policy in config.policies]
+    results: dict[str, list[ReplayResult]] = {policy: [] for policy in config.policies}
+    for index, order in enumerate(replay_order(config.policies, config.repeats)):
+        for policy in order:
+            results[policy].append(_replay_policy(config, prepared, policy, index, say, progress))
+        if session is not None:
+            _profile_part(session, rounds[index + 1], index + 2, len(rounds), say, progress)
+    if session is not None and profile_path is not None:
+        profile = session.save(profile_path)
     timing = profile_timing(profile)
     sim_config = scheduler_config(config.settings)
-    policies = tuple(compare_policy(prepared.workload, r, sim_config, profile, timing) for r in results)
+    policies = tuple(
+        compare_policy(prepared.workload, results[name], sim_config, profile, timing) for name in config.policies
+    )
     meta = _meta(config, prepared, profile, command) | {
         "profile_mismatches": mismatches,
         "load_average_before": load_before,
@@ -532,16 +637,25 @@ def run_fidelity(
     return FidelityReport(meta, policies)
 
 
+def _profile_part(
+    session: ProfileSession, rounds: int, part: int, parts: int, say: Log, progress: Progress | None
+) -> None:
+    plural = "s" if rounds > 1 else ""
+    say(f"profiling the engine, part {part} of {parts} ({rounds} round{plural} of the grid) ...")
+    session.measure(rounds, None if progress is None else lambda done, total: progress("profile", done, total))
+
+
 def _replay_policy(
-    config: FidelityConfig, prepared: PreparedSlice, policy: str, say: Log, progress: Progress | None
+    config: FidelityConfig, prepared: PreparedSlice, policy: str, index: int, say: Log, progress: Progress | None
 ) -> ReplayResult:
     from semsched.vllm.replay import replay
 
-    say(f"replaying {policy} on vLLM ...")
+    label = policy if config.repeats == 1 else f"{policy} ({index + 1}/{config.repeats})"
+    say(f"replaying {label} on vLLM ...")
 
     def advance(done: int, total: int) -> None:
         if progress is not None:
-            progress(policy, done, total)
+            progress(label, done, total)
 
     return replay(
         config.settings,
@@ -574,6 +688,7 @@ def _meta(config: FidelityConfig, prepared: PreparedSlice, profile: ProfileInfo,
         "load": prepared.rate_per_s / prepared.saturation_rate_per_s,
         "seed": config.seed,
         "policies": list(config.policies),
+        "repeats": config.repeats,
         "engine": dataclasses.asdict(config.settings) | {"kv_blocks": config.settings.kv_blocks},
         "enable_prefix_caching": config.enable_prefix_caching,
         "profile": {

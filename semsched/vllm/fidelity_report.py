@@ -35,6 +35,8 @@ class MetricComparison:
     metric: str
     real_s: float
     sim_s: float
+    #: the statistic in each replay when there were several (``real_s`` is their median)
+    real_repeats_s: tuple[float, ...] = ()
 
     @property
     def error(self) -> float:
@@ -43,8 +45,23 @@ class MetricComparison:
             return 0.0 if self.sim_s == 0 else math.inf
         return (self.sim_s - self.real_s) / self.real_s
 
-    def to_dict(self) -> dict[str, float]:
-        return {"real_s": self.real_s, "sim_s": self.sim_s, "error": self.error}
+    @property
+    def repeat_spread(self) -> float:
+        """(slowest - fastest) / median over the replays: how much the real engine disagreed with itself."""
+        if len(self.real_repeats_s) < 2 or self.real_s == 0:
+            return 0.0
+        return (max(self.real_repeats_s) - min(self.real_repeats_s)) / self.real_s
+
+    @property
+    def within_repeats(self) -> bool:
+        """Whether the simulated value lies between the fastest and the slowest replay."""
+        return len(self.real_repeats_s) >= 2 and min(self.real_repeats_s) <= self.sim_s <= max(self.real_repeats_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"real_s": self.real_s, "sim_s": self.sim_s, "error": self.error}
+        if self.real_repeats_s:
+            data["real_repeats_s"] = list(self.real_repeats_s)
+        return data
 
 
 def statistic(values: Sequence[float] | np.ndarray, name: str) -> float:
@@ -66,6 +83,27 @@ def compare(
     return tuple(
         MetricComparison(f"{quantity}_{stat}", statistic(real[quantity], stat), statistic(sim[quantity], stat))
         for quantity, stat in METRICS
+    )
+
+
+def compare_repeats(
+    reals: Sequence[Mapping[str, Sequence[float]]], sim: Mapping[str, Sequence[float]]
+) -> tuple[MetricComparison, ...]:
+    """:func:`compare` against several replays: each statistic's real side is its median over the replays, and
+    the per-replay values are kept (``real_repeats_s``). One replay gives exactly :func:`compare`."""
+    if not reals:
+        raise ValueError("compare_repeats: no replays")
+    if len(reals) == 1:
+        return compare(reals[0], sim)
+    runs = [compare(real, sim) for real in reals]
+    return tuple(
+        MetricComparison(
+            first.metric,
+            float(np.median([run[i].real_s for run in runs])),
+            first.sim_s,
+            tuple(run[i].real_s for run in runs),
+        )
+        for i, first in enumerate(runs[0])
     )
 
 
@@ -95,6 +133,8 @@ class ErrorAnalysis:
     window_ratios: tuple[float, ...] = ()
     #: relative change of each simulated statistic when every step is SENSITIVITY_FACTOR times longer
     sensitivity: dict[str, float] = field(default_factory=dict)
+    #: which of the policy's replays (0-based) this analysis is of: the one with the median mean E2E
+    replay_index: int = 0
 
     @property
     def dominant(self) -> ErrorSource:
@@ -118,6 +158,7 @@ class ErrorAnalysis:
             "class_corrected": {m.metric: m.to_dict() for m in self.class_corrected},
             "window_ratios": list(self.window_ratios),
             "sensitivity": {"step_time_factor": SENSITIVITY_FACTOR, **self.sensitivity},
+            "replay_index": self.replay_index,
         }
 
 
@@ -127,8 +168,15 @@ class PolicyFidelity:
     metrics: tuple[MetricComparison, ...]
     by_priority: dict[int, tuple[MetricComparison, ...]]
     analysis: ErrorAnalysis
+    #: the replay the analysis is of (``analysis.replay_index`` in ``replays``)
     real: ReplayResult
     sim_requests: list[Request]
+    #: every replay of the policy, in the order they ran (empty: only ``real``)
+    replays: tuple[ReplayResult, ...] = ()
+
+    @property
+    def all_replays(self) -> tuple[ReplayResult, ...]:
+        return self.replays or (self.real,)
 
     def metric(self, name: str) -> MetricComparison:
         for comparison in self.metrics:
@@ -138,12 +186,11 @@ class PolicyFidelity:
 
     @property
     def num_complete(self) -> int:
-        """Replayed requests that finished with exactly the requested number of tokens."""
+        """Requests that finished with exactly the requested number of tokens, in the replay with fewest."""
         wanted = {r.request_id: r.output_tokens for r in self.sim_requests}
-        return sum(
-            1
-            for r in self.real.requests
-            if r.finish_s is not None and r.num_output_tokens == wanted.get(r.request_id)
+        return min(
+            sum(r.finish_s is not None and r.num_output_tokens == wanted.get(r.request_id) for r in rs.requests)
+            for rs in self.all_replays
         )
 
 
@@ -171,13 +218,18 @@ class FidelityReport:
                     },
                     "num_requests": len(p.sim_requests),
                     "num_complete": p.num_complete,
-                    "replay": {
-                        "startup_s": p.real.startup_s,
-                        "warmup_s": p.real.warmup_s,
-                        "replay_s": p.real.replay_s,
-                        "vllm_version": p.real.vllm_version,
-                        "num_gpu_blocks": p.real.num_gpu_blocks,
-                    },
+                    "replays": [
+                        {
+                            "startup_s": r.startup_s,
+                            "warmup_s": r.warmup_s,
+                            "replay_s": r.replay_s,
+                            "vllm_version": r.vllm_version,
+                            "num_gpu_blocks": r.num_gpu_blocks,
+                            "probe_before_s": r.probe_before_s,
+                            "probe_after_s": r.probe_after_s,
+                        }
+                        for r in p.all_replays
+                    ],
                     "analysis": p.analysis.to_dict(),
                 }
                 for p in self.policies
@@ -187,15 +239,22 @@ class FidelityReport:
 
 # ---- output -------------------------------------------------------------------------------------------------
 REQUEST_COLUMNS = (
-    "policy", "request_id", "tier", "priority", "arrival_s", "prompt_tokens", "output_tokens",
+    "policy", "repeat", "request_id", "tier", "priority", "arrival_s", "prompt_tokens", "output_tokens",
     "real_ttft_s", "sim_ttft_s", "real_e2e_s", "sim_e2e_s", "real_output_tokens", "real_preemptions",
     "sim_preemptions", "real_cached_tokens", "real_loop_delay_s",
 )  # fmt: skip
 
 
 def request_rows(policy: PolicyFidelity) -> list[dict[str, Any]]:
-    """One row per request: both sides' latencies and what the replay saw."""
-    real = {r.request_id: r for r in policy.real.requests}
+    """One row per request and replay (``repeat``, 0-based): both sides' latencies and what the replay saw."""
+    rows = []
+    for repeat, replay in enumerate(policy.all_replays):
+        rows.extend(_request_rows(policy, repeat, replay))
+    return rows
+
+
+def _request_rows(policy: PolicyFidelity, repeat: int, replay: ReplayResult) -> list[dict[str, Any]]:
+    real = {r.request_id: r for r in replay.requests}
     rows = []
     for request in policy.sim_requests:
         metrics = request_metrics(request)
@@ -203,6 +262,7 @@ def request_rows(policy: PolicyFidelity) -> list[dict[str, Any]]:
         rows.append(
             {
                 "policy": policy.policy,
+                "repeat": repeat,
                 "request_id": request.request_id,
                 "tier": request.tier,
                 "priority": request.priority,
@@ -224,14 +284,14 @@ def request_rows(policy: PolicyFidelity) -> list[dict[str, Any]]:
 
 
 STEP_COLUMNS = (
-    "policy", "start_s", "duration_s", "schedule_s", "model_s", "update_s", "output_s", "gap_before_s",
+    "policy", "repeat", "start_s", "duration_s", "schedule_s", "model_s", "update_s", "output_s", "gap_before_s",
     "prefill_chunks", "num_decode", "decode_context_tokens", "num_preempted", "cached_tokens",
 )  # fmt: skip
 
 
 def write_report(report: FidelityReport, out: Path) -> list[Path]:
-    """``fidelity.json`` (the report), ``requests.csv`` (per request, both sides) and ``steps.csv`` (every real
-    step); returns the paths."""
+    """``fidelity.json`` (the report), ``requests.csv`` (per request and replay, both sides) and ``steps.csv``
+    (every real step of every replay); returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "fidelity.json", out / "requests.csv", out / "steps.csv"]
     paths[0].write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
@@ -244,10 +304,10 @@ def write_report(report: FidelityReport, out: Path) -> list[Path]:
         step_writer = csv.writer(handle)
         step_writer.writerow(STEP_COLUMNS)
         for policy in report.policies:
-            for s in policy.real.steps:
+            for repeat, s in ((i, s) for i, replay in enumerate(policy.all_replays) for s in replay.steps):
                 chunks = " ".join(f"{lq}:{lkv}" for lq, lkv in s.prefill)
                 step_writer.writerow(
-                    [policy.policy, f"{s.start_s:.6f}", f"{s.duration_s:.6f}", f"{s.schedule_s:.6f}",
+                    [policy.policy, repeat, f"{s.start_s:.6f}", f"{s.duration_s:.6f}", f"{s.schedule_s:.6f}",
                      f"{s.model_s:.6f}", f"{s.update_s:.6f}", f"{s.output_s:.6f}", f"{s.gap_before_s:.6f}",
                      chunks, s.num_decode, s.decode_context_tokens, s.num_preempted, s.cached_tokens]
                 )  # fmt: skip
@@ -256,29 +316,36 @@ def write_report(report: FidelityReport, out: Path) -> list[Path]:
 
 # ---- presentation -------------------------------------------------------------------------------------------
 def fidelity_table(report: FidelityReport) -> Any:
-    """A rich table: policy x metric, real and simulated seconds and the relative error."""
+    """A rich table: policy x metric, real and simulated seconds and the relative error; with several replays per
+    policy, the real column is their median and a column gives the fastest and slowest replay."""
     from rich.table import Table
 
+    repeated = any(m.real_repeats_s for p in report.policies for m in p.metrics)
     table = Table(title="real vLLM vs simulator", title_justify="left")
-    for name, justify in (
-        ("policy", "left"),
-        ("metric", "left"),
-        ("real (s)", "right"),
-        ("sim (s)", "right"),
-        ("error", "right"),
-    ):
+    columns = [("policy", "left"), ("metric", "left"), ("real (s)", "right")]
+    if repeated:
+        columns.append(("real range (s)", "right"))
+    columns += [("sim (s)", "right"), ("error", "right")]
+    for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for index, policy in enumerate(report.policies):
         for comparison in policy.metrics:
             missed = comparison.metric.endswith("_mean") and abs(comparison.error) > TARGET_MEAN_ERROR
             style = "red" if missed else ""
-            table.add_row(
+            cells = [
                 policy.policy if comparison is policy.metrics[0] else "",
                 comparison.metric.replace("_", " "),
                 f"{comparison.real_s:.3f}",
+            ]
+            if repeated:
+                values = comparison.real_repeats_s
+                cells.append(f"{min(values):.3f}-{max(values):.3f}" if values else "")
+            cells += [
                 f"{comparison.sim_s:.3f}",
                 f"[{style}]{comparison.error:+.1%}[/]" if style else f"{comparison.error:+.1%}",
-                end_section=comparison is policy.metrics[-1] and index < len(report.policies) - 1,
+            ]
+            table.add_row(
+                *cells, end_section=comparison is policy.metrics[-1] and index < len(report.policies) - 1
             )
     return table
 
@@ -309,10 +376,19 @@ def _machine_line(meta: Mapping[str, Any]) -> str:
 
 def _policy_lines(policy: PolicyFidelity) -> list[str]:
     a, t = policy.analysis, policy.analysis.step_times
-    total = len(policy.sim_requests)
+    total, replays = len(policy.sim_requests), len(policy.all_replays)
+    each = f" in each of {replays} replays" if replays > 1 else ""
     lines = [
-        f"{policy.policy}: {policy.num_complete}/{total} requests finished with their exact token count; "
-        f"steps real {a.real_steps:,} / sim {a.sim_steps:,}; preemptions real {a.real_preemptions} / "
+        f"{policy.policy}: {policy.num_complete}/{total} requests finished with their exact token count{each}",
+    ]
+    if replays > 1:
+        lines.append(f"  {_repeats_line(policy)}")
+        lines.append(
+            f"  the analysis below is of replay {a.replay_index + 1} of {replays} (the median mean E2E); its own "
+            "errors: " + _means(compare_one(policy))
+        )
+    lines += [
+        f"  steps real {a.real_steps:,} / sim {a.sim_steps:,}; preemptions real {a.real_preemptions} / "
         f"sim {a.sim_preemptions}",
         f"  real step {t.cycle_ms:.2f} ms = schedule {t.schedule_ms:.2f} + model {t.model_ms:.2f} + update "
         f"{t.update_ms:.2f} + output {t.output_ms:.2f} + loop gap {t.gap_ms:.2f}; the profile charges "
@@ -338,6 +414,28 @@ def _policy_lines(policy: PolicyFidelity) -> list[str]:
     lines.append(f"  {_sensitivity_line(a)}")
     lines.append(f"  dominant: {dominant_statement(policy)}")
     return lines
+
+
+def compare_one(policy: PolicyFidelity) -> tuple[MetricComparison, ...]:
+    """The simulator against the analysed replay alone (``policy.real``)."""
+    index = policy.analysis.replay_index
+    return tuple(
+        MetricComparison(m.metric, m.real_repeats_s[index] if m.real_repeats_s else m.real_s, m.sim_s)
+        for m in policy.metrics
+    )
+
+
+def _repeats_line(policy: PolicyFidelity) -> str:
+    parts = []
+    for m in policy.metrics:
+        if m.metric.endswith("_mean") and m.real_repeats_s:
+            values = ", ".join(f"{v:.3f}" for v in m.real_repeats_s)
+            where = "inside" if m.within_repeats else "outside"
+            parts.append(
+                f"{m.metric.replace('_', ' ')} {values} s (spread {m.repeat_spread:.0%} of the median; sim "
+                f"{m.sim_s:.3f} s, {where} that range)"
+            )
+    return "real replays: " + "; ".join(parts)
 
 
 def _means(metrics: Sequence[MetricComparison]) -> str:
@@ -392,8 +490,9 @@ def _mean_errors(metrics: Sequence[MetricComparison]) -> float:
 
 def dominant_statement(policy: PolicyFidelity) -> str:
     """What dominates the error of the means, tested with the what-if simulations: within the target, say so;
-    if the profile scaled to the replay's engine time halves the error, its step-time level (machine drift or fit,
-    told apart by the probe); if the profile corrected per step class does, its step-time shape (the class off
+    if every simulated mean lies inside the range of the real replays, the machine's noise; if the profile scaled
+    to the replay's engine time halves the error, its step-time level (machine drift or fit, told apart by the
+    probe); if the profile corrected per step class does, its step-time shape (the class off
     most); otherwise neither: scheduling differences or noise within the replay (the probe's spread)."""
     analysis = policy.analysis
     base = _mean_errors(policy.metrics)
@@ -401,6 +500,15 @@ def dominant_statement(policy: PolicyFidelity) -> str:
     source = f"{top.name} ({top.engine_s:+.2f} s of engine time)"
     if base <= TARGET_MEAN_ERROR:
         return f"the means are within {TARGET_MEAN_ERROR:.0%} ({base:.1%} on average); largest source: {source}"
+    means = [m for m in policy.metrics if m.metric.endswith("_mean")]
+    if means and all(m.within_repeats for m in means):
+        spread = max(m.repeat_spread for m in means)
+        return (
+            f"machine noise: every simulated mean lies between the fastest and the slowest real replay, whose "
+            f"means differ by up to {spread:.0%} of the median with the same requests and policy; the simulator "
+            f"cannot be judged closer than the engine agrees with itself (largest source in the analysed replay: "
+            f"{source})"
+        )
     ratio = analysis.engine_time_ratio
     level = (
         f"the profile charges {abs(1 - 1 / ratio):.1%} {'less' if ratio > 1 else 'more'} engine time than the "

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semsched.cli import main
-from semsched.latency import ProfileInfo, load_profile
+from semsched.latency import ProfileInfo, load_profile, load_profile_info
 from semsched.latency.batch import BatchLatencyModel
 from semsched.vllm import fidelity
 from semsched.vllm.fidelity import (
@@ -182,6 +182,46 @@ def test_fidelity_config_validates_before_any_engine_starts() -> None:
             FidelityConfig(settings, Path("t.csv"), load=load)
     with pytest.raises(ValueError):
         FidelityConfig(settings, Path("t.csv"), policies=("no-such-policy",))
+    for repeats in (0, 21, True, 2.0):
+        with pytest.raises(ValueError, match="repeats"):
+            FidelityConfig(settings, Path("t.csv"), repeats=repeats)  # type: ignore[arg-type]
+
+
+def test_replays_alternate_between_policies_round_by_round() -> None:
+    order = fidelity.replay_order(("a", "b", "c"), 3)
+    assert order == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+    assert fidelity.replay_order(("a",), 2) == [["a"], ["a"]]
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3, 7, 20])
+def test_the_profile_is_split_into_one_part_before_and_one_after_each_round(repeats: int) -> None:
+    rounds = fidelity.profile_rounds(repeats)
+    assert len(rounds) == repeats + 1 and min(rounds) >= 1 and len(set(rounds)) == 1
+    assert sum(rounds) >= fidelity.PROFILE_REPEATS > sum(rounds) - len(rounds)  # the fewest rounds that reach it
+
+
+def test_the_fidelity_grid_adds_small_batches_and_mid_length_prefills() -> None:
+    from semsched.vllm.profiling import make_grid
+
+    settings = EngineSettings(model="m", max_model_len=2048)
+    grid, quick = fidelity.profile_grid(settings, repeats=2), make_grid("quick", settings)
+    assert grid.repeats == 2
+    assert set(quick.decode_batch_sizes) < set(grid.decode_batch_sizes)
+    assert {128, 384} <= set(grid.prefill_tokens) and set(quick.prefill_tokens) <= set(grid.prefill_tokens)
+
+
+def test_the_median_replay_is_the_one_with_the_median_mean_e2e() -> None:
+    from tests.vllm.fidelity_factories import replay_result
+
+    workload = small_workload()
+    results = [replay_result(workload, slowdown=s) for s in (1.5, 0.9, 1.2, 2.0)]
+    assert fidelity.median_replay(results) == 2  # lower median of four
+    assert fidelity.median_replay(results[:3]) == 2
+    with pytest.raises(ValueError, match="one policy"):
+        fidelity.compare_policy(
+            workload, [results[0], replay_result(workload, "sjf")], scheduler_config(EngineSettings(model="m")),
+            profile_info(), "step",
+        )  # fmt: skip
 
 
 # ---- the simulated side ---------------------------------------------------------------------------------------
@@ -212,6 +252,7 @@ def test_the_slice_replays_at_the_given_fraction_of_the_saturation_rate(tmp_path
         (["--requests", "1"], "--requests"),
         (["--rate", "-1"], "--rate"),
         (["--threads", "0"], "--threads"),
+        (["--repeats", "0"], "--repeats"),
         (["--max-model-len", "1"], "--max-model-len"),
         (["--policies", "no-such-policy"], "no-such-policy"),
         (["--model", "/no/such/dir"], "--model"),
@@ -232,17 +273,22 @@ def test_replay_and_simulation_of_a_small_slice_on_real_vllm(tiny_model_dir: Pat
     from semsched.workloads import find_data_file
 
     settings = EngineSettings(model=str(tiny_model_dir), max_model_len=512)
-    config = FidelityConfig(settings, find_data_file(fidelity.DEFAULT_TRACE_FILE), num_requests=40)
+    config = FidelityConfig(settings, find_data_file(fidelity.DEFAULT_TRACE_FILE), num_requests=40, repeats=2)
     report = fidelity.run_fidelity(config, profile_path=tmp_path / "profile.yaml")
     assert (tmp_path / "profile.yaml").is_file()
+    profile = load_profile_info(str(tmp_path / "profile.yaml"))
+    assert profile.fit["parts"] == 3 and profile.fit["rounds"] == sum(fidelity.profile_rounds(2))
     assert [p.policy for p in report.policies] == ["fcfs", "priority-preempt"]
     for policy in report.policies:
         wanted = {r.request_id: r.output_tokens or 0 for r in policy.sim_requests}
-        assert len(policy.real.requests) == len(wanted) == 40
-        for record in policy.real.requests:
-            assert record.finish_s is not None and record.first_token_s is not None
-            assert record.num_output_tokens == wanted[record.request_id]
-            assert record.arrival_s <= record.first_token_s <= record.finish_s
+        assert len(policy.all_replays) == 2 and policy.real in policy.all_replays
+        for replay in policy.all_replays:
+            assert replay.policy == policy.policy and len(replay.requests) == len(wanted) == 40
+            for record in replay.requests:
+                assert record.finish_s is not None and record.first_token_s is not None
+                assert record.num_output_tokens == wanted[record.request_id]
+                assert record.arrival_s <= record.first_token_s <= record.finish_s
+        assert all(len(m.real_repeats_s) == 2 for m in policy.metrics)
         assert all(r.finish_time_s is not None for r in policy.sim_requests)
         assert policy.num_complete == 40
         assert [m.metric for m in policy.metrics] == ["ttft_mean", "ttft_p90", "e2e_mean", "e2e_p90"]

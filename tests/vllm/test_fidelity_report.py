@@ -19,6 +19,8 @@ from semsched.vllm.fidelity_report import (
     MetricComparison,
     analysis_lines,
     compare,
+    compare_repeats,
+    dominant_statement,
     fidelity_table,
     statistic,
     write_report,
@@ -55,7 +57,7 @@ def report() -> FidelityReport:
     workload = small_workload()
     config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
     policies = tuple(
-        compare_policy(workload, replay_result(workload, policy), config, profile_info(), "iteration")
+        compare_policy(workload, [replay_result(workload, policy)], config, profile_info(), "iteration")
         for policy in ("fcfs", "priority-preempt")
     )
     meta = {"num_requests": len(workload), "load_average_before": 3.0, "load_average_after": 0.5, "cpu_count": 2}
@@ -108,3 +110,77 @@ def test_report_files_hold_the_summary_and_every_request_and_step(report: Fideli
     assert len(rows) == 2 * 12 and rows[0]["real_ttft_s"] and rows[0]["sim_ttft_s"]
     with paths[2].open() as handle:
         assert len(list(csv.DictReader(handle))) == sum(len(p.real.steps) for p in report.policies)
+    assert {row["repeat"] for row in rows} == {"0"}
+
+
+# ---- several replays per policy -------------------------------------------------------------------------------
+def test_compare_repeats_takes_each_statistics_median_over_the_replays() -> None:
+    sim = {"ttft": [0.5, 0.5], "e2e": [4.0, 4.0]}
+    reals = [{"ttft": [t, t], "e2e": [e, e]} for t, e in ((1.0, 3.0), (3.0, 9.0), (2.0, 5.0))]
+    metrics = compare_repeats(reals, sim)
+    ttft, e2e = metrics[0], metrics[2]
+    assert ttft.real_repeats_s == (1.0, 3.0, 2.0) and ttft.real_s == 2.0
+    assert e2e.real_s == 5.0 and e2e.error == pytest.approx(-0.2)
+    assert e2e.repeat_spread == pytest.approx((9.0 - 3.0) / 5.0) and e2e.within_repeats
+    assert not ttft.within_repeats  # faster than the fastest replay
+    assert compare_repeats(reals[:1], sim) == compare(reals[0], sim)  # one replay: the plain comparison
+    with pytest.raises(ValueError, match="no replays"):
+        compare_repeats([], sim)
+
+
+def test_compare_repeats_treats_the_range_as_closed() -> None:
+    sim = {"ttft": [2.0], "e2e": [2.0]}
+    metrics = compare_repeats([{"ttft": [2.0], "e2e": [2.0]}, {"ttft": [3.0], "e2e": [1.0]}], sim)
+    assert all(m.within_repeats for m in metrics)
+
+
+@pytest.fixture(scope="module")
+def repeated_report() -> FidelityReport:
+    """Three replays per policy at 1.3x, 0.9x and 1.5x the simulator's latencies."""
+    workload = small_workload()
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    policies = tuple(
+        compare_policy(
+            workload,
+            [replay_result(workload, policy, slowdown) for slowdown in (1.3, 0.9, 1.5)],
+            config,
+            profile_info(),
+            "iteration",
+        )
+        for policy in ("fcfs", "priority-preempt")
+    )
+    return FidelityReport({"num_requests": len(workload)}, policies)
+
+
+def test_with_repeats_the_real_side_is_the_median_replay_and_the_analysis_is_of_it(
+    repeated_report: FidelityReport,
+) -> None:
+    for policy in repeated_report.policies:
+        assert len(policy.all_replays) == 3 and policy.analysis.replay_index == 0  # 1.3x is the median
+        assert policy.real is policy.all_replays[0]
+        for metric in policy.metrics:
+            assert metric.error == pytest.approx(1 / 1.3 - 1)
+            assert len(metric.real_repeats_s) == 3 and metric.within_repeats
+        assert policy.num_complete == len(policy.sim_requests)
+        assert "machine noise" in dominant_statement(policy)
+
+
+def test_with_repeats_the_table_the_lines_and_the_files_show_every_replay(
+    repeated_report: FidelityReport, tmp_path: Path
+) -> None:
+    console = Console(file=io.StringIO(), width=140)
+    console.print(fidelity_table(repeated_report))
+    assert "real range (s)" in console.file.getvalue()  # type: ignore[attr-defined]
+    text = "\n".join(analysis_lines(repeated_report))
+    assert "in each of 3 replays" in text and "real replays: ttft mean" in text
+    assert "the analysis below is of replay 1 of 3" in text
+    paths = write_report(repeated_report, tmp_path / "out")
+    data = json.loads(paths[0].read_text())
+    assert len(data["policies"]["fcfs"]["replays"]) == 3
+    assert len(data["policies"]["fcfs"]["metrics"]["e2e_mean"]["real_repeats_s"]) == 3
+    with paths[1].open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 * 3 * 12 and {r["repeat"] for r in rows} == {"0", "1", "2"}
+    with paths[2].open() as handle:
+        steps = list(csv.DictReader(handle))
+    assert len(steps) == sum(len(r.steps) for p in repeated_report.policies for r in p.all_replays)
