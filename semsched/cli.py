@@ -253,7 +253,7 @@ def _add_profile_parser(sub: Any) -> None:
     profile.add_argument("--force", action="store_true", help="replace an existing profile file")
     profile.add_argument("--grid", default="quick", help="quick (hundreds of steps, default) or full (thousands)")
     profile.add_argument("--repeats", type=int, default=None, help="rounds over the grid (quick 3, full 5)")
-    profile.add_argument("--statistic", default="min", help="min (default) or median of each step's repeats")
+    profile.add_argument("--statistic", default="min", help="min (default), median or mean of each step's repeats")
     profile.add_argument("--timing", default="execute", help="execute (model step, default) or iteration")
     profile.add_argument("--max-model-len", type=int, default=2048)
     profile.add_argument("--max-seqs", type=int, default=16, help="vLLM max_num_seqs (default 16)")

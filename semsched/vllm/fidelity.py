@@ -443,8 +443,8 @@ class ProfileSession:
             raise ValueError("profile: nothing measured yet")
         measured = self.engine
         name = default_profile_name(self.settings.model)
-        # the median repeat: the simulator must reproduce the engine's typical step, not its best one
-        model, report, all_steps = fit_steps(self.steps, name=name, timing="iteration", statistic="median")
+        # the mean of the repeats: the simulator must reproduce mean latencies, which add up steps' mean times
+        model, report, all_steps = fit_steps(self.steps, name=name, timing="iteration", statistic="mean")
         _write_profile_steps(self.steps, path.with_name(f"{path.stem}_steps.csv"))
         probes = [p for p in self.probes_s if math.isfinite(p)]
         save_profile(
@@ -458,7 +458,7 @@ class ProfileSession:
             source="Measured by `semsched fidelity` with the semsched.vllm.profiling grid driver and fit.",
             engine=measured,
             fit={
-                "method": "relative-error non-negative least squares on the median repeat of each step",
+                "method": "relative-error non-negative least squares on the mean of each step's repeats",
                 "timing": "step",
                 "grid": "quick+small-batches+mid-prefills",
                 "rounds": self._rounds,

@@ -20,7 +20,9 @@ How a profile is made:
    sample, with its own exact composition (:func:`representative_steps`). By default it is the fastest (``min``):
    another process on the machine, a page fault or a first-time kernel shape only ever *slows* a step, so the
    fastest repeat is the best estimate of what the step costs the engine alone (the argument of Python's
-   ``timeit``). ``median`` keeps the typical repeat instead, for a machine the engine has to itself.
+   ``timeit``). ``median`` keeps the typical repeat instead, for a machine the engine has to itself; ``mean``
+   keeps the median repeat's composition with the repeats' mean times, for a simulator that must reproduce
+   *mean* latencies on a machine whose slow moments are part of what the engine costs there.
 4. **Fit.** Relative-error, non-negative least squares of PROSERVE eq. 4-7 plus a fixed cost per prefill chunk
    ``d_p`` (:func:`fit_steps`); a profile file needs coefficients >= 0. On the tiny CPU model ``d_p`` takes about
    a millisecond that eq. 4-7 alone would put into ``t_c``, overcharging every small decode-only step.
@@ -56,8 +58,8 @@ if TYPE_CHECKING:
 
 Timing = Literal["execute", "iteration"]
 TIMINGS: tuple[Timing, ...] = ("execute", "iteration")
-Statistic = Literal["min", "median"]
-STATISTICS: tuple[Statistic, ...] = ("min", "median")
+Statistic = Literal["min", "median", "mean"]
+STATISTICS: tuple[Statistic, ...] = ("min", "median", "mean")
 Dtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 DTYPES: tuple[Dtype, ...] = ("auto", "half", "float16", "bfloat16", "float", "float32")
 GRID_NAMES = ("quick", "full")
@@ -589,14 +591,23 @@ def representative_steps(
     steps: Sequence[MeasuredStep], timing: Timing = "execute", statistic: Statistic = "min"
 ) -> list[MeasuredStep]:
     """One step per :class:`StepKey`, in the order the groups were first measured: the fastest of its repeats
-    (``min``) or the median one (``median``; the lower median for an even count)."""
+    (``min``), the median one (``median``; the lower median for an even count), or the median one with its
+    times replaced by the repeats' means (``mean``: what a latency sum over many such steps adds up to)."""
     groups: dict[StepKey, list[MeasuredStep]] = {}
     for step in steps:
         groups.setdefault(step.key, []).append(step)
     chosen = []
     for group in groups.values():
         ordered = sorted(group, key=lambda s: s.record.time_s(timing))
-        chosen.append(ordered[0] if statistic == "min" else ordered[(len(ordered) - 1) // 2])
+        step = ordered[0] if statistic == "min" else ordered[(len(ordered) - 1) // 2]
+        if statistic == "mean":
+            record = replace(
+                step.record,
+                execute_s=float(np.mean([s.record.execute_s for s in group])),
+                iteration_s=float(np.mean([s.record.iteration_s for s in group])),
+            )
+            step = replace(step, record=record)
+        chosen.append(step)
     return chosen
 
 
@@ -663,7 +674,9 @@ class VllmEngine:
         from vllm import SamplingParams
 
         token_ids = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+        # greedy, as the replay samples: random sampling costs a little more per step and the profile would
+        # charge it to every simulated step of a greedy workload
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False, temperature=0.0)
         (prompt,) = self.llm.renderer.render_cmpl([{"prompt_token_ids": token_ids}])
         self.llm.llm_engine.add_request(request_id, prompt, params)
 

@@ -267,6 +267,10 @@ def test_representative_steps_min_and_lower_median_keep_group_order() -> None:
     assert [s.record.execute_s for s in representative_steps(steps, "execute", "min")] == [3.0, 1.0]
     assert [s.record.execute_s for s in representative_steps(steps, "execute", "median")] == [5.0, 1.0]
     assert [s.record.iteration_s for s in representative_steps(steps, "iteration", "min")] == [6.0, 2.0]
+    means = representative_steps(steps, "iteration", "mean")
+    assert [s.record.execute_s for s in means] == [pytest.approx(17 / 3), pytest.approx(1.5)]
+    assert [s.record.iteration_s for s in means] == [pytest.approx(34 / 3), pytest.approx(3.0)]
+    assert [s.record.composition for s in means] == [steps[0].record.composition, steps[1].record.composition]
 
 
 def test_repeat_spread_is_the_median_gap_between_typical_and_fastest_repeat() -> None:
@@ -471,3 +475,20 @@ def test_profile_command_writes_a_profile_that_simulate_loads_by_name(
     assert info.engine is not None and info.engine.max_model_len == 1024
     assert (tmp_path / "steps.csv").read_text().count("\n") == 1 + int(info.fit["num_measured_steps"])
     assert main(["simulate", "--profile", "tiny-cli", "--policy", "fcfs", "--rate", "2", "--duration", "5"]) == 0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_profiler_samples_greedily_as_the_replay_does(tiny_model_dir: Path) -> None:
+    from semsched.vllm.profiling import VllmEngine, _in_process_core
+    from semsched.vllm.replay import ReplayRequest, _sampling_params
+
+    settings = EngineSettings(
+        model=str(tiny_model_dir), max_model_len=256, max_num_seqs=2, max_num_batched_tokens=64
+    )
+    with VllmEngine(settings) as engine:
+        engine.add_request("greedy", 8, 2)
+        (request,) = _in_process_core(engine.llm).scheduler.requests.values()
+        replayed = _sampling_params(ReplayRequest("r", 0.0, (11, 12), 2))
+        assert request.sampling_params.temperature == replayed.temperature
+        assert request.sampling_params.sampling_type == replayed.sampling_type
