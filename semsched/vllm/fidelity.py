@@ -368,9 +368,11 @@ PROFILE_EXTRA_BATCH_SIZES = (2, 3, 6, 12)
 """Decode batch sizes added to the profiler's ``quick`` grid: a replay at moderate load spends most steps with
 one to a few decodes, where eq. 4-7 is least accurate, so those sizes get their own measurements."""
 
-PROFILE_EXTRA_PREFILL_FRACTIONS = (0.25, 0.75)
+PROFILE_EXTRA_PREFILL_FRACTIONS = (0.25, 0.75, 1.5)
 """Prefill lengths (fractions of the token budget) added to the ``quick`` grid's 16, 64, budget/2, budget and
-2 x budget: the replayed slice's prompts are mostly a few hundred tokens, between the quick grid's points."""
+2 x budget: the replayed slice's prompts are mostly a few hundred tokens, between the quick grid's points, and
+a prompt of 1.5 budgets gives a second chunk of half a budget on top of a full one, the typical continuation
+chunk of the slice's longer prompts (replay steps with such chunks ran 1.2x a fit without them)."""
 
 PROFILE_REPEATS = 8
 """Rounds of the grid when ``semsched fidelity`` profiles, split evenly over the profile's parts (at least one

@@ -207,7 +207,7 @@ def test_the_fidelity_grid_adds_small_batches_and_mid_length_prefills() -> None:
     grid, quick = fidelity.profile_grid(settings, repeats=2), make_grid("quick", settings)
     assert grid.repeats == 2
     assert set(quick.decode_batch_sizes) < set(grid.decode_batch_sizes)
-    assert {128, 384} <= set(grid.prefill_tokens) and set(quick.prefill_tokens) <= set(grid.prefill_tokens)
+    assert {128, 384, 768} <= set(grid.prefill_tokens) and set(quick.prefill_tokens) <= set(grid.prefill_tokens)
 
 
 def test_the_median_replay_is_the_one_with_the_median_mean_e2e() -> None:
