@@ -2,13 +2,14 @@
 
 The same requests (arrival times, prompt and output lengths, priorities and tiers) go through
 
-1. **real vLLM** with the semsched scheduler (:mod:`semsched.vllm.replay`: open-loop, in-process engine, one
-   fresh engine per policy), and
+1. **real vLLM** with the semsched scheduler (:mod:`semsched.vllm.replay`: open-loop, in-process engine, a
+   fresh engine per replay; every policy is replayed ``repeats`` times, alternating between policies), and
 2. **the simulator** with a latency profile of that engine and a :class:`~semsched.core.scheduler.SchedulerConfig`
    equal to the engine's (token budget, sequence cap, block size, KV blocks, no watermark, no swap),
 
-and the report gives, per policy, TTFT and E2E (mean and p90) in both, their relative errors
-``(sim - real) / real``, and an account of where the difference comes from (:class:`ErrorAnalysis`).
+and the report gives, per policy, TTFT and E2E (mean and p90) in both (the real side: the median over the
+replays, with their range), their relative errors ``(sim - real) / real``, and an account of where the
+difference comes from (:class:`ErrorAnalysis`, of the median replay).
 
 The slice: the first ``num_requests`` requests of an Azure-format trace; prompt and output lengths scaled by one
 factor so the longest request fits the engine's ``max_model_len``; arrivals rescaled to the replay rate (bursts
@@ -405,8 +406,8 @@ class ProfileSession:
     detokenisation, whole ``LLMEngine.step()`` wall time), runs rounds of :func:`profile_grid` with the profiler's
     driver (:func:`~semsched.vllm.profiling.measure_grid`) and the engine-speed probe, and shuts it down.
     :func:`run_fidelity` interleaves the parts with the replays, so the profile samples the machine at the same
-    stretches of time as the replays do. :meth:`save` fits every step measured so far (the median repeat of each
-    grid step, :func:`~semsched.vllm.profiling.fit_steps`), writes the profile with ``fit.timing: step`` and
+    stretches of time as the replays do. :meth:`save` fits every step measured so far (each grid step's mean over
+    its repeats, :func:`~semsched.vllm.profiling.fit_steps`), writes the profile with ``fit.timing: step`` and
     loads it back.
     """
 
