@@ -77,10 +77,11 @@ def simulate(
     instances: int = 1,
     router: str = "round-robin",
     profile: str = "a100-qwen1.5-4b",
+    arrival_overhead_s: float = 0.0,
     **config: object,
 ) -> SimResult:
     latency = load_profile(profile)
-    cluster = [Instance(make_scheduler(policy, **config), latency) for _ in range(instances)]
+    cluster = [Instance(make_scheduler(policy, **config), latency, arrival_overhead_s) for _ in range(instances)]
     return Simulation(cluster, make_router(router), fast_forward=fast_forward).run(requests)
 
 

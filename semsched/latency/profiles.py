@@ -16,6 +16,8 @@ A profile file holds::
     fit:                      # optional: how well the model fits its measurements (numbers or text)
       mape: 0.081
       ...
+    overheads:                # optional: engine time outside steps
+      arrival_s: 0.0006       # per accepted request, before the next step (request intake)
 
 Names are looked up in two places:
 
@@ -53,7 +55,10 @@ PROFILE_DIR_ENV = "SEMSCHED_PROFILE_DIR"
 _PROFILE_PACKAGE = "semsched.latency"
 _PROFILE_DIR = "profiles"
 _PATH_SUFFIXES = (".yaml", ".yml", ".json")
-_TOP_LEVEL_FIELDS = frozenset({"kind", "name", "description", "source", "coefficients", "engine", "fit"})
+_TOP_LEVEL_FIELDS = frozenset(
+    {"kind", "name", "description", "source", "coefficients", "engine", "fit", "overheads"}
+)
+_OVERHEAD_FIELDS = ("arrival_s",)
 _REQUIRED_TOP_LEVEL = ("kind", "name", "coefficients")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -105,6 +110,8 @@ class ProfileInfo:
     source: str = ""
     engine: ProfiledEngine | None = None
     fit: Mapping[str, FitValue] = field(default_factory=dict)
+    #: engine time per accepted request outside steps (the ``overheads.arrival_s`` field; 0 when absent)
+    arrival_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +256,7 @@ def profile_info_from_dict(data: object, origin: str = "<dict>") -> ProfileInfo:
         source=data.get("source", ""),
         engine=_read_engine(data["engine"], origin) if data.get("engine") is not None else None,
         fit=_read_fit(data["fit"], origin) if data.get("fit") is not None else {},
+        arrival_overhead_s=_read_overheads(data.get("overheads"), origin),
     )
 
 
@@ -261,6 +269,7 @@ def save_profile(
     source: str = "",
     engine: ProfiledEngine | None = None,
     fit: Mapping[str, FitValue] | None = None,
+    arrival_overhead_s: float | None = None,
 ) -> None:
     """Write ``model`` as a profile file (JSON if ``path`` ends in ``.json``, else YAML).
 
@@ -268,7 +277,14 @@ def save_profile(
     non-negative so that the file loads again (it is validated before anything is written). Missing parent
     directories are created; the file is replaced in one step, so a reader never sees half of it.
     """
-    data = profile_to_dict(model, description=description, source=source, engine=engine, fit=fit)
+    data = profile_to_dict(
+        model,
+        description=description,
+        source=source,
+        engine=engine,
+        fit=fit,
+        arrival_overhead_s=arrival_overhead_s,
+    )
     target = Path(path)
     profile_from_dict(data, str(target))
     if target.suffix.lower() == ".json":
@@ -288,9 +304,10 @@ def profile_to_dict(
     source: str = "",
     engine: ProfiledEngine | None = None,
     fit: Mapping[str, FitValue] | None = None,
+    arrival_overhead_s: float | None = None,
 ) -> dict[str, Any]:
-    """The profile mapping that :func:`profile_from_dict` turns back into ``model``; ``engine`` and ``fit``
-    are written only when given."""
+    """The profile mapping that :func:`profile_from_dict` turns back into ``model``; ``engine``, ``fit`` and
+    ``overheads`` (from ``arrival_overhead_s``) are written only when given."""
     if isinstance(model, AnalyticLatencyModel):
         kind, coefficients = "analytic", asdict(model.config)
     elif isinstance(model, BatchLatencyModel):
@@ -308,10 +325,27 @@ def profile_to_dict(
         data["engine"] = asdict(engine)
     if fit is not None:
         data["fit"] = dict(fit)
+    if arrival_overhead_s is not None:
+        data["overheads"] = {"arrival_s": arrival_overhead_s}
     return data
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
+def _read_overheads(data: object, origin: str) -> float:
+    """The ``overheads`` section's ``arrival_s`` (0 when the section is absent)."""
+    if data is None:
+        return 0.0
+    if not isinstance(data, dict):
+        raise ProfileError(f"{origin}: 'overheads' must be a mapping, got {type(data).__name__}")
+    unknown = sorted(str(key) for key in data if key not in _OVERHEAD_FIELDS)
+    if unknown:
+        raise ProfileError(f"{origin}: unknown field(s) in 'overheads': {', '.join(unknown)}")
+    value = data.get("arrival_s", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ProfileError(f"{origin}: overheads.arrival_s must be a number >= 0 (seconds), got {value!r}")
+    return float(value)
+
+
 def _load_packaged(name: str) -> ProfileInfo:
     shadow = user_profiles().get(name)
     if shadow is not None:

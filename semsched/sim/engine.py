@@ -2,7 +2,8 @@
 
 Events are step completions (one per busy instance, in a heap ordered by time then sequence number) merged
 with the time-sorted arrival stream; an arrival at the same instant as a step completion is handled first,
-so it joins the next step, as in a real engine loop. Each step's duration comes from a latency model.
+so it joins the next step, as in a real engine loop. Each step's duration comes from a latency model; an
+instance's ``arrival_overhead_s`` (the engine's request intake) delays the step after each accepted arrival.
 
 Fast-forward: a decode-only batch that nothing will disturb (no arrival, no finish, no block exhaustion; see
 :meth:`Scheduler.steady_decode_steps`) is advanced many steps in one event with the vectorised
@@ -36,10 +37,19 @@ class Instance:
 
     scheduler: Scheduler
     latency: LatencyModel
+    #: engine time each accepted arrival costs before the next step (a real engine's request intake: building
+    #: the request, hashing its prompt blocks); 0 by default, set from a profile's ``overheads`` section
+    arrival_overhead_s: float = 0.0
     busy: bool = False
     num_steps: int = 0
     num_events: int = 0
     busy_time_s: float = 0.0
+    #: intake time of arrivals since the last step started, charged to the next step
+    pending_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.arrival_overhead_s) and self.arrival_overhead_s >= 0):
+            raise ValueError(f"arrival_overhead_s: must be a finite number >= 0 (got {self.arrival_overhead_s!r})")
 
 
 @dataclass
@@ -124,8 +134,10 @@ class Simulation:
         target = self.router.route(request, schedulers, now_s)
         instance = self.instances[target]
         decision = instance.scheduler.add_request(request, now_s)
-        if decision.accepted and not instance.busy:
-            self._start_step(target, now_s)
+        if decision.accepted:
+            instance.pending_overhead_s += instance.arrival_overhead_s
+            if not instance.busy:
+                self._start_step(target, now_s)
 
     def _complete(self, event: _StepDone) -> None:
         instance = self.instances[event.instance]
@@ -145,7 +157,9 @@ class Simulation:
             return  # idle until the next arrival
         end_times = self._steady_end_times(instance, plan, now_s)
         if end_times is None:
-            end_s = now_s + self._step_time_s(instance.latency, plan)
+            # arrivals taken in since the last step delay this one (a real engine adds them between steps)
+            end_s = now_s + instance.pending_overhead_s + self._step_time_s(instance.latency, plan)
+            instance.pending_overhead_s = 0.0
         else:
             end_s = float(end_times[-1])
         instance.busy = True
@@ -155,7 +169,7 @@ class Simulation:
 
     def _steady_end_times(self, instance: Instance, plan: BatchPlan, now_s: float) -> np.ndarray | None:
         """End times of a fast-forwardable stretch of >= 2 steps starting with ``plan``, else None."""
-        if not self.fast_forward or not plan.is_pure_decode:
+        if not self.fast_forward or not plan.is_pure_decode or instance.pending_overhead_s:
             return None
         # cheap scalar check first: a second step can join only if the first ends before the next arrival
         if now_s + self._step_time_s(instance.latency, plan) >= self._next_arrival_s:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
-from semsched.latency import load_profile
+from semsched.latency import load_profile_info
 from semsched.metrics import Summary, TDGWeights, summarize
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
@@ -49,9 +49,11 @@ class PolicyRun:
 def build_simulation(
     policy: str, cluster: ClusterSpec, *, fast_forward: bool = True, progress: ProgressCallback | None = None
 ) -> Simulation:
-    latency = load_profile(cluster.profile)
+    info = load_profile_info(cluster.profile)
+    latency = info.model
     instances = [
-        Instance(Scheduler(cluster.scheduler, make_policy(policy)), latency) for _ in range(cluster.num_instances)
+        Instance(Scheduler(cluster.scheduler, make_policy(policy)), latency, info.arrival_overhead_s)
+        for _ in range(cluster.num_instances)
     ]
     return Simulation(instances, make_router(cluster.router), fast_forward=fast_forward, progress=progress)
 

@@ -214,9 +214,16 @@ class SimOutcome:
     num_steps: int
 
 
-def simulate(workload: Workload, policy: str, config: SchedulerConfig, latency: LatencyModel) -> SimOutcome:
-    """Run ``workload`` through one simulated engine under ``policy``."""
-    instance = Instance(Scheduler(config, make_policy(policy)), latency)
+def simulate(
+    workload: Workload,
+    policy: str,
+    config: SchedulerConfig,
+    latency: LatencyModel,
+    arrival_overhead_s: float = 0.0,
+) -> SimOutcome:
+    """Run ``workload`` through one simulated engine under ``policy``, charging ``arrival_overhead_s`` of engine
+    time per arrival (the profile's request intake)."""
+    instance = Instance(Scheduler(config, make_policy(policy)), latency, arrival_overhead_s)
     result = Simulation([instance], make_router("round-robin")).run(workload.to_requests())
     return SimOutcome(result.requests, result.num_steps)
 
@@ -260,7 +267,8 @@ def compare_policy(
     if not results or len({r.policy for r in results}) != 1:
         raise ValueError("results: give one or more replays of one policy")
     latency = profile.model
-    sim = simulate(workload, results[0].policy, config, latency)
+    intake = profile.arrival_overhead_s
+    sim = simulate(workload, results[0].policy, config, latency, intake)
     metrics = compare_repeats([real_latencies(r) for r in results], sim_latencies(sim.requests))
     by_priority = {}
     for priority in sorted({int(p) for p in workload.priority}):
@@ -272,10 +280,10 @@ def compare_policy(
     result = results[representative]
     real = real_latencies(result)
     ratio = engine_time_ratio(result.steps, latency)
-    corrected = simulate(workload, result.policy, config, ScaledLatency(latency, ratio))
+    corrected = simulate(workload, result.policy, config, ScaledLatency(latency, ratio), intake)
     factors = class_factors(result.steps, latency)
-    by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors))
-    slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR))
+    by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors), intake)
+    slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR), intake)
     base = compare(real, sim_latencies(sim.requests))
     sensitivity = {
         b.metric: changed.sim_s / b.sim_s - 1.0 if b.sim_s else 0.0
@@ -286,7 +294,7 @@ def compare_policy(
         timing=timing,
         step_fit_mape=step_fit_mape(result.steps, latency, timing),
         step_classes=tuple(step_class_fits(result.steps, latency, timing)),
-        sources=tuple(error_sources(result, latency, timing)),
+        sources=tuple(error_sources(result, latency, timing, intake)),
         real_steps=len(result.steps),
         sim_steps=sim.num_steps,
         real_preemptions=sum(r.num_preemptions for r in result.requests),
@@ -375,6 +383,10 @@ PROFILE_EXTRA_PREFILL_FRACTIONS = (0.25, 0.75, 1.5)
 a prompt of 1.5 budgets gives a second chunk of half a budget on top of a full one, the typical continuation
 chunk of the slice's longer prompts (replay steps with such chunks ran 1.2x a fit without them)."""
 
+INTAKE_REQUESTS = 32
+"""Requests whose intake (``ServedEngine.intake_times_s``) each profile part times: the simulator charges the
+median as engine time per arrival (the profile's ``overheads.arrival_s``)."""
+
 PROFILE_REPEATS = 8
 """Rounds of the grid when ``semsched fidelity`` profiles, split evenly over the profile's parts (at least one
 round each): the fit takes each step's median over all rounds. On a machine whose speed drifts by tens of
@@ -416,6 +428,7 @@ class ProfileSession:
         self.enable_prefix_caching = enable_prefix_caching
         self.steps: list[MeasuredStep] = []
         self.probes_s: list[float] = []
+        self.intake_s: list[float] = []
         self.engine: ProfiledEngine | None = None
         self.measured_s = 0.0
         self._rounds = 0
@@ -432,6 +445,8 @@ class ProfileSession:
         with ServedEngine(self.settings, enable_prefix_caching=self.enable_prefix_caching) as engine:
             steps = measure_grid(engine, grid, self.settings, progress)
             self.probes_s.append(engine.probe_step_s())
+            prompt = max(1, self.settings.max_num_batched_tokens // 2)
+            self.intake_s.extend(engine.intake_times_s(INTAKE_REQUESTS, prompt))
             self.engine = engine.profiled_engine
         self.steps.extend(dataclasses.replace(s, repeat=s.repeat + self._rounds) for s in steps)
         self._rounds += rounds
@@ -474,6 +489,7 @@ class ProfileSession:
                 PROBE_FIT_KEY: float(np.median(probes)) if probes else float("nan"),
                 "wall_s": round(self.measured_s, 1),
             },
+            arrival_overhead_s=float(np.median(self.intake_s)) if self.intake_s else None,
         )
         return load_profile_info(str(path))
 

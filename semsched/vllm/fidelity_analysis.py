@@ -213,11 +213,15 @@ def class_factors(steps: Sequence[StepRecord], latency: LatencyModel) -> dict[st
     }
 
 
-def error_sources(result: ReplayResult, latency: LatencyModel, timing: str) -> list[ErrorSource]:
+def error_sources(
+    result: ReplayResult, latency: LatencyModel, timing: str, arrival_overhead_s: float = 0.0
+) -> list[ErrorSource]:
     """The measurable sources, largest ``|engine_s|`` first. "step-time fit" and the overheads outside the
     profile's timing add up to the real steps' wall time minus what the profile charges for the same batches;
-    the others act beside that per-step account."""
+    the others act beside that per-step account. The two arrival sources count only what exceeds the profile's
+    request intake (``arrival_overhead_s`` per arrival, which the simulator charges)."""
     steps = result.steps
+    busy_arrivals = sum(1 for r in result.requests if r.added_s is not None and not r.found_idle)
     covered = sum(profiled_time_s(s, timing) for s in steps)
     predicted = sum(predicted_step_s(latency, s) for s in steps)
     classes = step_class_fits(steps, latency, timing)
@@ -255,12 +259,13 @@ def error_sources(result: ReplayResult, latency: LatencyModel, timing: str) -> l
         sources.append(
             ErrorSource(
                 "engine loop between steps",
-                sum(s.gap_before_s for s in steps),
-                "adding arrivals (rendering, input processing), has_unfinished_requests; not in the profile",
+                sum(s.gap_before_s for s in steps) - busy_arrivals * arrival_overhead_s,
+                "adding arrivals (rendering, input processing), has_unfinished_requests"
+                + _beyond_intake(busy_arrivals, arrival_overhead_s),
             )
         )
     sources.append(_prefix_cache_source(result, latency))
-    sources.append(_idle_wakeup_source(result))
+    sources.append(_idle_wakeup_source(result, arrival_overhead_s))
     sources.append(_warmup_source(steps, latency, timing))
     return sorted(sources, key=lambda s: -abs(s.engine_s))
 
@@ -277,13 +282,23 @@ def _prefix_cache_source(result: ReplayResult, latency: LatencyModel) -> ErrorSo
     )
 
 
-def _idle_wakeup_source(result: ReplayResult) -> ErrorSource:
+def _idle_wakeup_source(result: ReplayResult, arrival_overhead_s: float) -> ErrorSource:
     delays = [r.loop_delay_s for r in result.requests if r.found_idle and r.loop_delay_s is not None]
     mean_ms = 1000.0 * float(np.mean(delays)) if delays else 0.0
     return ErrorSource(
         "arrival handling on an idle engine",
-        sum(delays),
-        f"{len(delays)} arrivals found the engine idle; {mean_ms:.2f} ms each from arrival to being added",
+        sum(delays) - len(delays) * arrival_overhead_s,
+        f"{len(delays)} arrivals found the engine idle; {mean_ms:.2f} ms each from arrival to being added"
+        + _beyond_intake(len(delays), arrival_overhead_s),
+    )
+
+
+def _beyond_intake(arrivals: int, arrival_overhead_s: float) -> str:
+    if arrival_overhead_s <= 0:
+        return "; not in the profile"
+    return (
+        f"; beyond the profile's request intake ({1000.0 * arrival_overhead_s:.2f} ms x {arrivals} arrivals, "
+        "charged by the simulator)"
     )
 
 

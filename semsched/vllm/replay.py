@@ -371,6 +371,25 @@ class ServedEngine:
             self.step()
         return float(np.median(times)) if times else float("nan")
 
+    def intake_times_s(self, num_requests: int, prompt_tokens: int) -> list[float]:
+        """Seconds each of ``num_requests`` ``_add`` calls took (what the replay loop does per arrival:
+        rendering the prompt and ``LLMEngine.add_request``) with ``prompt_tokens``-token prompts; the requests
+        are aborted afterwards, without running a step."""
+        ids, times = [], []
+        for _ in range(num_requests):
+            self._probes += 1
+            request_id = f"intake-{self._probes}"
+            tokens = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
+            request = ReplayRequest(request_id, 0.0, tuple(tokens), 4)
+            started = time.perf_counter()
+            _add(self._engine, request)
+            times.append(time.perf_counter() - started)
+            ids.append(request_id)
+        self.abort(ids)
+        while self.has_unfinished():
+            self.step()
+        return times
+
     def __enter__(self) -> ServedEngine:
         return self
 

@@ -270,8 +270,30 @@ def test_engine_and_fit_sections_round_trip(tmp_path: Path, suffix: str) -> None
 
 def test_profiles_without_engine_or_fit_still_load() -> None:
     info = load_profile_info("a100-qwen1.5-7b-batch")
-    assert info.engine is None and dict(info.fit) == {}
-    assert "engine" not in profile_to_dict(info.model)
+    assert info.engine is None and dict(info.fit) == {} and info.arrival_overhead_s == 0.0
+    assert "engine" not in profile_to_dict(info.model) and "overheads" not in profile_to_dict(info.model)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_the_arrival_overhead_round_trips(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"p{suffix}"
+    save_profile(batch_model("p"), path, arrival_overhead_s=6.5e-4)
+    assert load_profile_info(str(path)).arrival_overhead_s == 6.5e-4
+
+
+@pytest.mark.parametrize(
+    ("overheads", "pattern"),
+    [
+        ({"arrival_s": -1.0}, r"overheads.arrival_s must be a number >= 0 \(seconds\), got -1.0"),
+        ({"arrival_s": "fast"}, r"overheads.arrival_s must be a number"),
+        ({"arrival_s": float("nan")}, r"overheads.arrival_s"),
+        ({"per_step_s": 1.0}, r"unknown field\(s\) in 'overheads': per_step_s"),
+        ([1.0], r"'overheads' must be a mapping"),
+    ],
+)
+def test_bad_overheads_raise_profile_error(overheads: object, pattern: str) -> None:
+    with pytest.raises(ProfileError, match=pattern):
+        profile_from_dict({**profile_to_dict(batch_model("o")), "overheads": overheads})
 
 
 def engine_dict(**overrides: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +47,32 @@ def test_fast_forward_matches_per_iteration_in_a_cluster() -> None:
         simulate(requests, "priority", fast_forward=fast_forward, instances=3, router="least-outstanding")
         results.append(_token_times(requests))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority-preempt", "srpt"])
+def test_fast_forward_matches_per_iteration_with_an_arrival_overhead(policy: str) -> None:
+    runs = []
+    for fast_forward in (True, False):
+        requests = random_requests(5, 300, rate=12.0)
+        result = simulate(requests, policy, fast_forward=fast_forward, arrival_overhead_s=4e-3)
+        runs.append((result.num_steps, result.num_events, _token_times(requests)))
+    assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
+    assert runs[0][1] < runs[1][1]  # it did fast-forward
+
+
+def test_an_arrival_overhead_delays_the_next_step_once_per_accepted_request() -> None:
+    def first_tokens(overhead: float, arrivals: list[float]) -> list[float]:
+        requests = [make_request(str(i), prompt=64, output=4, arrival=t) for i, t in enumerate(arrivals)]
+        simulate(requests, arrival_overhead_s=overhead)
+        return [r.first_token_time_s or 0.0 for r in requests]
+
+    alone, charged = first_tokens(0.0, [0.0]), first_tokens(0.25, [0.0])
+    assert charged[0] == pytest.approx(alone[0] + 0.25)  # an idle engine takes the request in, then steps
+    # the first arrival starts a step at once; the second (same instant) joins the next step, after both intakes
+    alone, charged = first_tokens(0.0, [0.0, 0.0]), first_tokens(0.25, [0.0, 0.0])
+    assert charged == pytest.approx([alone[0] + 0.25, alone[1] + 0.5])
+    with pytest.raises(ValueError, match="arrival_overhead_s"):
+        simulate([make_request("x", prompt=8, output=2)], arrival_overhead_s=-1.0)
 
 
 def test_same_seed_gives_identical_metrics() -> None:
@@ -135,3 +162,15 @@ def test_fast_forward_is_exact_on_random_configs(
         )
         outcomes.append([(r.state, r.num_preemptions, r.token_times_s().tolist()) for r in requests])
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_profiles_arrival_overhead_reaches_every_simulated_instance(tmp_path: Path) -> None:
+    from semsched.latency import load_profile, save_profile
+    from semsched.sim.runner import ClusterSpec, build_simulation
+
+    path = tmp_path / "with-intake.yaml"
+    save_profile(load_profile("a100-qwen1.5-7b-batch"), path, arrival_overhead_s=0.002)
+    simulation = build_simulation("fcfs", ClusterSpec(profile=str(path), num_instances=2))
+    assert [i.arrival_overhead_s for i in simulation.instances] == [0.002, 0.002]
+    plain = build_simulation("fcfs", ClusterSpec(profile="a100-qwen1.5-7b-batch"))
+    assert [i.arrival_overhead_s for i in plain.instances] == [0.0]

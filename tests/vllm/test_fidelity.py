@@ -278,6 +278,7 @@ def test_replay_and_simulation_of_a_small_slice_on_real_vllm(tiny_model_dir: Pat
     assert (tmp_path / "profile.yaml").is_file()
     profile = load_profile_info(str(tmp_path / "profile.yaml"))
     assert profile.fit["parts"] == 3 and profile.fit["rounds"] == sum(fidelity.profile_rounds(2))
+    assert profile.arrival_overhead_s > 0  # the request intake was timed
     assert [p.policy for p in report.policies] == ["fcfs", "priority-preempt"]
     for policy in report.policies:
         wanted = {r.request_id: r.output_tokens or 0 for r in policy.sim_requests}

@@ -56,6 +56,21 @@ def test_per_step_sources_add_up_to_real_minus_predicted_engine_time(timing: str
     assert [abs(s.engine_s) for s in sources] == sorted((abs(s.engine_s) for s in sources), reverse=True)
 
 
+def test_arrival_sources_count_only_what_exceeds_the_profiled_intake() -> None:
+    from semsched.vllm.replay import RequestRecord
+
+    steps = [step((), 1, 100, gap_s=0.003) for _ in range(4)]
+    requests = [RequestRecord(str(i), 0.0, added_s=0.0, loop_delay_s=0.002, found_idle=i == 0) for i in range(4)]
+    result = ReplayResult("fcfs", requests, steps, 0.0, 0.0, 1.0, "0.32.0", 64)
+    latency = BatchLatencyModel(BATCH)
+    plain = {s.name: s for s in error_sources(result, latency, "step")}
+    charged = {s.name: s for s in error_sources(result, latency, "step", 0.001)}
+    loop, idle = "engine loop between steps", "arrival handling on an idle engine"
+    assert charged[loop].engine_s == pytest.approx(plain[loop].engine_s - 3 * 0.001)  # three arrived while busy
+    assert charged[idle].engine_s == pytest.approx(plain[idle].engine_s - 0.001)  # one found the engine idle
+    assert "not in the profile" in plain[loop].note and "1.00 ms x 3 arrivals" in charged[loop].note
+
+
 def test_step_classes_split_prefill_and_decode_batch_sizes() -> None:
     steps = [step(((64, 0),), 1, 10), step((), 1, 100), step((), 2, 200), step((), 5, 500), step((), 12, 1200)]
     classes = {c.name: c for c in step_class_fits(steps, BatchLatencyModel(BATCH), "execute")}
