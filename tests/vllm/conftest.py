@@ -40,8 +40,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the ``vllm serve`` tests (marked ``server``) before anything starts an in-process engine, so that no
-    engine state of this process can reach a server it starts (a precaution: servers started by pytest were
-    sometimes seen to pass a request on to their engine only once it went idle, cause not found)."""
+    engine state of this process can reach a server it starts (a precaution; the late requests once seen in
+    server tests came from the API server's first streamed response, see ``_warm_up`` in test_serve.py)."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("server") else 1)
 
 
