@@ -89,7 +89,7 @@ def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["--dtype", "int4"], "dtype: expected one of"),
         (["--grid", "huge"], "grid: unknown grid 'huge'"),
         (["--repeats", "0"], "repeats: must be an integer >= 1"),
-        (["--statistic", "mean"], "--statistic: expected one of min, median"),
+        (["--statistic", "p50"], "--statistic: expected one of min, median, mean"),
         (["--timing", "wall"], "--timing: expected one of execute, iteration"),
         (["--out", "profile.txt"], "--out: must end in .yaml, .yml or .json"),
         (["--name", "a100-qwen1.5-7b"], "is a packaged profile"),
