@@ -51,19 +51,6 @@ def semsched_server(tiny_model_dir: Path, semsched_workdir: Path) -> Iterator[st
         yield base_url
 
 
-def _warm_up(base_url: str) -> None:
-    """One plain and one streamed completion on the idle server. The API server imports parts of its streaming
-    stack on the first streamed response (anyio's backend, seen with py-spy blocking the event loop); on 2 busy
-    cores that import took seconds, and a request arriving meanwhile reached the engine late, sometimes only
-    after the engine went idle. Warmed up, the measured requests take the hot path."""
-    with httpx.Client(base_url=base_url, timeout=120.0) as client:
-        plain = client.post("/v1/completions", json={"model": SERVED_MODEL_NAME, "prompt": [11, 12, 13],
-                                                     "max_tokens": 2, "ignore_eos": True})
-        plain.raise_for_status()
-        assert stream_completion(client, {"prompt": [11, 12, 13], "max_tokens": 2, "ignore_eos": True,
-                                          "priority": 3}).completion_tokens == 2
-
-
 @dataclass
 class _Stream:
     """One streamed completion of several prompts (one choice each), run in a thread; per choice, ``tokens``
@@ -74,6 +61,7 @@ class _Stream:
     tokens: dict[int, int] = field(default_factory=dict)
     finish_reason: dict[int, str] = field(default_factory=dict)
     done_at: dict[int, float] = field(default_factory=dict)
+    first_chunk_at: float | None = None
     usage_tokens: int | None = None
     error: BaseException | None = None
     thread: threading.Thread = field(init=False)
@@ -110,6 +98,8 @@ class _Stream:
             self.error = error
 
     def _add(self, chunk: dict[str, Any]) -> None:
+        if self.first_chunk_at is None:
+            self.first_chunk_at = time.monotonic()
         if chunk.get("usage"):
             self.usage_tokens = chunk["usage"]["completion_tokens"]
         for choice in chunk.get("choices", []):
@@ -120,12 +110,28 @@ class _Stream:
                 self.done_at[index] = time.monotonic()
 
 
-def _late_high_priority(base_url: str) -> dict[str, tuple[int, str, float]]:
+def _warm_up(base_url: str) -> None:
+    """The scenario's two request shapes (two prompts, plain; two prompts, streamed), short, on the idle server.
+    The API server imports parts of its serving stack on first use (py-spy caught anyio's backend being imported
+    inside the first streamed response, blocking the event loop); on 2 busy cores that took seconds, and a request
+    arriving meanwhile reached the engine late, sometimes only after the engine went idle. Warmed up, the
+    measured requests take the hot path."""
+    rng = random.Random(1)
+    prompts = [[rng.randrange(100, 31000) for _ in range(8)] for _ in range(2)]
+    for stream in (
+        _Stream({"prompt": prompts, "max_tokens": 2, "priority": 3}, stream=False).start(base_url),
+        _Stream({"prompt": prompts, "max_tokens": 2, "priority": 3}).start(base_url),
+    ):
+        stream.thread.join(timeout=120)
+        assert stream.error is None and stream.usage_tokens == 4, stream.error
+
+
+def _late_high_priority(base_url: str) -> tuple[dict[str, tuple[int, str, float]], str]:
     """Two low-priority prompts (one request, priority 5) take both sequence slots and, as they grow to 126
     blocks each, more than the KV cache (255 usable blocks of 32 tokens); one second later, two high-priority
     prompts arrive together (one request, priority 0, 416-token prompts).
 
-    Returns name -> (tokens, finish reason, finish time)."""
+    Returns name -> (tokens, finish reason, finish time), and a line of timings for assertion messages."""
     rng = random.Random(0)
 
     def body(num_prompts: int, prompt_len: int, max_tokens: int, priority: int) -> dict[str, Any]:
@@ -136,13 +142,19 @@ def _late_high_priority(base_url: str) -> dict[str, tuple[int, str, float]]:
     low = _Stream(body(2, 32, LOW_OUTPUT, 5), stream=False).start(base_url)
     time.sleep(1.0)  # an idle engine admits the low-priority prompts within ms; 1 s is ~250 of 4,000 steps
     assert low.error is None and not low.done_at, "the low-priority requests ended before the others arrived"
+    sent = time.monotonic()
     high = _Stream(body(2, 416, HIGH_OUTPUT, 0)).start(base_url)
     for stream, expected in ((low, 2 * LOW_OUTPUT), (high, 2 * HIGH_OUTPUT)):
         stream.thread.join(timeout=300)
         assert stream.error is None, stream.error
         assert stream.usage_tokens == expected
-    return {f"{name}{i}": (stream.tokens.get(i, 0), stream.finish_reason[i], stream.done_at[i])
-            for name, stream in (("low", low), ("high", high)) for i in range(2)}
+    timings = (
+        f"high-priority request: first chunk {(high.first_chunk_at or sent) - sent:.1f} s after it was sent, done "
+        f"{max(high.done_at.values()) - sent:.1f} s; low-priority done {max(low.done_at.values()) - sent:.1f} s"
+    )
+    finished = {f"{name}{i}": (stream.tokens.get(i, 0), stream.finish_reason[i], stream.done_at[i])
+                for name, stream in (("low", low), ("high", high)) for i in range(2)}
+    return finished, timings
 
 
 def _check_streams(finished: dict[str, tuple[int, str, float]]) -> None:
@@ -163,9 +175,11 @@ def test_mixed_priorities_stream_to_completion_with_metrics(semsched_server: str
     vLLM's. (vLLM's own priority policy on the same workload: the next test.)"""
     log = semsched_workdir / "finished.log"
     done_before = len(_engine_finish_priorities(log))
-    _check_streams(_late_high_priority(semsched_server))
+    finished, timings = _late_high_priority(semsched_server)
+    _check_streams(finished)
     order = _engine_finish_priorities(log, done_before)
-    assert order == [0, 0, 5, 5]  # the high-priority requests displaced a low-priority one and finished first
+    # the high-priority requests displaced a low-priority one and finished first
+    assert order == [0, 0, 5, 5], f"engine finish order by priority {order}; {timings}"
 
     metrics = httpx.get(f"{semsched_server}/metrics", timeout=30).text
     assert 'semsched_requests_finished_total{priority="0"}' in metrics
@@ -183,9 +197,10 @@ def test_vllm_own_priority_policy_lets_running_low_priority_work_finish_first(
                      extra_args=["--scheduling-policy", "priority"], **SIZES) as base_url:
         _warm_up(base_url)
         done_before = len(_engine_finish_priorities(log))
-        _check_streams(_late_high_priority(base_url))
+        finished, timings = _late_high_priority(base_url)
+        _check_streams(finished)
     order = _engine_finish_priorities(log, done_before)
-    assert sorted(order) == [0, 0, 5, 5] and order[0] == 5
+    assert sorted(order) == [0, 0, 5, 5] and order[0] == 5, f"engine finish order by priority {order}; {timings}"
 
 
 def test_malformed_xargs_get_400_and_the_server_keeps_serving(semsched_server: str) -> None:
