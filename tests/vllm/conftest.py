@@ -41,7 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the ``vllm serve`` tests (marked ``server``) before anything starts an in-process engine, so that no
     engine state of this process can reach a server it starts (a precaution; the late requests once seen in
-    server tests came from the API server's first streamed response, see ``_warm_up`` in test_serve.py)."""
+    server tests came from CPU placement, see ``_separate_engine_from_api_server`` in harness.py)."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("server") else 1)
 
 

@@ -218,9 +218,28 @@ def vllm_server(
     try:
         base_url = f"http://{HOST}:{port}"
         _wait_until_healthy(process, base_url, log_path, startup_timeout_s)
+        _separate_engine_from_api_server(process.pid)
         yield base_url
     finally:
         stop_process_group(process)
+
+
+def _separate_engine_from_api_server(api_pid: int) -> None:
+    """Pin the server's engine processes (EngineCore and its worker, which vLLM binds to CPU 0 on CPU) to CPU 0
+    and the API server to the other CPUs. Left to the OS, the EngineCore process, which polls its worker, could
+    land beside the API server: then steps ran up to 8x faster and the API server, starved of CPU, handed a new
+    request to the engine only once it went idle (its output loop does not yield while outputs are queued). With
+    fewer than 2 CPUs there is nothing to separate."""
+    import psutil
+
+    cpus = os.cpu_count() or 1
+    if cpus < 2:
+        return
+    api = psutil.Process(api_pid)
+    for child in api.children(recursive=True):
+        with suppress(psutil.Error):
+            child.cpu_affinity([0])
+    api.cpu_affinity(list(range(1, cpus)))
 
 
 def _all_cpus() -> None:

@@ -1,7 +1,5 @@
-"""semsched behind ``vllm serve`` and the OpenAI API (streaming): mixed priorities with more demand than KV
-capacity complete with their exact token counts, per-request validation (400) leaves the server serving, and the
-adapter's Prometheus metrics appear. The finish-order comparison with vLLM's own priority policy is in
-test_engine.py (``vllm.LLM``); see the first test's docstring for why it is not made over HTTP."""
+"""semsched behind ``vllm serve`` and the OpenAI API (streaming), against vLLM's own priority policy on the same
+workload in the same run; per-request validation (400) and the adapter's Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -24,6 +22,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.server]
 
 # semsched's adapter and vLLM's own scheduler, each with a recorder of the engine-side finish order (recording.py)
 ADAPTER = "tests.vllm.recording.SemschedRecorder"
+VLLM_SCHEDULER = "tests.vllm.recording.VllmRecorder"
 MIDDLEWARE = ["--middleware", "semsched.vllm.XargsValidationMiddleware"]
 LOW_OUTPUT, HIGH_OUTPUT = 4000, 100
 # Two sequence slots: the two low-priority requests hold both, so the high-priority ones cannot start in vLLM
@@ -114,9 +113,9 @@ class _Stream:
 def _warm_up(base_url: str) -> None:
     """The scenario's two request shapes (two prompts, plain; two prompts, streamed), short, on the idle server.
     The API server imports parts of its serving stack on first use (py-spy caught anyio's backend being imported
-    inside the first streamed response, blocking its event loop for seconds on 2 busy cores); warmed up, the
-    measured requests do not pay that. (It does not cure the output-loop starvation described in the first
-    test.)"""
+    inside the first streamed response, blocking the event loop); on 2 busy cores that took seconds, and a request
+    arriving meanwhile reached the engine late, sometimes only after the engine went idle. Warmed up, the
+    measured requests take the hot path."""
     rng = random.Random(1)
     prompts = [[rng.randrange(100, 31000) for _ in range(8)] for _ in range(2)]
     for stream in (
@@ -171,24 +170,39 @@ def _engine_finish_priorities(log: Path, skip: int = 0) -> list[int]:
 
 
 def test_mixed_priorities_stream_to_completion_with_metrics(semsched_server: str, semsched_workdir: Path) -> None:
-    """Through ``vllm serve`` every request completes with its exact token count and the adapter's metrics
-    appear next to vLLM's. Which priority finishes first is asserted through ``vllm.LLM`` (test_engine.py), not
-    here: on 2 cores the API server can hand a request to its engine only once the engine goes idle. In a
-    fresh-clone CI run the late high-priority request's first chunk came 1.7 s after it was sent, 0.1 s after
-    the low-priority requests finished (the engine ran their 8,000 tokens in about 2.6 s there, 20 s on other
-    runs). Likely cause: while engine outputs keep arriving faster than the API server handles them, its
-    output-socket task never yields to the event loop (an awaited ready future does not suspend), so new HTTP
-    requests wait until the engine stops producing. The warm-up removes a second, smaller delay."""
+    """Through ``vllm serve`` every request completes with its exact token count, semsched's strict priority
+    with preemption finishes the late high-priority requests first, and the adapter's metrics appear next to
+    vLLM's. (vLLM's own priority policy on the same workload: the next test.) The harness pins the engine
+    processes and the API server to different CPUs: without that, the late request sometimes reached the engine
+    only once it went idle (see ``_separate_engine_from_api_server`` in harness.py)."""
     log = semsched_workdir / "finished.log"
     done_before = len(_engine_finish_priorities(log))
     finished, timings = _late_high_priority(semsched_server)
     _check_streams(finished)
     order = _engine_finish_priorities(log, done_before)
-    assert sorted(order) == [0, 0, 5, 5], f"engine finish order by priority {order}; {timings}"
+    # the high-priority requests displaced a low-priority one and finished first
+    assert order == [0, 0, 5, 5], f"engine finish order by priority {order}; {timings}"
 
     metrics = httpx.get(f"{semsched_server}/metrics", timeout=30).text
     assert 'semsched_requests_finished_total{priority="0"}' in metrics
     assert "vllm:" in metrics  # next to vLLM's own
+
+
+def test_vllm_own_priority_policy_lets_running_low_priority_work_finish_first(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The same workload through ``vllm serve --scheduling-policy priority`` (vLLM's own scheduler): it never
+    displaces running work for a waiting request (vllm issue #40004), so a low-priority request finishes first."""
+    log = tmp_path / "finished.log"
+    env = {FINISH_LOG_ENV: str(log)}
+    with vllm_server(tiny_model_dir, tmp_path / "server.log", scheduler_cls=VLLM_SCHEDULER, env=env,
+                     extra_args=["--scheduling-policy", "priority"], **SIZES) as base_url:
+        _warm_up(base_url)
+        done_before = len(_engine_finish_priorities(log))
+        finished, timings = _late_high_priority(base_url)
+        _check_streams(finished)
+    order = _engine_finish_priorities(log, done_before)
+    assert sorted(order) == [0, 0, 5, 5] and order[0] == 5, f"engine finish order by priority {order}; {timings}"
 
 
 def test_malformed_xargs_get_400_and_the_server_keeps_serving(semsched_server: str) -> None:
