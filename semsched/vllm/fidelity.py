@@ -269,7 +269,8 @@ def compare_policy(
     latency = profile.model
     intake = profile.arrival_overhead_s
     sim = simulate(workload, results[0].policy, config, latency, intake)
-    metrics = compare_repeats([real_latencies(r) for r in results], sim_latencies(sim.requests))
+    simulated = sim_latencies(sim.requests)
+    metrics = compare_repeats([real_latencies(r) for r in results], simulated)
     by_priority = {}
     for priority in sorted({int(p) for p in workload.priority}):
         ids = [str(i) for i in np.flatnonzero(workload.priority == priority)]
@@ -284,7 +285,7 @@ def compare_policy(
     factors = class_factors(result.steps, latency)
     by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors), intake)
     slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR), intake)
-    base = compare(real, sim_latencies(sim.requests))
+    base = compare(real, simulated)
     sensitivity = {
         b.metric: changed.sim_s / b.sim_s - 1.0 if b.sim_s else 0.0
         for b, changed in zip(base, compare(real, sim_latencies(slower.requests)), strict=True)
