@@ -385,6 +385,12 @@ def _show_profile(console: Console, result: Any) -> None:
             f"{report.residual_rms_s * 1e3:.3g} ms",
         )
     console.print(fit)
+    if result.new_shape_s is not None:
+        console.print(
+            f"first step of a batch size new to the engine: +{result.new_shape_s * 1e3:.2f} ms "
+            "(overheads.new_shape_s; such steps are left out of the fit)",
+            highlight=False,
+        )
     if result.zero_coefficients:
         console.print(
             f"[dim]{', '.join(result.zero_coefficients)} fitted to 0: too small to resolve in this data[/]"

@@ -78,10 +78,21 @@ def simulate(
     router: str = "round-robin",
     profile: str = "a100-qwen1.5-4b",
     arrival_overhead_s: float = 0.0,
+    new_shape_s: float = 0.0,
+    warm_shapes: Sequence[int] = (),
     **config: object,
 ) -> SimResult:
     latency = load_profile(profile)
-    cluster = [Instance(make_scheduler(policy, **config), latency, arrival_overhead_s) for _ in range(instances)]
+    cluster = [
+        Instance(
+            make_scheduler(policy, **config),
+            latency,
+            arrival_overhead_s=arrival_overhead_s,
+            new_shape_s=new_shape_s,
+            warm_shapes=set(warm_shapes),
+        )
+        for _ in range(instances)
+    ]
     return Simulation(cluster, make_router(router), fast_forward=fast_forward).run(requests)
 
 

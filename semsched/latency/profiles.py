@@ -18,6 +18,7 @@ A profile file holds::
       ...
     overheads:                # optional: engine time outside steps
       arrival_s: 0.0006       # per accepted request, before the next step (request intake)
+      new_shape_s: 0.003      # on top of the first step of each batch size (scheduled tokens) an engine runs
 
 Names are looked up in two places:
 
@@ -58,7 +59,7 @@ _PATH_SUFFIXES = (".yaml", ".yml", ".json")
 _TOP_LEVEL_FIELDS = frozenset(
     {"kind", "name", "description", "source", "coefficients", "engine", "fit", "overheads"}
 )
-_OVERHEAD_FIELDS = ("arrival_s",)
+_OVERHEAD_FIELDS = ("arrival_s", "new_shape_s")
 _REQUIRED_TOP_LEVEL = ("kind", "name", "coefficients")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -112,6 +113,9 @@ class ProfileInfo:
     fit: Mapping[str, FitValue] = field(default_factory=dict)
     #: engine time per accepted request outside steps (the ``overheads.arrival_s`` field; 0 when absent)
     arrival_overhead_s: float = 0.0
+    #: engine time on top of the first step of each batch size an engine runs (``overheads.new_shape_s``; 0
+    #: when absent): vLLM's CPU backend builds a oneDNN matmul per number of scheduled tokens
+    new_shape_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +253,7 @@ def profile_info_from_dict(data: object, origin: str = "<dict>") -> ProfileInfo:
         raise ProfileError(f"{origin}: field 'name' must be a non-empty string, got {name!r}")
     spec = _KINDS[kind]
     coefficients = _read_coefficients(data["coefficients"], spec.config_type, origin)
+    overheads = _read_overheads(data.get("overheads"), origin)
     return ProfileInfo(
         model=spec.build(spec.config_type(**coefficients), name),
         origin=origin,
@@ -256,7 +261,8 @@ def profile_info_from_dict(data: object, origin: str = "<dict>") -> ProfileInfo:
         source=data.get("source", ""),
         engine=_read_engine(data["engine"], origin) if data.get("engine") is not None else None,
         fit=_read_fit(data["fit"], origin) if data.get("fit") is not None else {},
-        arrival_overhead_s=_read_overheads(data.get("overheads"), origin),
+        arrival_overhead_s=overheads["arrival_s"],
+        new_shape_s=overheads["new_shape_s"],
     )
 
 
@@ -270,6 +276,7 @@ def save_profile(
     engine: ProfiledEngine | None = None,
     fit: Mapping[str, FitValue] | None = None,
     arrival_overhead_s: float | None = None,
+    new_shape_s: float | None = None,
 ) -> None:
     """Write ``model`` as a profile file (JSON if ``path`` ends in ``.json``, else YAML).
 
@@ -284,6 +291,7 @@ def save_profile(
         engine=engine,
         fit=fit,
         arrival_overhead_s=arrival_overhead_s,
+        new_shape_s=new_shape_s,
     )
     target = Path(path)
     profile_from_dict(data, str(target))
@@ -305,9 +313,10 @@ def profile_to_dict(
     engine: ProfiledEngine | None = None,
     fit: Mapping[str, FitValue] | None = None,
     arrival_overhead_s: float | None = None,
+    new_shape_s: float | None = None,
 ) -> dict[str, Any]:
     """The profile mapping that :func:`profile_from_dict` turns back into ``model``; ``engine``, ``fit`` and
-    ``overheads`` (from ``arrival_overhead_s``) are written only when given."""
+    ``overheads`` (``arrival_s`` from ``arrival_overhead_s``, ``new_shape_s``) are written only when given."""
     if isinstance(model, AnalyticLatencyModel):
         kind, coefficients = "analytic", asdict(model.config)
     elif isinstance(model, BatchLatencyModel):
@@ -325,25 +334,29 @@ def profile_to_dict(
         data["engine"] = asdict(engine)
     if fit is not None:
         data["fit"] = dict(fit)
-    if arrival_overhead_s is not None:
-        data["overheads"] = {"arrival_s": arrival_overhead_s}
+    overheads = {"arrival_s": arrival_overhead_s, "new_shape_s": new_shape_s}
+    if any(value is not None for value in overheads.values()):
+        data["overheads"] = {key: value for key, value in overheads.items() if value is not None}
     return data
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
-def _read_overheads(data: object, origin: str) -> float:
-    """The ``overheads`` section's ``arrival_s`` (0 when the section is absent)."""
+def _read_overheads(data: object, origin: str) -> dict[str, float]:
+    """The ``overheads`` section's fields (each 0 when absent, as is the whole section)."""
     if data is None:
-        return 0.0
+        data = {}
     if not isinstance(data, dict):
         raise ProfileError(f"{origin}: 'overheads' must be a mapping, got {type(data).__name__}")
     unknown = sorted(str(key) for key in data if key not in _OVERHEAD_FIELDS)
     if unknown:
         raise ProfileError(f"{origin}: unknown field(s) in 'overheads': {', '.join(unknown)}")
-    value = data.get("arrival_s", 0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ProfileError(f"{origin}: overheads.arrival_s must be a number >= 0 (seconds), got {value!r}")
-    return float(value)
+    values = {}
+    for name in _OVERHEAD_FIELDS:
+        value = data.get(name, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ProfileError(f"{origin}: overheads.{name} must be a number >= 0 (seconds), got {value!r}")
+        values[name] = float(value)
+    return values
 
 
 def _load_packaged(name: str) -> ProfileInfo:

@@ -3,7 +3,9 @@
 Events are step completions (one per busy instance, in a heap ordered by time then sequence number) merged
 with the time-sorted arrival stream; an arrival at the same instant as a step completion is handled first,
 so it joins the next step, as in a real engine loop. Each step's duration comes from a latency model; an
-instance's ``arrival_overhead_s`` (the engine's request intake) delays the step after each accepted arrival.
+instance's ``arrival_overhead_s`` (the engine's request intake) delays the step after each accepted arrival, and
+its ``new_shape_s`` is added to the first step of every batch size (total scheduled tokens) the instance has not
+run before (an engine that builds a kernel per batch shape, as vLLM's CPU backend does).
 
 Fast-forward: a decode-only batch that nothing will disturb (no arrival, no finish, no block exhaustion; see
 :meth:`Scheduler.steady_decode_steps`) is advanced many steps in one event with the vectorised
@@ -40,6 +42,13 @@ class Instance:
     #: engine time each accepted arrival costs before the next step (a real engine's request intake: building
     #: the request, hashing its prompt blocks); 0 by default, set from a profile's ``overheads`` section
     arrival_overhead_s: float = 0.0
+    #: engine time the first step of each new batch size costs on top of the latency model: vLLM's CPU backend
+    #: builds a oneDNN matmul per number of scheduled tokens the first time it sees it (about 3 ms on the tiny
+    #: test model); 0 by default, set from a profile's ``overheads`` section
+    new_shape_s: float = 0.0
+    #: batch sizes (scheduled tokens per step) this instance has already run: they cost no ``new_shape_s``;
+    #: give the sizes a warm-up ran to model an engine that was warmed up before the clock started
+    warm_shapes: set[int] = field(default_factory=set)
     busy: bool = False
     num_steps: int = 0
     num_events: int = 0
@@ -50,6 +59,17 @@ class Instance:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.arrival_overhead_s) and self.arrival_overhead_s >= 0):
             raise ValueError(f"arrival_overhead_s: must be a finite number >= 0 (got {self.arrival_overhead_s!r})")
+        if not (math.isfinite(self.new_shape_s) and self.new_shape_s >= 0):
+            raise ValueError(f"new_shape_s: must be a finite number >= 0 (got {self.new_shape_s!r})")
+        self.warm_shapes = set(self.warm_shapes)
+
+    def shape_cost_s(self, plan: BatchPlan) -> float:
+        """``new_shape_s`` if ``plan`` is the first step of its batch size on this instance (which it marks as
+        run), else 0."""
+        if not self.new_shape_s or plan.num_tokens in self.warm_shapes:
+            return 0.0
+        self.warm_shapes.add(plan.num_tokens)
+        return self.new_shape_s
 
 
 @dataclass
@@ -158,7 +178,10 @@ class Simulation:
         end_times = self._steady_end_times(instance, plan, now_s)
         if end_times is None:
             # arrivals taken in since the last step delay this one (a real engine adds them between steps)
-            end_s = now_s + instance.pending_overhead_s + self._step_time_s(instance.latency, plan)
+            end_s = (
+                now_s + instance.pending_overhead_s + instance.shape_cost_s(plan)
+                + self._step_time_s(instance.latency, plan)
+            )
             instance.pending_overhead_s = 0.0
         else:
             end_s = float(end_times[-1])
@@ -171,6 +194,8 @@ class Simulation:
         """End times of a fast-forwardable stretch of >= 2 steps starting with ``plan``, else None."""
         if not self.fast_forward or not plan.is_pure_decode or instance.pending_overhead_s:
             return None
+        if instance.new_shape_s and plan.num_tokens not in instance.warm_shapes:
+            return None  # its first step costs extra; the steps after it can fast-forward
         # cheap scalar check first: a second step can join only if the first ends before the next arrival
         if now_s + self._step_time_s(instance.latency, plan) >= self._next_arrival_s:
             return None

@@ -30,7 +30,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,10 +220,19 @@ def simulate(
     config: SchedulerConfig,
     latency: LatencyModel,
     arrival_overhead_s: float = 0.0,
+    new_shape_s: float = 0.0,
+    warm_shapes: Iterable[int] = (),
 ) -> SimOutcome:
     """Run ``workload`` through one simulated engine under ``policy``, charging ``arrival_overhead_s`` of engine
-    time per arrival (the profile's request intake)."""
-    instance = Instance(Scheduler(config, make_policy(policy)), latency, arrival_overhead_s)
+    time per arrival (the profile's request intake) and ``new_shape_s`` on the first step of each batch size
+    not in ``warm_shapes`` (the sizes the replay's warm-up ran)."""
+    instance = Instance(
+        Scheduler(config, make_policy(policy)),
+        latency,
+        arrival_overhead_s=arrival_overhead_s,
+        new_shape_s=new_shape_s,
+        warm_shapes=set(warm_shapes),
+    )
     result = Simulation([instance], make_router("round-robin")).run(workload.to_requests())
     return SimOutcome(result.requests, result.num_steps)
 
@@ -268,7 +277,12 @@ def compare_policy(
         raise ValueError("results: give one or more replays of one policy")
     latency = profile.model
     intake = profile.arrival_overhead_s
-    sim = simulate(workload, results[0].policy, config, latency, intake)
+    overheads: dict[str, Any] = {
+        "arrival_overhead_s": intake,
+        "new_shape_s": profile.new_shape_s,
+        "warm_shapes": results[0].warm_shapes,
+    }
+    sim = simulate(workload, results[0].policy, config, latency, **overheads)
     simulated = sim_latencies(sim.requests)
     metrics = compare_repeats([real_latencies(r) for r in results], simulated)
     by_priority = {}
@@ -281,10 +295,10 @@ def compare_policy(
     result = results[representative]
     real = real_latencies(result)
     ratio = engine_time_ratio(result.steps, latency)
-    corrected = simulate(workload, result.policy, config, ScaledLatency(latency, ratio), intake)
+    corrected = simulate(workload, result.policy, config, ScaledLatency(latency, ratio), **overheads)
     factors = class_factors(result.steps, latency)
-    by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors), intake)
-    slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR), intake)
+    by_class = simulate(workload, result.policy, config, ClassScaledLatency(latency, factors), **overheads)
+    slower = simulate(workload, result.policy, config, ScaledLatency(latency, SENSITIVITY_FACTOR), **overheads)
     base = compare(real, simulated)
     sensitivity = {
         b.metric: changed.sim_s / b.sim_s - 1.0 if b.sim_s else 0.0
@@ -424,9 +438,13 @@ class ProfileSession:
     loads it back.
     """
 
-    def __init__(self, settings: EngineSettings, *, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self, settings: EngineSettings, *, enable_prefix_caching: bool = True, warm_batch_sizes: bool = False
+    ) -> None:
         self.settings = settings
         self.enable_prefix_caching = enable_prefix_caching
+        #: run every batch size once on each part's engine before measuring (ServedEngine.warm_batch_sizes)
+        self.warm_batch_sizes = warm_batch_sizes
         self.steps: list[MeasuredStep] = []
         self.probes_s: list[float] = []
         self.intake_s: list[float] = []
@@ -444,6 +462,8 @@ class ProfileSession:
         started = time.perf_counter()
         grid = profile_grid(self.settings, repeats=rounds)
         with ServedEngine(self.settings, enable_prefix_caching=self.enable_prefix_caching) as engine:
+            if self.warm_batch_sizes:
+                engine.warm_batch_sizes()
             steps = measure_grid(engine, grid, self.settings, progress)
             self.probes_s.append(engine.probe_step_s())
             prompt = max(1, self.settings.max_num_batched_tokens // 2)
@@ -456,7 +476,7 @@ class ProfileSession:
     def save(self, path: Path) -> ProfileInfo:
         """Fit every step measured so far, write the profile to ``path`` (and every step to
         ``<stem>_steps.csv`` beside it) and load it back."""
-        from semsched.vllm.profiling import default_profile_name, fit_steps
+        from semsched.vllm.profiling import default_profile_name, fit_steps, new_shape_overhead_s
 
         if not self.steps or self.engine is None:
             raise ValueError("profile: nothing measured yet")
@@ -491,6 +511,7 @@ class ProfileSession:
                 "wall_s": round(self.measured_s, 1),
             },
             arrival_overhead_s=float(np.median(self.intake_s)) if self.intake_s else None,
+            new_shape_s=new_shape_overhead_s(self.steps, "iteration"),
         )
         return load_profile_info(str(path))
 
@@ -515,12 +536,13 @@ def _write_profile_steps(steps: Sequence[MeasuredStep], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["group", "repeat", "prefill_chunks", "num_decode", "decode_context_tokens", "model_s",
-                         "step_s"])  # fmt: skip
+                         "step_s", "first_shape"])  # fmt: skip
         for step in steps:
             c = step.record.composition
             chunks = " ".join(f"{lq}:{lkv}" for lq, lkv in c.prefill)
             writer.writerow([step.key.label, step.repeat, chunks, c.num_decode, c.decode_context_tokens,
-                             f"{step.record.execute_s:.6f}", f"{step.record.iteration_s:.6f}"])  # fmt: skip
+                             f"{step.record.execute_s:.6f}", f"{step.record.iteration_s:.6f}",
+                             step.first_shape])  # fmt: skip
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
@@ -620,13 +642,16 @@ def run_fidelity(
 
     say = log or (lambda message: None)
     load_before = os.getloadavg()[0]
+    shape_cache = shape_cache_capacity(config.settings)
     threads = set_torch_threads(config.threads)
     session: ProfileSession | None = None
     rounds = profile_rounds(config.repeats)
     if profile is None:
         if profile_path is None:
             raise ValueError("profile_path: needed to profile the engine when no profile is given")
-        session = ProfileSession(config.settings, enable_prefix_caching=config.enable_prefix_caching)
+        session = ProfileSession(
+            config.settings, enable_prefix_caching=config.enable_prefix_caching, warm_batch_sizes=True
+        )
         _profile_part(session, rounds[0], 1, len(rounds), say, progress)
         profile = session.save(profile_path)
     mismatches = profile_mismatches(profile, config.settings)
@@ -653,8 +678,29 @@ def run_fidelity(
         "load_average_after": os.getloadavg()[0],
         "cpu_count": os.cpu_count(),
         "torch_threads": threads,
+        "onednn_primitive_cache_capacity": shape_cache,
     }
     return FidelityReport(meta, policies)
+
+
+ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+SHAPE_CACHE_PER_BUDGET_TOKEN = 16
+"""oneDNN primitives to allow per token of the budget: one per matmul weight shape per batch size (the tiny Llama
+has 4 shapes that see every token, plus the LM head's), with room for models with more."""
+
+
+def shape_cache_capacity(settings: EngineSettings) -> str | None:
+    """Give this process's oneDNN a primitive cache that holds every batch size the engine can run (unless
+    ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set already) and return the value in effect.
+
+    vLLM's CPU backend builds a matmul primitive per number of tokens a step computes. With oneDNN's default
+    1,024 primitives, a 512-token budget's sizes do not fit: after every size had run once, running an early
+    size again cost 2.2 ms more than a repeat (tiny model), 0.2 ms less with room for all of them. The replays
+    and the profile warm every size (:meth:`~semsched.vllm.replay.ServedEngine.warm_batch_sizes`), so they
+    measure the warm engine the simulator models. oneDNN reads the variable when it first builds a primitive:
+    call this before any engine starts in the process."""
+    os.environ.setdefault(ONEDNN_CACHE_ENV, str(SHAPE_CACHE_PER_BUDGET_TOKEN * settings.max_num_batched_tokens))
+    return os.environ.get(ONEDNN_CACHE_ENV)
 
 
 def _profile_part(
@@ -683,6 +729,7 @@ def _replay_policy(
         prepared.requests,
         enable_prefix_caching=config.enable_prefix_caching,
         warmup_requests=prepared.warmup,
+        warm_batch_sizes=True,
         progress=advance,
     )
 

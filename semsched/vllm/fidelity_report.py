@@ -369,6 +369,11 @@ def _machine_line(meta: Mapping[str, Any]) -> str:
         f"machine: load average {before:.1f} at the start, {after:.1f} at the end (this run's engine keeps about "
         f"one CPU busy), on {cpus} CPUs; {meta.get('torch_threads', '?')} torch thread(s) per engine"
     )
+    if meta.get("onednn_primitive_cache_capacity"):
+        line += (
+            f"; oneDNN primitive cache {meta['onednn_primitive_cache_capacity']}, every batch size run once per "
+            "engine before measuring"
+        )
     if before > 0.5 * cpus or after > 1 + 0.5 * cpus:
         line += " (other processes competed for the CPUs: step times are noisier than the profile assumes)"
     return line

@@ -17,7 +17,10 @@ How a profile is made:
    Every measured step is checked against the composition the driver expected; a mismatch (a preemption, a
    changed batching rule) stops the run with :class:`ProfilingError` rather than fitting mislabelled data.
 3. **Outliers.** The ``repeats`` measurements of one step form a group, and one of them becomes the group's fit
-   sample, with its own exact composition (:func:`representative_steps`). By default it is the fastest (``min``):
+   sample, with its own exact composition (:func:`representative_steps`). A repeat that was the first step of
+   its batch size (tokens computed) on the engine is left out: vLLM's CPU backend builds a matmul primitive per
+   new size, a one-time cost the profile keeps apart as ``overheads.new_shape_s``
+   (:func:`new_shape_overhead_s`). By default it is the fastest (``min``):
    another process on the machine, a page fault or a first-time kernel shape only ever *slows* a step, so the
    fastest repeat is the best estimate of what the step costs the engine alone (the argument of Python's
    ``timeit``). ``median`` keeps the typical repeat instead, for a machine the engine has to itself; ``mean``
@@ -84,6 +87,12 @@ class StepComposition:
     prefill: tuple[tuple[int, int], ...]
     num_decode: int
     decode_context_tokens: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the step computes (its batch size, the row count of every matmul): prefill chunks plus one per
+        decode."""
+        return sum(lq for lq, _ in self.prefill) + self.num_decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,11 +492,13 @@ class StepKey:
 
 @dataclass(frozen=True, slots=True)
 class MeasuredStep:
-    """A recorded step, labelled with its place in the grid and the round (0-based) it was measured in."""
+    """A recorded step, labelled with its place in the grid and the round (0-based) it was measured in.
+    ``first_shape``: no earlier step on this engine had its batch size (see :func:`new_shape_overhead_s`)."""
 
     key: StepKey
     repeat: int
     record: StepRecord
+    first_shape: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +517,9 @@ class _Driver:
     progress: ProgressCallback | None = None
     measured: list[MeasuredStep] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=itertools.count)
+    #: batch sizes of every step this driver ran (warm-ups and admissions included)
+    _shapes: set[int] = field(default_factory=set)
+    _last_was_new: bool = False
 
     def run(self) -> list[MeasuredStep]:
         for _ in range(self.grid.warmup_repeats):
@@ -522,7 +536,7 @@ class _Driver:
         for expected in self._block_plan(num_decode, context):
             step = self._step(expected, num_decode)
             if repeat is not None:
-                self.measured.append(MeasuredStep(expected.key, repeat, step))
+                self.measured.append(MeasuredStep(expected.key, repeat, step, first_shape=self._last_was_new))
                 if self.progress is not None:
                     self.progress(len(self.measured), total)
         self.engine.abort(decoders)
@@ -540,7 +554,7 @@ class _Driver:
         budget = self.settings.max_num_batched_tokens
         limit = math.ceil(num_decode * context / (budget - num_decode)) + 2
         for _ in range(limit):
-            step = self.engine.step()
+            step = self._engine_step()
             if step is None or step.composition.prefill:
                 continue
             if step.composition.num_decode != num_decode:
@@ -562,8 +576,16 @@ class _Driver:
             for index, chunk in enumerate(chunks):
                 yield _Expected(StepKey(num_decode, context, "prefill", prompt, index), (chunk,))
 
-    def _step(self, expected: _Expected, num_decode: int) -> StepRecord:
+    def _engine_step(self) -> StepRecord | None:
+        """One engine step; ``_last_was_new`` says whether its batch size was new to this engine."""
         step = self.engine.step()
+        self._last_was_new = step is not None and step.composition.num_tokens not in self._shapes
+        if step is not None:
+            self._shapes.add(step.composition.num_tokens)
+        return step
+
+    def _step(self, expected: _Expected, num_decode: int) -> StepRecord:
+        step = self._engine_step()
         if step is not None and (step.composition.prefill, step.composition.num_decode) == (
             expected.prefill,
             num_decode,
@@ -592,12 +614,14 @@ def representative_steps(
 ) -> list[MeasuredStep]:
     """One step per :class:`StepKey`, in the order the groups were first measured: the fastest of its repeats
     (``min``), the median one (``median``; the lower median for an even count), or the median one with its
-    times replaced by the repeats' means (``mean``: what a latency sum over many such steps adds up to)."""
-    groups: dict[StepKey, list[MeasuredStep]] = {}
-    for step in steps:
-        groups.setdefault(step.key, []).append(step)
+    times replaced by the repeats' means (``mean``: what a latency sum over many such steps adds up to).
+
+    A repeat that was the first step of its batch size on its engine (``first_shape``) is left out when its
+    group has others: its one-time cost is :func:`new_shape_overhead_s`, which the simulator charges apart."""
+    groups = _groups(steps)
     chosen = []
     for group in groups.values():
+        group = [s for s in group if not s.first_shape] or group
         ordered = sorted(group, key=lambda s: s.record.time_s(timing))
         step = ordered[0] if statistic == "min" else ordered[(len(ordered) - 1) // 2]
         if statistic == "mean":
@@ -609,6 +633,30 @@ def representative_steps(
             step = replace(step, record=record)
         chosen.append(step)
     return chosen
+
+
+def new_shape_overhead_s(steps: Sequence[MeasuredStep], timing: Timing = "execute") -> float | None:
+    """The one-time cost of a batch size new to the engine: over the step groups that have both, the median of
+    (a first-shape repeat's time - the mean of the group's other repeats), at least 0; ``None`` when no group
+    has both (a single round, or an engine that had run every size before).
+
+    vLLM's CPU backend builds a oneDNN matmul primitive per number of scheduled tokens the first time it runs
+    one (and keeps a bounded number of them), so on the tiny test model a prefill of a size never run before took
+    about 3 ms longer than the same prefill run again, whatever the size."""
+    excess: list[float] = []
+    for group in _groups(steps).values():
+        first = [s.record.time_s(timing) for s in group if s.first_shape]
+        others = [s.record.time_s(timing) for s in group if not s.first_shape]
+        if first and others:
+            excess.extend(t - float(np.mean(others)) for t in first)
+    return max(0.0, float(np.median(excess))) if excess else None
+
+
+def _groups(steps: Sequence[MeasuredStep]) -> dict[StepKey, list[MeasuredStep]]:
+    groups: dict[StepKey, list[MeasuredStep]] = {}
+    for step in steps:
+        groups.setdefault(step.key, []).append(step)
+    return groups
 
 
 def repeat_spread(steps: Sequence[MeasuredStep], timing: Timing = "execute") -> float:
@@ -811,6 +859,11 @@ class ProfileResult:
         return repeat_spread(self.steps, self.timing)
 
     @property
+    def new_shape_s(self) -> float | None:
+        """The one-time cost of a batch size new to the engine (:func:`new_shape_overhead_s`)."""
+        return new_shape_overhead_s(self.steps, self.timing)
+
+    @property
     def zero_coefficients(self) -> list[str]:
         """Coefficients the non-negative fit pinned at 0 (terms too small to resolve in these measurements)."""
         return [name for name in _COEFFICIENTS if getattr(self.model.config, name) == 0.0]
@@ -863,6 +916,7 @@ class ProfileResult:
             source=source,
             engine=self.engine,
             fit=self.fit_metadata(),
+            new_shape_s=self.new_shape_s,
         )
 
     def write_steps_csv(self, path: str | Path) -> None:
@@ -884,6 +938,7 @@ _CSV_HEADER = (
     "execute_s",
     "iteration_s",
     "execute_cpu_s",
+    "first_shape",
     "fit_sample",
     *FEATURE_NAMES[1:],
     CHUNK_FEATURE,
@@ -902,6 +957,7 @@ def _csv_row(step: MeasuredStep, kept: bool) -> list[object]:
         f"{record.execute_s:.6f}",
         f"{record.iteration_s:.6f}",
         f"{record.execute_cpu_s:.6f}",
+        step.first_shape,
         kept,
         sum(lq * lq for lq, _ in prefill),
         sum(lq * lkv for lq, lkv in prefill),

@@ -136,6 +136,9 @@ class ReplayResult:
     #: the engine-speed probe (seconds per step) just before and just after the replay
     probe_before_s: float | None = None
     probe_after_s: float | None = None
+    #: batch sizes (scheduled tokens per step) the engine ran before the clock started (warm-up and probe):
+    #: the first step of any other size pays the engine's one-time cost of a new shape
+    warm_shapes: tuple[int, ...] = ()
 
 
 @dataclass
@@ -152,10 +155,17 @@ class _CoreStep:
     preempted: tuple[str, ...] = ()
     cached_tokens: int = 0
 
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the step computed (its batch size): every prefill chunk's plus one per decode."""
+        return sum(lq for lq, _ in self.prefill) + self.num_decode
+
 
 @dataclass
 class _Recorder:
     steps: list[_CoreStep] = field(default_factory=list)
+    #: batch sizes (tokens computed) of every step the engine ran, also those no longer in ``steps``
+    sizes: set[int] = field(default_factory=set)
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -168,11 +178,14 @@ def replay(
     *,
     enable_prefix_caching: bool = True,
     warmup_requests: Sequence[ReplayRequest] = (),
+    warm_batch_sizes: bool = False,
     start_lead_s: float = 0.05,
     progress: ProgressCallback | None = None,
 ) -> ReplayResult:
-    """Start a fresh engine with ``policy``, run ``warmup_requests`` to completion (not recorded; the prefix
-    cache is reset afterwards), then replay ``requests`` open-loop and shut the engine down.
+    """Start a fresh engine with ``policy``, run ``warmup_requests`` to completion and, with
+    ``warm_batch_sizes``, one step of every batch size (:meth:`ServedEngine.warm_batch_sizes`; neither is
+    recorded, and the prefix cache is reset afterwards), then replay ``requests`` open-loop and shut the engine
+    down.
 
     The engine core runs in this process whatever ``VLLM_ENABLE_V1_MULTIPROCESSING`` says (the recording
     needs its scheduler), one step at a time (no async scheduling). Arrival times are seconds from the
@@ -188,8 +201,11 @@ def replay(
         warm_started = time.perf_counter()
         if warmup_requests:
             _run_to_completion(engine, warmup_requests)
+        if warm_batch_sizes:
+            served.warm_batch_sizes()
         probe_before_s = served.probe_step_s()
         engine.reset_prefix_cache()
+        warm_shapes = tuple(sorted(recorder.sizes))
         recorder.steps.clear()
         warmup_s = time.perf_counter() - warm_started
         records, steps = _ReplayLoop(engine, recorder, requests, start_lead_s, progress).run()
@@ -207,6 +223,7 @@ def replay(
         num_blocks,
         probe_before_s,
         probe_after_s,
+        warm_shapes,
     )
 
 
@@ -289,6 +306,7 @@ def _recording_scheduler_cls(recorder: _Recorder) -> type:
             _describe_batch(self, output, step)
             step.schedule_end = time.perf_counter()
             recorder.steps.append(step)
+            recorder.sizes.add(step.num_tokens)
             return output
 
         def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -370,6 +388,25 @@ class ServedEngine:
         while self.has_unfinished():
             self.step()
         return float(np.median(times)) if times else float("nan")
+
+    def warm_batch_sizes(self) -> int:
+        """Run one step of every batch size from 1 to the token budget (a prefill of that many tokens that
+        finishes at once) and return how many steps ran.
+
+        vLLM's CPU backend builds a oneDNN matmul primitive for each number of tokens a step computes, the
+        first time it sees it; on the tiny model that costs about 3 ms, whatever the size, and oneDNN keeps
+        the built primitives in a cache shared by every engine in the process (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``
+        primitives, 1,024 by default: fewer than a 512-token budget needs, so sizes get evicted and built
+        again). With a cache that holds every size, this warm-up leaves the process with no first-time costs:
+        the engine a long-running server settles into."""
+        budget = self._engine.vllm_config.scheduler_config.max_num_batched_tokens
+        sizes = range(1, min(int(budget), self._max_model_len - 1) + 1)
+        for size in sizes:
+            self._probes += 1
+            self.add_request(f"size-{self._probes}", size, 1)
+            while self.has_unfinished():
+                self.step()
+        return len(sizes)
 
     def intake_times_s(self, num_requests: int, prompt_tokens: int) -> list[float]:
         """Seconds each of ``num_requests`` ``_add`` calls took (what the replay loop does per arrival:

@@ -270,15 +270,21 @@ def test_engine_and_fit_sections_round_trip(tmp_path: Path, suffix: str) -> None
 
 def test_profiles_without_engine_or_fit_still_load() -> None:
     info = load_profile_info("a100-qwen1.5-7b-batch")
-    assert info.engine is None and dict(info.fit) == {} and info.arrival_overhead_s == 0.0
+    assert info.engine is None and dict(info.fit) == {}
+    assert (info.arrival_overhead_s, info.new_shape_s) == (0.0, 0.0)
     assert "engine" not in profile_to_dict(info.model) and "overheads" not in profile_to_dict(info.model)
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
-def test_the_arrival_overhead_round_trips(tmp_path: Path, suffix: str) -> None:
+def test_the_overheads_round_trip(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"p{suffix}"
-    save_profile(batch_model("p"), path, arrival_overhead_s=6.5e-4)
-    assert load_profile_info(str(path)).arrival_overhead_s == 6.5e-4
+    save_profile(batch_model("p"), path, arrival_overhead_s=6.5e-4, new_shape_s=2.9e-3)
+    info = load_profile_info(str(path))
+    assert (info.arrival_overhead_s, info.new_shape_s) == (6.5e-4, 2.9e-3)
+    save_profile(batch_model("p"), path, new_shape_s=2.9e-3)  # either field alone; the other reads as 0
+    assert profile_to_dict(batch_model("p"), new_shape_s=2.9e-3)["overheads"] == {"new_shape_s": 2.9e-3}
+    info = load_profile_info(str(path))
+    assert (info.arrival_overhead_s, info.new_shape_s) == (0.0, 2.9e-3)
 
 
 @pytest.mark.parametrize(
@@ -287,6 +293,8 @@ def test_the_arrival_overhead_round_trips(tmp_path: Path, suffix: str) -> None:
         ({"arrival_s": -1.0}, r"overheads.arrival_s must be a number >= 0 \(seconds\), got -1.0"),
         ({"arrival_s": "fast"}, r"overheads.arrival_s must be a number"),
         ({"arrival_s": float("nan")}, r"overheads.arrival_s"),
+        ({"new_shape_s": -0.5}, r"overheads.new_shape_s must be a number >= 0 \(seconds\), got -0.5"),
+        ({"new_shape_s": True}, r"overheads.new_shape_s must be a number"),
         ({"per_step_s": 1.0}, r"unknown field\(s\) in 'overheads': per_step_s"),
         ([1.0], r"'overheads' must be a mapping"),
     ],

@@ -75,6 +75,34 @@ def test_an_arrival_overhead_delays_the_next_step_once_per_accepted_request() ->
         simulate([make_request("x", prompt=8, output=2)], arrival_overhead_s=-1.0)
 
 
+@pytest.mark.parametrize("policy", ["fcfs", "priority-preempt", "srpt"])
+def test_fast_forward_matches_per_iteration_with_a_new_shape_cost(policy: str) -> None:
+    runs = []
+    for fast_forward in (True, False):
+        requests = random_requests(5, 300, rate=12.0)
+        result = simulate(requests, policy, fast_forward=fast_forward, new_shape_s=3e-3)
+        runs.append((result.num_steps, result.num_events, _token_times(requests)))
+    assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
+    assert runs[0][1] < runs[1][1]  # it did fast-forward
+
+
+def test_a_new_shape_cost_is_charged_once_per_batch_size_unless_warm() -> None:
+    def token_times(new_shape_s: float, warm: tuple[int, ...] = ()) -> list[float]:
+        request = make_request("x", prompt=64, output=5)
+        simulate([request], new_shape_s=new_shape_s, warm_shapes=warm)
+        return request.token_times_s().tolist()
+
+    plain = token_times(0.0)
+    charged = token_times(0.5)
+    # steps: the 64-token prompt (a new size), then 4 single-token decodes (a new size once, then known)
+    assert charged[0] == pytest.approx(plain[0] + 0.5)
+    assert charged[1:] == pytest.approx([t + 1.0 for t in plain[1:]])
+    assert token_times(0.5, warm=(64,)) == pytest.approx([plain[0], *(t + 0.5 for t in plain[1:])])
+    assert token_times(0.5, warm=(1, 64)) == pytest.approx(plain)
+    with pytest.raises(ValueError, match="new_shape_s"):
+        simulate([make_request("y", prompt=8, output=2)], new_shape_s=-1.0)
+
+
 def test_same_seed_gives_identical_metrics() -> None:
     summaries = []
     for _ in range(2):
@@ -164,13 +192,14 @@ def test_fast_forward_is_exact_on_random_configs(
     assert outcomes[0] == outcomes[1]
 
 
-def test_a_profiles_arrival_overhead_reaches_every_simulated_instance(tmp_path: Path) -> None:
+def test_a_profiles_overheads_reach_every_simulated_instance(tmp_path: Path) -> None:
     from semsched.latency import load_profile, save_profile
     from semsched.sim.runner import ClusterSpec, build_simulation
 
     path = tmp_path / "with-intake.yaml"
-    save_profile(load_profile("a100-qwen1.5-7b-batch"), path, arrival_overhead_s=0.002)
+    save_profile(load_profile("a100-qwen1.5-7b-batch"), path, arrival_overhead_s=0.002, new_shape_s=0.003)
     simulation = build_simulation("fcfs", ClusterSpec(profile=str(path), num_instances=2))
     assert [i.arrival_overhead_s for i in simulation.instances] == [0.002, 0.002]
+    assert [i.new_shape_s for i in simulation.instances] == [0.003, 0.003]
     plain = build_simulation("fcfs", ClusterSpec(profile="a100-qwen1.5-7b-batch"))
-    assert [i.arrival_overhead_s for i in plain.instances] == [0.0]
+    assert [(i.arrival_overhead_s, i.new_shape_s) for i in plain.instances] == [(0.0, 0.0)]

@@ -9,6 +9,7 @@ structure and that every request got exactly its tokens; it never asserts an err
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +236,29 @@ def test_simulate_finishes_every_request_and_saturation_is_positive() -> None:
     assert saturation_rate(workload, config, load_profile("a100-qwen1.5-4b")) > 0
 
 
+def test_the_simulation_charges_new_batch_sizes_unless_the_replay_warmed_them() -> None:
+    workload = small_workload()
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    latency = BatchLatencyModel(BATCH)
+
+    def mean_e2e(new_shape_s: float = 0.0, warm_shapes: Iterable[int] = ()) -> float:
+        outcome = simulate(workload, "fcfs", config, latency, new_shape_s=new_shape_s, warm_shapes=warm_shapes)
+        requests = outcome.requests
+        return float(np.mean([(r.finish_time_s or 0.0) - r.arrival_time_s for r in requests]))
+
+    plain = mean_e2e()
+    assert mean_e2e(new_shape_s=0.05) > plain
+    assert mean_e2e(new_shape_s=0.05, warm_shapes=range(1, config.max_num_batched_tokens + 1)) == plain
+
+
+def test_the_onednn_cache_is_sized_for_every_batch_size_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = EngineSettings(model="m", max_num_batched_tokens=256)
+    monkeypatch.delenv(fidelity.ONEDNN_CACHE_ENV, raising=False)
+    assert fidelity.shape_cache_capacity(settings) == str(fidelity.SHAPE_CACHE_PER_BUDGET_TOKEN * 256)
+    monkeypatch.setenv(fidelity.ONEDNN_CACHE_ENV, "100")
+    assert fidelity.shape_cache_capacity(settings) == "100"
+
+
 
 @pytest.mark.parametrize("load", [0.25, 0.5])
 def test_the_slice_replays_at_the_given_fraction_of_the_saturation_rate(tmp_path: Path, load: float) -> None:
@@ -269,8 +293,12 @@ def test_cli_rejects_bad_input_before_starting_an_engine(
 # ---- real vLLM ------------------------------------------------------------------------------------------------
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_replay_and_simulation_of_a_small_slice_on_real_vllm(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_replay_and_simulation_of_a_small_slice_on_real_vllm(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from semsched.workloads import find_data_file
+
+    monkeypatch.delenv(fidelity.ONEDNN_CACHE_ENV, raising=False)  # the run sets it for this process
 
     settings = EngineSettings(model=str(tiny_model_dir), max_model_len=512)
     config = FidelityConfig(settings, find_data_file(fidelity.DEFAULT_TRACE_FILE), num_requests=40, repeats=2)
@@ -279,12 +307,15 @@ def test_replay_and_simulation_of_a_small_slice_on_real_vllm(tiny_model_dir: Pat
     profile = load_profile_info(str(tmp_path / "profile.yaml"))
     assert profile.fit["parts"] == 3 and profile.fit["rounds"] == sum(fidelity.profile_rounds(2))
     assert profile.arrival_overhead_s > 0  # the request intake was timed
+    assert report.meta["onednn_primitive_cache_capacity"] == str(16 * settings.max_num_batched_tokens)
+    sizes = set(range(1, min(settings.max_num_batched_tokens, settings.max_model_len - 1) + 1))
     assert [p.policy for p in report.policies] == ["fcfs", "priority-preempt"]
     for policy in report.policies:
         wanted = {r.request_id: r.output_tokens or 0 for r in policy.sim_requests}
         assert len(policy.all_replays) == 2 and policy.real in policy.all_replays
         for replay in policy.all_replays:
             assert replay.policy == policy.policy and len(replay.requests) == len(wanted) == 40
+            assert sizes <= set(replay.warm_shapes)  # every batch size ran before the clock started
             for record in replay.requests:
                 assert record.finish_s is not None and record.first_token_s is not None
                 assert record.num_output_tokens == wanted[record.request_id]

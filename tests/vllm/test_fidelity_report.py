@@ -60,7 +60,13 @@ def report() -> FidelityReport:
         compare_policy(workload, [replay_result(workload, policy)], config, profile_info(), "iteration")
         for policy in ("fcfs", "priority-preempt")
     )
-    meta = {"num_requests": len(workload), "load_average_before": 3.0, "load_average_after": 0.5, "cpu_count": 2}
+    meta = {
+        "num_requests": len(workload),
+        "load_average_before": 3.0,
+        "load_average_after": 0.5,
+        "cpu_count": 2,
+        "onednn_primitive_cache_capacity": "8192",
+    }
     return FidelityReport(meta, policies)
 
 
@@ -89,6 +95,7 @@ def test_analysis_lines_explain_the_error_and_give_the_verdict(report: FidelityR
     lines = analysis_lines(report)
     text = "\n".join(lines)
     assert lines[0].startswith("machine: load average 3.0") and "competed for the CPUs" in lines[0]
+    assert "oneDNN primitive cache 8192" in lines[0]
     assert "12/12 requests finished with their exact token count" in text
     assert "profile by step class" in text and "step-time fit" in text and "dominant:" in text
     assert "sim with the profile x" in text and "sensitivity at this load: 5% longer steps" in text

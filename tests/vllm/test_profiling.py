@@ -7,6 +7,7 @@ by a known batch model). One slow test profiles the tiny random-weight model on 
 
 from __future__ import annotations
 
+import csv
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -40,6 +41,7 @@ from semsched.vllm.profiling import (
     fit_steps,
     make_grid,
     measure_grid,
+    new_shape_overhead_s,
     profile_vllm,
     repeat_spread,
     representative_steps,
@@ -285,10 +287,19 @@ class CoreEngine:
     """semsched's own vLLM-v1-style scheduler as a :class:`ProfilingEngine`, each step timed by ``latency``.
 
     With ``cold_shapes``, the first step of every batch shape (prefill chunks and decode count) is 20 times
-    slower, as a first-time kernel shape or a burst of load from another process would make it.
+    slower, as a first-time kernel shape or a burst of load from another process would make it. With
+    ``new_size_s``, the first step of every batch size (tokens computed) costs that much more, as vLLM's CPU
+    backend's does.
     """
 
-    def __init__(self, engine: EngineSettings, latency: BatchLatencyModel, *, cold_shapes: bool = False) -> None:
+    def __init__(
+        self,
+        engine: EngineSettings,
+        latency: BatchLatencyModel,
+        *,
+        cold_shapes: bool = False,
+        new_size_s: float = 0.0,
+    ) -> None:
         config = SchedulerConfig(
             max_num_batched_tokens=engine.max_num_batched_tokens,
             max_num_seqs=engine.max_num_seqs,
@@ -297,9 +308,10 @@ class CoreEngine:
             watermark=0.0,
         )
         self.scheduler = Scheduler(config, make_policy("fcfs"))
-        self.latency, self.cold_shapes = latency, cold_shapes
+        self.latency, self.cold_shapes, self.new_size_s = latency, cold_shapes, new_size_s
         self.now_s, self.steps = 0.0, itertools.count()
         self.seen: set[tuple[tuple[tuple[int, int], ...], int]] = set()
+        self.sizes: set[int] = set()
 
     def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
         request = make_request(request_id, prompt=prompt_tokens, output=max_tokens, arrival=self.now_s)
@@ -321,6 +333,9 @@ class CoreEngine:
         if self.cold_shapes and shape not in self.seen:
             time_s *= 20.0
         self.seen.add(shape)
+        if composition.num_tokens not in self.sizes:
+            time_s += self.new_size_s
+        self.sizes.add(composition.num_tokens)
         self.now_s += time_s
         self.scheduler.update(plan, StepResult(end_time_s=self.now_s))
         return StepRecord(composition, time_s, time_s * 1.01, time_s)
@@ -353,6 +368,27 @@ def test_slow_first_repeats_do_not_reach_the_fit(statistic: Statistic) -> None:
     model, report, all_steps = fit_steps(steps, name="fake", statistic=statistic)
     assert model.config.t_c == pytest.approx(TRUE_CONFIG.t_c, rel=1e-6)
     assert report.max_ape < 1e-6 < 0.5 < all_steps.max_ape
+
+
+@pytest.mark.parametrize("statistic", ["min", "median", "mean"])
+def test_the_first_step_of_a_new_batch_size_is_measured_apart_from_the_fit(statistic: Statistic) -> None:
+    engine = settings_for(max_num_batched_tokens=512)
+    grid = replace(SMALL_GRID, repeats=3)
+    fake = CoreEngine(engine, BatchLatencyModel(TRUE_CONFIG), new_size_s=0.004)
+    steps = measure_grid(fake, grid, engine)
+    firsts = [s for s in steps if s.first_shape]
+    assert firsts and all(s.repeat == 0 for s in firsts)  # the grid's later rounds repeat its sizes
+    sizes = [s.record.composition.num_tokens for s in firsts]
+    assert len(sizes) == len(set(sizes))
+    plain = {
+        s.key: s.record.execute_s
+        for s in measure_grid(CoreEngine(engine, BatchLatencyModel(TRUE_CONFIG)), grid, engine)
+    }
+    assert all(s.record.execute_s == pytest.approx(plain[s.key] + 0.004 * s.first_shape) for s in steps)
+    model, report, _ = fit_steps(steps, name="fake", statistic=statistic)
+    assert model.config.t_c == pytest.approx(TRUE_CONFIG.t_c, rel=1e-6) and report.max_ape < 1e-6
+    assert new_shape_overhead_s(steps) == pytest.approx(0.004)
+    assert new_shape_overhead_s([s for s in steps if not s.first_shape]) is None
 
 
 def test_progress_counts_measured_steps() -> None:
@@ -420,9 +456,10 @@ def test_result_saves_a_profile_loadable_by_name(tmp_path: Path, monkeypatch: py
     assert info.fit["statistic"] == "min" and info.fit["num_samples"] == result.report.num_samples
     assert "block_size 32" in info.description and "semsched profile" in info.source
     result.write_steps_csv(tmp_path / "steps.csv")
-    rows = (tmp_path / "steps.csv").read_text().splitlines()
-    assert len(rows) == 1 + len(result.steps)
-    assert sum(row.split(",")[8] == "True" for row in rows[1:]) == result.report.num_samples
+    rows = list(csv.DictReader((tmp_path / "steps.csv").open()))
+    assert len(rows) == len(result.steps)
+    assert sum(row["fit_sample"] == "True" for row in rows) == result.report.num_samples
+    assert sum(row["first_shape"] == "True" for row in rows) == sum(s.first_shape for s in result.steps) > 0
 
 
 # ---- real vLLM -------------------------------------------------------------------------------------------------
