@@ -150,6 +150,34 @@ def step_class_fits(steps: Sequence[StepRecord], latency: LatencyModel, timing: 
     ]
 
 
+AFTER_CHANGE_CLASS = "decode-only right after a batch change"
+STEADY_DECODE_CLASS = "other decode-only"
+
+
+def batch_change_fits(steps: Sequence[StepRecord], latency: LatencyModel, timing: str) -> list[StepClassFit]:
+    """The profile's fit on decode-only steps right after the batch changed (the step before had a prefill
+    chunk, or another number of decodes: a request joined or left) and on the other decode-only steps. The
+    profile's grid measures decode-only steps only once a batch has settled, so a cost of changing the batch
+    (vLLM's worker updating its persistent batch) shows here and nowhere in the step classes."""
+    members: dict[str, list[StepRecord]] = {AFTER_CHANGE_CLASS: [], STEADY_DECODE_CLASS: []}
+    previous: StepRecord | None = None
+    for record in steps:
+        if not record.prefill and record.num_decode:
+            changed = previous is not None and (bool(previous.prefill) or previous.num_decode != record.num_decode)
+            members[AFTER_CHANGE_CLASS if changed else STEADY_DECODE_CLASS].append(record)
+        previous = record
+    return [
+        StepClassFit(
+            name,
+            len(group),
+            1000.0 * float(np.mean([profiled_time_s(s, timing) for s in group])),
+            1000.0 * float(np.mean([predicted_step_s(latency, s) for s in group])),
+        )
+        for name, group in members.items()
+        if group
+    ]
+
+
 @dataclass(frozen=True)
 class ClassScaledLatency:
     """``base`` with each step class's time multiplied by its factor (1 for classes not given): the report's

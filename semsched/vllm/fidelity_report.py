@@ -135,6 +135,8 @@ class ErrorAnalysis:
     sensitivity: dict[str, float] = field(default_factory=dict)
     #: which of the policy's replays (0-based) this analysis is of: the one with the median mean E2E
     replay_index: int = 0
+    #: decode-only steps right after a batch change vs the other decode-only steps (batch_change_fits)
+    batch_changes: tuple[StepClassFit, ...] = ()
 
     @property
     def dominant(self) -> ErrorSource:
@@ -159,6 +161,7 @@ class ErrorAnalysis:
             "window_ratios": list(self.window_ratios),
             "sensitivity": {"step_time_factor": SENSITIVITY_FACTOR, **self.sensitivity},
             "replay_index": self.replay_index,
+            "batch_changes": [c.to_dict() for c in self.batch_changes],
         }
 
 
@@ -403,8 +406,20 @@ def _policy_lines(policy: PolicyFidelity) -> list[str]:
             f"{c.name} {c.num_steps:,} steps, real {c.real_ms:.2f} vs {c.predicted_ms:.2f} ms"
             for c in a.step_classes
         ),
-        "  sources (engine seconds over the run; + = the real engine spent time the simulator does not charge):",
     ]
+    if a.batch_changes:
+        lines.append(
+            "  decode-only steps by what came before: "
+            + "; ".join(
+                f"{c.name} {c.num_steps:,} steps, real {c.real_ms:.2f} vs {c.predicted_ms:.2f} ms "
+                f"(x{c.real_ms / c.predicted_ms:.2f})"
+                for c in a.batch_changes
+                if c.predicted_ms > 0
+            )
+        )
+    lines.append(
+        "  sources (engine seconds over the run; + = the real engine spent time the simulator does not charge):"
+    )
     real_engine_s = t.cycle_ms * t.num_steps / 1000.0
     for source in a.sources:
         share = source.engine_s / real_engine_s if real_engine_s else 0.0

@@ -58,3 +58,21 @@ def test_sim_throughput_smoke(tmp_path: Path) -> None:
     results = payload["results"]
     assert isinstance(results, list) and len(results) == 1
     assert results[0]["identical"] is True
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_batch_size_cost_smoke(tmp_path: Path) -> None:
+    json_path = tmp_path / "sizes.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "batch_size_cost.py"), "--sizes", "4", "--budget", "64",
+         "--json", str(json_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "| oneDNN cache |" in completed.stdout  # the Markdown table
+    runs = json.loads(json_path.read_text())["runs"]
+    assert [run["capacity"] for run in runs] == ["default (1024)", str(16 * 64)]
+    for run in runs:
+        assert len(run["first"]) == len(run["revisit"]) == 4
+        assert all(1 <= size <= 64 for size, _, _ in run["first"])

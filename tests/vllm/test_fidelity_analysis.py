@@ -12,6 +12,7 @@ from semsched.latency.batch import BatchLatencyModel
 from semsched.vllm.fidelity_analysis import (
     ClassScaledLatency,
     ScaledLatency,
+    batch_change_fits,
     class_factors,
     engine_time_ratio,
     error_sources,
@@ -77,6 +78,22 @@ def test_step_classes_split_prefill_and_decode_batch_sizes() -> None:
     sizes = {name: c.num_steps for name, c in classes.items()}
     assert sizes == {"with prefill": 1, "1-2 decodes": 2, "3-8 decodes": 1, "9+ decodes": 1}
     assert all(c.bias_s == pytest.approx(0.0, abs=1e-12) for c in classes.values())  # model time is BATCH's
+
+
+def test_decode_steps_right_after_a_batch_change_are_told_apart() -> None:
+    slow = BatchLatencyModel(BATCH).step_time_s([], 2, 200) * 1.5
+    steps = [
+        step(((64, 0),), 1, 100),  # a prefill beside one decode
+        step((), 2, 200, model_s=slow),  # the prefilled request joined: changed
+        step((), 2, 202),
+        step((), 2, 204),
+        step((), 1, 103, model_s=slow),  # one left: changed
+        step((), 1, 104),
+    ]
+    fits = {c.name: c for c in batch_change_fits(steps, BatchLatencyModel(BATCH), "execute")}
+    changed, steady = fits["decode-only right after a batch change"], fits["other decode-only"]
+    assert (changed.num_steps, steady.num_steps) == (2, 3)
+    assert changed.real_ms > changed.predicted_ms and steady.bias_s == pytest.approx(0.0, abs=1e-12)
 
 
 def test_the_fit_source_names_the_worst_step_class() -> None:

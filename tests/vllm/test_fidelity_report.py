@@ -98,6 +98,7 @@ def test_analysis_lines_explain_the_error_and_give_the_verdict(report: FidelityR
     assert "oneDNN primitive cache 8192" in lines[0]
     assert "12/12 requests finished with their exact token count" in text
     assert "profile by step class" in text and "step-time fit" in text and "dominant:" in text
+    assert "decode-only steps by what came before: decode-only right after a batch change" in text
     assert "sim with the profile x" in text and "sensitivity at this load: 5% longer steps" in text
     assert "engine-speed probe (one decode-only step of 4 requests): 2.10 ms before and 2.30 ms after" in text
     assert "1.100x its time when the profile was measured (slower machine: 10.0%)" in text
