@@ -138,6 +138,13 @@ def step_class_fits(steps: Sequence[StepRecord], latency: LatencyModel, timing: 
         name = step_class(record.prefill, record.num_decode)
         if name is not None:
             members[name].append(record)
+    return _class_fits(members, latency, timing)
+
+
+def _class_fits(
+    members: Mapping[str, Sequence[StepRecord]], latency: LatencyModel, timing: str
+) -> list[StepClassFit]:
+    """The fit on each non-empty group of steps, in the mapping's order."""
     return [
         StepClassFit(
             name,
@@ -166,16 +173,7 @@ def batch_change_fits(steps: Sequence[StepRecord], latency: LatencyModel, timing
             changed = previous is not None and (bool(previous.prefill) or previous.num_decode != record.num_decode)
             members[AFTER_CHANGE_CLASS if changed else STEADY_DECODE_CLASS].append(record)
         previous = record
-    return [
-        StepClassFit(
-            name,
-            len(group),
-            1000.0 * float(np.mean([profiled_time_s(s, timing) for s in group])),
-            1000.0 * float(np.mean([predicted_step_s(latency, s) for s in group])),
-        )
-        for name, group in members.items()
-        if group
-    ]
+    return _class_fits(members, latency, timing)
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,16 @@ def test_fast_forward_matches_per_iteration_in_a_cluster() -> None:
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority-preempt", "srpt"])
-def test_fast_forward_matches_per_iteration_with_an_arrival_overhead(policy: str) -> None:
+@pytest.mark.parametrize(("arrival_s", "new_shape_s"), [(4e-3, 0.0), (0.0, 3e-3)])
+def test_fast_forward_matches_per_iteration_with_engine_overheads(
+    policy: str, arrival_s: float, new_shape_s: float
+) -> None:
     runs = []
     for fast_forward in (True, False):
         requests = random_requests(5, 300, rate=12.0)
-        result = simulate(requests, policy, fast_forward=fast_forward, arrival_overhead_s=4e-3)
+        result = simulate(
+            requests, policy, fast_forward=fast_forward, arrival_overhead_s=arrival_s, new_shape_s=new_shape_s
+        )
         runs.append((result.num_steps, result.num_events, _token_times(requests)))
     assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
     assert runs[0][1] < runs[1][1]  # it did fast-forward
@@ -73,17 +78,6 @@ def test_an_arrival_overhead_delays_the_next_step_once_per_accepted_request() ->
     assert charged == pytest.approx([alone[0] + 0.25, alone[1] + 0.5])
     with pytest.raises(ValueError, match="arrival_overhead_s"):
         simulate([make_request("x", prompt=8, output=2)], arrival_overhead_s=-1.0)
-
-
-@pytest.mark.parametrize("policy", ["fcfs", "priority-preempt", "srpt"])
-def test_fast_forward_matches_per_iteration_with_a_new_shape_cost(policy: str) -> None:
-    runs = []
-    for fast_forward in (True, False):
-        requests = random_requests(5, 300, rate=12.0)
-        result = simulate(requests, policy, fast_forward=fast_forward, new_shape_s=3e-3)
-        runs.append((result.num_steps, result.num_events, _token_times(requests)))
-    assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
-    assert runs[0][1] < runs[1][1]  # it did fast-forward
 
 
 def test_a_new_shape_cost_is_charged_once_per_batch_size_unless_warm() -> None:
