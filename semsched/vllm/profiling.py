@@ -90,9 +90,14 @@ class StepComposition:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens the step computes (its batch size, the row count of every matmul): prefill chunks plus one per
-        decode."""
-        return sum(lq for lq, _ in self.prefill) + self.num_decode
+        """Tokens the step computes (its batch size): see :func:`batch_tokens`."""
+        return batch_tokens(self.prefill, self.num_decode)
+
+
+def batch_tokens(prefill: Sequence[tuple[int, int]], num_decode: int) -> int:
+    """Tokens a step computes, its batch size (the row count of every matmul): the prefill chunks' query tokens
+    plus one per decode."""
+    return sum(lq for lq, _ in prefill) + num_decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,10 +666,11 @@ def _groups(steps: Sequence[MeasuredStep]) -> dict[StepKey, list[MeasuredStep]]:
 
 def repeat_spread(steps: Sequence[MeasuredStep], timing: Timing = "execute") -> float:
     """Median over step groups of (median repeat time / fastest repeat time - 1); 0 with one repeat."""
-    groups: dict[StepKey, list[float]] = {}
-    for step in steps:
-        groups.setdefault(step.key, []).append(step.record.time_s(timing))
-    return float(np.median([np.median(times) / min(times) - 1.0 for times in groups.values()]))
+    spreads = []
+    for group in _groups(steps).values():
+        times = [step.record.time_s(timing) for step in group]
+        spreads.append(np.median(times) / min(times) - 1.0)
+    return float(np.median(spreads))
 
 
 def fit_steps(

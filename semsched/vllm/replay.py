@@ -39,6 +39,7 @@ from semsched.vllm.profiling import (
     FIRST_PROMPT_TOKEN_ID,
     EngineSettings,
     StepComposition,
+    batch_tokens,
     describe_engine,
     step_composition,
 )
@@ -157,8 +158,8 @@ class _CoreStep:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens the step computed (its batch size): every prefill chunk's plus one per decode."""
-        return sum(lq for lq, _ in self.prefill) + self.num_decode
+        """Tokens the step computed (its batch size): see :func:`~semsched.vllm.profiling.batch_tokens`."""
+        return batch_tokens(self.prefill, self.num_decode)
 
 
 @dataclass
