@@ -426,7 +426,7 @@ def _add_fidelity_parser(sub: Any) -> None:
         "--repeats",
         type=int,
         default=None,
-        help="replays per policy, alternating between policies; the real side is their median (default 3)",
+        help="replays per policy, alternating between policies; the real side is their mean (default 3)",
     )
     fidelity.add_argument("--seed", type=int, default=0, help="tiers and prompt token ids (default 0)")
     fidelity.add_argument(

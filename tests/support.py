@@ -9,7 +9,7 @@ import numpy as np
 from semsched.core.plan import BatchPlan, StepResult
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
-from semsched.latency import load_profile
+from semsched.latency import EngineOverheads, load_profile
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, SimResult, Simulation
 from semsched.sim.router import make_router
@@ -77,8 +77,7 @@ def simulate(
     instances: int = 1,
     router: str = "round-robin",
     profile: str = "a100-qwen1.5-4b",
-    arrival_overhead_s: float = 0.0,
-    new_shape_s: float = 0.0,
+    overheads: EngineOverheads | None = None,
     warm_shapes: Sequence[int] = (),
     **config: object,
 ) -> SimResult:
@@ -87,8 +86,7 @@ def simulate(
         Instance(
             make_scheduler(policy, **config),
             latency,
-            arrival_overhead_s=arrival_overhead_s,
-            new_shape_s=new_shape_s,
+            overheads=overheads or EngineOverheads(),
             warm_shapes=set(warm_shapes),
         )
         for _ in range(instances)

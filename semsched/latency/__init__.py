@@ -22,6 +22,7 @@ from semsched.latency.batch import FEATURE_NAMES, BatchConfig, BatchLatencyModel
 from semsched.latency.batch import fit as fit_batch_model
 from semsched.latency.profiles import (
     PROFILE_DIR_ENV,
+    EngineOverheads,
     ProfiledEngine,
     ProfileError,
     ProfileInfo,
@@ -39,6 +40,7 @@ from semsched.latency.profiles import (
 )
 
 __all__ = [
+    "EngineOverheads",
     "FEATURE_NAMES",
     "PROFILE_DIR_ENV",
     "AnalyticConfig",

@@ -19,6 +19,7 @@ A profile file holds::
     overheads:                # optional: engine time outside steps
       arrival_s: 0.0006       # per accepted request, before the next step (request intake)
       new_shape_s: 0.003      # on top of the first step of each batch size (scheduled tokens) an engine runs
+      idle_wakeup_s: 0.002    # per arrival that finds the engine idle, before its step (cold caches)
 
 Names are looked up in two places:
 
@@ -59,7 +60,6 @@ _PATH_SUFFIXES = (".yaml", ".yml", ".json")
 _TOP_LEVEL_FIELDS = frozenset(
     {"kind", "name", "description", "source", "coefficients", "engine", "fit", "overheads"}
 )
-_OVERHEAD_FIELDS = ("arrival_s", "new_shape_s")
 _REQUIRED_TOP_LEVEL = ("kind", "name", "coefficients")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -69,6 +69,35 @@ FitValue = int | float | str | bool
 
 class ProfileError(ValueError):
     """A profile cannot be found, read or validated; the message names the file and the offending field."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOverheads:
+    """Engine time outside the batch latency model: a profile's ``overheads`` section (each field 0 when absent).
+
+    The simulator (:class:`~semsched.sim.engine.Instance`) charges ``arrival_s`` per accepted request before the
+    next step (the engine's request intake), ``new_shape_s`` on top of the first step of each batch size
+    (scheduled tokens) an engine runs (vLLM's CPU backend builds a oneDNN matmul per size), and
+    ``idle_wakeup_s`` per arrival that finds the engine with nothing to do, before its step: an engine loop that
+    slept meets cold caches (on this CPU a request arriving after 20 ms or more of idleness took 2 ms more from
+    arrival to its first token than one arriving at a busy loop, 0.5 ms of it in the intake).
+    """
+
+    arrival_s: float = 0.0
+    new_shape_s: float = 0.0
+    idle_wakeup_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value < 0:
+                raise ValueError(f"overheads.{spec.name} must be a number >= 0 (seconds), got {value!r}")
+            object.__setattr__(self, spec.name, float(value))
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(spec.name for spec in fields(cls))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +140,8 @@ class ProfileInfo:
     source: str = ""
     engine: ProfiledEngine | None = None
     fit: Mapping[str, FitValue] = field(default_factory=dict)
-    #: engine time per accepted request outside steps (the ``overheads.arrival_s`` field; 0 when absent)
-    arrival_overhead_s: float = 0.0
-    #: engine time on top of the first step of each batch size an engine runs (``overheads.new_shape_s``; 0
-    #: when absent): vLLM's CPU backend builds a oneDNN matmul per number of scheduled tokens
-    new_shape_s: float = 0.0
+    #: engine time outside steps (the ``overheads`` section; every field 0 when absent)
+    overheads: EngineOverheads = field(default_factory=EngineOverheads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +287,7 @@ def profile_info_from_dict(data: object, origin: str = "<dict>") -> ProfileInfo:
         source=data.get("source", ""),
         engine=_read_engine(data["engine"], origin) if data.get("engine") is not None else None,
         fit=_read_fit(data["fit"], origin) if data.get("fit") is not None else {},
-        arrival_overhead_s=overheads["arrival_s"],
-        new_shape_s=overheads["new_shape_s"],
+        overheads=overheads,
     )
 
 
@@ -275,8 +300,7 @@ def save_profile(
     source: str = "",
     engine: ProfiledEngine | None = None,
     fit: Mapping[str, FitValue] | None = None,
-    arrival_overhead_s: float | None = None,
-    new_shape_s: float | None = None,
+    overheads: Mapping[str, float] | None = None,
 ) -> None:
     """Write ``model`` as a profile file (JSON if ``path`` ends in ``.json``, else YAML).
 
@@ -290,8 +314,7 @@ def save_profile(
         source=source,
         engine=engine,
         fit=fit,
-        arrival_overhead_s=arrival_overhead_s,
-        new_shape_s=new_shape_s,
+        overheads=overheads,
     )
     target = Path(path)
     profile_from_dict(data, str(target))
@@ -312,11 +335,11 @@ def profile_to_dict(
     source: str = "",
     engine: ProfiledEngine | None = None,
     fit: Mapping[str, FitValue] | None = None,
-    arrival_overhead_s: float | None = None,
-    new_shape_s: float | None = None,
+    overheads: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The profile mapping that :func:`profile_from_dict` turns back into ``model``; ``engine``, ``fit`` and
-    ``overheads`` (``arrival_s`` from ``arrival_overhead_s``, ``new_shape_s``) are written only when given."""
+    ``overheads`` (the fields of :class:`EngineOverheads` that were measured, by name) are written only when
+    given."""
     if isinstance(model, AnalyticLatencyModel):
         kind, coefficients = "analytic", asdict(model.config)
     elif isinstance(model, BatchLatencyModel):
@@ -334,29 +357,31 @@ def profile_to_dict(
         data["engine"] = asdict(engine)
     if fit is not None:
         data["fit"] = dict(fit)
-    overheads = {"arrival_s": arrival_overhead_s, "new_shape_s": new_shape_s}
-    if any(value is not None for value in overheads.values()):
-        data["overheads"] = {key: value for key, value in overheads.items() if value is not None}
+    if overheads:
+        _overheads_from(dict(overheads))  # unknown names and bad values fail here, before anything is written
+        data["overheads"] = {key: float(value) for key, value in overheads.items()}
     return data
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------
-def _read_overheads(data: object, origin: str) -> dict[str, float]:
-    """The ``overheads`` section's fields (each 0 when absent, as is the whole section)."""
+def _read_overheads(data: object, origin: str) -> EngineOverheads:
+    """The ``overheads`` section (each field 0 when absent, as is the whole section)."""
     if data is None:
-        data = {}
+        return EngineOverheads()
     if not isinstance(data, dict):
         raise ProfileError(f"{origin}: 'overheads' must be a mapping, got {type(data).__name__}")
-    unknown = sorted(str(key) for key in data if key not in _OVERHEAD_FIELDS)
+    try:
+        return _overheads_from(data)
+    except ValueError as error:
+        raise ProfileError(f"{origin}: {error}") from None
+
+
+def _overheads_from(data: dict[Any, Any]) -> EngineOverheads:
+    known = EngineOverheads.field_names()
+    unknown = sorted(str(key) for key in data if key not in known)
     if unknown:
-        raise ProfileError(f"{origin}: unknown field(s) in 'overheads': {', '.join(unknown)}")
-    values = {}
-    for name in _OVERHEAD_FIELDS:
-        value = data.get(name, 0.0)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise ProfileError(f"{origin}: overheads.{name} must be a number >= 0 (seconds), got {value!r}")
-        values[name] = float(value)
-    return values
+        raise ValueError(f"unknown field(s) in 'overheads': {', '.join(unknown)} (known: {', '.join(known)})")
+    return EngineOverheads(**data)
 
 
 def _load_packaged(name: str) -> ProfileInfo:

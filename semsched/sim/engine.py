@@ -3,9 +3,11 @@
 Events are step completions (one per busy instance, in a heap ordered by time then sequence number) merged
 with the time-sorted arrival stream; an arrival at the same instant as a step completion is handled first,
 so it joins the next step, as in a real engine loop. Each step's duration comes from a latency model; an
-instance's ``arrival_overhead_s`` (the engine's request intake) delays the step after each accepted arrival, and
-its ``new_shape_s`` is added to the first step of every batch size (total scheduled tokens) the instance has not
-run before (an engine that builds a kernel per batch shape, as vLLM's CPU backend does).
+instance's :class:`~semsched.latency.EngineOverheads` add engine time outside that model: ``arrival_s`` (the
+engine's request intake) delays the step after each accepted arrival, ``idle_wakeup_s`` too when the arrival
+finds the instance idle (an engine loop that slept meets cold caches), and ``new_shape_s`` is added to the first
+step of every batch size (total scheduled tokens) the instance has not run before (an engine that builds a
+kernel per batch shape, as vLLM's CPU backend does).
 
 Fast-forward: a decode-only batch that nothing will disturb (no arrival, no finish, no block exhaustion; see
 :meth:`Scheduler.steady_decode_steps`) is advanced many steps in one event with the vectorised
@@ -28,6 +30,7 @@ from semsched.core.plan import BatchPlan, StepResult
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler
 from semsched.latency.base import LatencyModel
+from semsched.latency.profiles import EngineOverheads
 from semsched.sim.router import Router
 
 ProgressCallback = Callable[[int, int], None]
@@ -39,13 +42,9 @@ class Instance:
 
     scheduler: Scheduler
     latency: LatencyModel
-    #: engine time each accepted arrival costs before the next step (a real engine's request intake: building
-    #: the request, hashing its prompt blocks); 0 by default, set from a profile's ``overheads`` section
-    arrival_overhead_s: float = 0.0
-    #: engine time the first step of each new batch size costs on top of the latency model: vLLM's CPU backend
-    #: builds a oneDNN matmul per number of scheduled tokens the first time it sees it (about 3 ms on the tiny
-    #: test model); 0 by default, set from a profile's ``overheads`` section
-    new_shape_s: float = 0.0
+    #: engine time outside the latency model (request intake, waking from idle, batch sizes new to the engine);
+    #: none by default, set from a profile's ``overheads`` section
+    overheads: EngineOverheads = field(default_factory=EngineOverheads)
     #: batch sizes (scheduled tokens per step) this instance has already run: they cost no ``new_shape_s``;
     #: give the sizes a warm-up ran to model an engine that was warmed up before the clock started
     warm_shapes: set[int] = field(default_factory=set)
@@ -57,19 +56,18 @@ class Instance:
     pending_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.arrival_overhead_s) and self.arrival_overhead_s >= 0):
-            raise ValueError(f"arrival_overhead_s: must be a finite number >= 0 (got {self.arrival_overhead_s!r})")
-        if not (math.isfinite(self.new_shape_s) and self.new_shape_s >= 0):
-            raise ValueError(f"new_shape_s: must be a finite number >= 0 (got {self.new_shape_s!r})")
+        if not isinstance(self.overheads, EngineOverheads):
+            raise TypeError(f"overheads: expected EngineOverheads, got {type(self.overheads).__name__}")
         self.warm_shapes = set(self.warm_shapes)
 
     def shape_cost_s(self, plan: BatchPlan) -> float:
-        """``new_shape_s`` if ``plan`` is the first step of its batch size on this instance (which it marks as
-        run), else 0."""
-        if not self.new_shape_s or plan.num_tokens in self.warm_shapes:
+        """``overheads.new_shape_s`` if ``plan`` is the first step of its batch size on this instance (which it
+        marks as run), else 0."""
+        cost = self.overheads.new_shape_s
+        if not cost or plan.num_tokens in self.warm_shapes:
             return 0.0
         self.warm_shapes.add(plan.num_tokens)
-        return self.new_shape_s
+        return cost
 
 
 @dataclass
@@ -155,8 +153,9 @@ class Simulation:
         instance = self.instances[target]
         decision = instance.scheduler.add_request(request, now_s)
         if decision.accepted:
-            instance.pending_overhead_s += instance.arrival_overhead_s
-            if not instance.busy:
+            instance.pending_overhead_s += instance.overheads.arrival_s
+            if not instance.busy:  # the instance had nothing to do: it wakes up, then runs a step
+                instance.pending_overhead_s += instance.overheads.idle_wakeup_s
                 self._start_step(target, now_s)
 
     def _complete(self, event: _StepDone) -> None:
@@ -194,7 +193,7 @@ class Simulation:
         """End times of a fast-forwardable stretch of >= 2 steps starting with ``plan``, else None."""
         if not self.fast_forward or not plan.is_pure_decode or instance.pending_overhead_s:
             return None
-        if instance.new_shape_s and plan.num_tokens not in instance.warm_shapes:
+        if instance.overheads.new_shape_s and plan.num_tokens not in instance.warm_shapes:
             return None  # its first step costs extra; the steps after it can fast-forward
         # cheap scalar check first: a second step can join only if the first ends before the next arrival
         if now_s + self._step_time_s(instance.latency, plan) >= self._next_arrival_s:

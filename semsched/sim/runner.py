@@ -52,12 +52,7 @@ def build_simulation(
     info = load_profile_info(cluster.profile)
     latency = info.model
     instances = [
-        Instance(
-            Scheduler(cluster.scheduler, make_policy(policy)),
-            latency,
-            arrival_overhead_s=info.arrival_overhead_s,
-            new_shape_s=info.new_shape_s,
-        )
+        Instance(Scheduler(cluster.scheduler, make_policy(policy)), latency, overheads=info.overheads)
         for _ in range(cluster.num_instances)
     ]
     return Simulation(instances, make_router(cluster.router), fast_forward=fast_forward, progress=progress)

@@ -7,7 +7,7 @@ The same requests (arrival times, prompt and output lengths, priorities and tier
 2. **the simulator** with a latency profile of that engine and a :class:`~semsched.core.scheduler.SchedulerConfig`
    equal to the engine's (token budget, sequence cap, block size, KV blocks, no watermark, no swap),
 
-and the report gives, per policy, TTFT and E2E (mean and p90) in both (the real side: the median over the
+and the report gives, per policy, TTFT and E2E (mean and p90) in both (the real side: the mean over the
 replays, with their range), their relative errors ``(sim - real) / real``, and an account of where the
 difference comes from (:class:`ErrorAnalysis`, of the median replay).
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
-from semsched.latency import LatencyModel, ProfileInfo, load_profile_info, save_profile
+from semsched.latency import EngineOverheads, LatencyModel, ProfileInfo, load_profile_info, save_profile
 from semsched.latency.profiles import ProfiledEngine
 from semsched.metrics.request_metrics import request_metrics
 from semsched.policies import make_policy
@@ -82,7 +82,7 @@ default settings describes the default replay, and it keeps the default run to a
 DEFAULT_REPEATS = 3
 """Replays per policy. On this shared 2-core VM two replays of the same slice with the same decisions differed by
 up to 70 % in mean E2E (the machine's speed for Python-heavy work drifts by tens of percent over seconds to
-minutes), so one replay says little; the report compares the simulator with the median of the repeats and shows
+minutes), so one replay says little; the report compares the simulator with the mean of the repeats and shows
 their spread. Replays alternate between policies (A B, B A, A B, ...) and the profile is measured in parts between
 them, so no policy and not the profile gets all the fast or all the slow stretches."""
 DEFAULT_LOAD = 0.3
@@ -220,18 +220,16 @@ def simulate(
     policy: str,
     config: SchedulerConfig,
     latency: LatencyModel,
-    arrival_overhead_s: float = 0.0,
-    new_shape_s: float = 0.0,
+    overheads: EngineOverheads | None = None,
     warm_shapes: Iterable[int] = (),
 ) -> SimOutcome:
-    """Run ``workload`` through one simulated engine under ``policy``, charging ``arrival_overhead_s`` of engine
-    time per arrival (the profile's request intake) and ``new_shape_s`` on the first step of each batch size
-    not in ``warm_shapes`` (the sizes the replay's warm-up ran)."""
+    """Run ``workload`` through one simulated engine under ``policy``, charging the profile's ``overheads``
+    (request intake, waking from idle, and ``new_shape_s`` on the first step of each batch size not in
+    ``warm_shapes``: the sizes the replay's warm-up ran)."""
     instance = Instance(
         Scheduler(config, make_policy(policy)),
         latency,
-        arrival_overhead_s=arrival_overhead_s,
-        new_shape_s=new_shape_s,
+        overheads=overheads or EngineOverheads(),
         warm_shapes=set(warm_shapes),
     )
     result = Simulation([instance], make_router("round-robin")).run(workload.to_requests())
@@ -271,18 +269,13 @@ def compare_policy(
     timing: str,
 ) -> PolicyFidelity:
     """Simulate ``workload`` under the replays' policy with the profile and set the outcome beside the replays:
-    each statistic's real side is its median over the replays (:func:`compare_repeats`). The analysis (where
+    each statistic's real side is its mean over the replays (:func:`compare_repeats`). The analysis (where
     engine time went, the profile scaled to the replay's engine time, how much 5 % longer steps move the
     simulated latencies) is of the median replay (:func:`median_replay`)."""
     if not results or len({r.policy for r in results}) != 1:
         raise ValueError("results: give one or more replays of one policy")
     latency = profile.model
-    intake = profile.arrival_overhead_s
-    overheads: dict[str, Any] = {
-        "arrival_overhead_s": intake,
-        "new_shape_s": profile.new_shape_s,
-        "warm_shapes": results[0].warm_shapes,
-    }
+    overheads: dict[str, Any] = {"overheads": profile.overheads, "warm_shapes": results[0].warm_shapes}
     sim = simulate(workload, results[0].policy, config, latency, **overheads)
     simulated = sim_latencies(sim.requests)
     metrics = compare_repeats([real_latencies(r) for r in results], simulated)
@@ -311,7 +304,7 @@ def compare_policy(
         step_fit_mape=step_fit_mape(result.steps, latency, timing),
         step_classes=tuple(step_class_fits(result.steps, latency, timing)),
         batch_changes=tuple(batch_change_fits(result.steps, latency, timing)),
-        sources=tuple(error_sources(result, latency, timing, intake)),
+        sources=tuple(error_sources(result, latency, timing, profile.overheads)),
         real_steps=len(result.steps),
         sim_steps=sim.num_steps,
         real_preemptions=sum(r.num_preemptions for r in result.requests),
@@ -404,9 +397,13 @@ INTAKE_REQUESTS = 32
 """Requests whose intake (``ServedEngine.intake_times_s``) each profile part times: the simulator charges the
 median as engine time per arrival (the profile's ``overheads.arrival_s``)."""
 
+WAKEUP_TRIALS = 8
+"""Lone requests each profile part serves after an idle stretch, and as many after a busy one
+(``ServedEngine.wakeup_times_s``): the difference of the medians is the profile's ``overheads.idle_wakeup_s``."""
+
 PROFILE_REPEATS = 8
 """Rounds of the grid when ``semsched fidelity`` profiles, split evenly over the profile's parts (at least one
-round each): the fit takes each step's median over all rounds. On a machine whose speed drifts by tens of
+round each): the fit takes each step's mean over all rounds. On a machine whose speed drifts by tens of
 percent for seconds to minutes at a time, many rounds far apart keep one slow stretch from deciding a step."""
 
 
@@ -450,6 +447,8 @@ class ProfileSession:
         self.steps: list[MeasuredStep] = []
         self.probes_s: list[float] = []
         self.intake_s: list[float] = []
+        #: arrival-to-first-token times of lone requests arriving at a busy and at an idle loop
+        self.wakeup_s: tuple[list[float], list[float]] = ([], [])
         self.engine: ProfiledEngine | None = None
         self.measured_s = 0.0
         self._rounds = 0
@@ -470,15 +469,33 @@ class ProfileSession:
             self.probes_s.append(engine.probe_step_s())
             prompt = max(1, self.settings.max_num_batched_tokens // 2)
             self.intake_s.extend(engine.intake_times_s(INTAKE_REQUESTS, prompt))
+            for measured, times in zip(self.wakeup_s, engine.wakeup_times_s(WAKEUP_TRIALS, prompt), strict=True):
+                measured.extend(times)
             self.engine = engine.profiled_engine
         self.steps.extend(dataclasses.replace(s, repeat=s.repeat + self._rounds) for s in steps)
         self._rounds += rounds
         self.measured_s += time.perf_counter() - started
 
+    def overheads(self) -> dict[str, float]:
+        """What was measured of the profile's ``overheads``: the request intake (median), the first step of a
+        new batch size, and waking from idle (median idle minus median busy arrival-to-first-token time)."""
+        from semsched.vllm.profiling import new_shape_overhead_s
+
+        measured: dict[str, float] = {}
+        if self.intake_s:
+            measured["arrival_s"] = float(np.median(self.intake_s))
+        new_shape = new_shape_overhead_s(self.steps, "iteration")
+        if new_shape is not None:
+            measured["new_shape_s"] = new_shape
+        busy, idle = self.wakeup_s
+        if busy and idle:
+            measured["idle_wakeup_s"] = max(0.0, float(np.median(idle) - np.median(busy)))
+        return measured
+
     def save(self, path: Path) -> ProfileInfo:
         """Fit every step measured so far, write the profile to ``path`` (and every step to
         ``<stem>_steps.csv`` beside it) and load it back."""
-        from semsched.vllm.profiling import default_profile_name, fit_steps, new_shape_overhead_s
+        from semsched.vllm.profiling import default_profile_name, fit_steps
 
         if not self.steps or self.engine is None:
             raise ValueError("profile: nothing measured yet")
@@ -512,8 +529,7 @@ class ProfileSession:
                 PROBE_FIT_KEY: float(np.median(probes)) if probes else float("nan"),
                 "wall_s": round(self.measured_s, 1),
             },
-            arrival_overhead_s=float(np.median(self.intake_s)) if self.intake_s else None,
-            new_shape_s=new_shape_overhead_s(self.steps, "iteration"),
+            overheads=self.overheads(),
         )
         return load_profile_info(str(path))
 
@@ -562,7 +578,7 @@ class FidelityConfig:
     enable_prefix_caching: bool = True
     #: torch intra-op threads of the in-process engines (profile and replays alike)
     threads: int = 1
-    #: replays of every policy (each on a fresh engine); the real side of each statistic is their median
+    #: replays of every policy (each on a fresh engine); the real side of each statistic is their mean
     repeats: int = DEFAULT_REPEATS
 
     def __post_init__(self) -> None:
@@ -766,5 +782,6 @@ def _meta(config: FidelityConfig, prepared: PreparedSlice, profile: ProfileInfo,
             "timing": profile_timing(profile),
             "fit": dict(profile.fit),
             "engine": dataclasses.asdict(profile.engine) if profile.engine is not None else None,
+            "overheads": dataclasses.asdict(profile.overheads),
         },
     }

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from semsched.latency import LatencyModel, ProfileInfo
+from semsched.latency import EngineOverheads, LatencyModel, ProfileInfo
 from semsched.latency.base import FloatArray
 from semsched.vllm.replay import ReplayResult, StepRecord
 
@@ -240,12 +240,15 @@ def class_factors(steps: Sequence[StepRecord], latency: LatencyModel) -> dict[st
 
 
 def error_sources(
-    result: ReplayResult, latency: LatencyModel, timing: str, arrival_overhead_s: float = 0.0
+    result: ReplayResult, latency: LatencyModel, timing: str, overheads: EngineOverheads | None = None
 ) -> list[ErrorSource]:
     """The measurable sources, largest ``|engine_s|`` first. "step-time fit" and the overheads outside the
     profile's timing add up to the real steps' wall time minus what the profile charges for the same batches;
-    the others act beside that per-step account. The two arrival sources count only what exceeds the profile's
-    request intake (``arrival_overhead_s`` per arrival, which the simulator charges)."""
+    the others act beside that per-step account. The two arrival sources count only what exceeds what the
+    simulator charges for arrivals (the profile's ``overheads``: the request intake per arrival, and waking from
+    idle per arrival that found the engine idle)."""
+    overheads = overheads or EngineOverheads()
+    arrival_overhead_s = overheads.arrival_s
     steps = result.steps
     busy_arrivals = sum(1 for r in result.requests if r.added_s is not None and not r.found_idle)
     covered = sum(profiled_time_s(s, timing) for s in steps)
@@ -291,7 +294,7 @@ def error_sources(
             )
         )
     sources.append(_prefix_cache_source(result, latency))
-    sources.append(_idle_wakeup_source(result, arrival_overhead_s))
+    sources.append(_idle_wakeup_source(result, overheads))
     sources.append(_warmup_source(steps, latency, timing))
     return sorted(sources, key=lambda s: -abs(s.engine_s))
 
@@ -308,14 +311,22 @@ def _prefix_cache_source(result: ReplayResult, latency: LatencyModel) -> ErrorSo
     )
 
 
-def _idle_wakeup_source(result: ReplayResult, arrival_overhead_s: float) -> ErrorSource:
+def _idle_wakeup_source(result: ReplayResult, overheads: EngineOverheads) -> ErrorSource:
     delays = [r.loop_delay_s for r in result.requests if r.found_idle and r.loop_delay_s is not None]
     mean_ms = 1000.0 * float(np.mean(delays)) if delays else 0.0
+    charged = overheads.arrival_s + overheads.idle_wakeup_s
+    if charged <= 0:
+        beyond = "; not in the profile"
+    else:
+        beyond = (
+            f"; beyond what the simulator charges ({1000.0 * overheads.arrival_s:.2f} ms intake + "
+            f"{1000.0 * overheads.idle_wakeup_s:.2f} ms wake-up x {len(delays)} arrivals; the wake-up also "
+            "pays for their slower first step, which counts in the step-time fit)"
+        )
     return ErrorSource(
         "arrival handling on an idle engine",
-        sum(delays) - len(delays) * arrival_overhead_s,
-        f"{len(delays)} arrivals found the engine idle; {mean_ms:.2f} ms each from arrival to being added"
-        + _beyond_intake(len(delays), arrival_overhead_s),
+        sum(delays) - len(delays) * charged,
+        f"{len(delays)} arrivals found the engine idle; {mean_ms:.2f} ms each from arrival to being added{beyond}",
     )
 
 

@@ -922,7 +922,7 @@ class ProfileResult:
             source=source,
             engine=self.engine,
             fit=self.fit_metadata(),
-            new_shape_s=self.new_shape_s,
+            overheads=None if self.new_shape_s is None else {"new_shape_s": self.new_shape_s},
         )
 
     def write_steps_csv(self, path: str | Path) -> None:

@@ -14,6 +14,7 @@ from semsched.latency.batch import BatchConfig, BatchLatencyModel
 from semsched.latency.derive_profiles import derive_batch_profile
 from semsched.latency.profiles import (
     PROFILE_DIR_ENV,
+    EngineOverheads,
     FitValue,
     ProfiledEngine,
     ProfileError,
@@ -271,20 +272,31 @@ def test_engine_and_fit_sections_round_trip(tmp_path: Path, suffix: str) -> None
 def test_profiles_without_engine_or_fit_still_load() -> None:
     info = load_profile_info("a100-qwen1.5-7b-batch")
     assert info.engine is None and dict(info.fit) == {}
-    assert (info.arrival_overhead_s, info.new_shape_s) == (0.0, 0.0)
+    assert info.overheads == EngineOverheads(0.0, 0.0, 0.0)
     assert "engine" not in profile_to_dict(info.model) and "overheads" not in profile_to_dict(info.model)
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
 def test_the_overheads_round_trip(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"p{suffix}"
-    save_profile(batch_model("p"), path, arrival_overhead_s=6.5e-4, new_shape_s=2.9e-3)
+    measured = {"arrival_s": 6.5e-4, "new_shape_s": 2.9e-3, "idle_wakeup_s": 1.7e-3}
+    save_profile(batch_model("p"), path, overheads=measured)
     info = load_profile_info(str(path))
-    assert (info.arrival_overhead_s, info.new_shape_s) == (6.5e-4, 2.9e-3)
-    save_profile(batch_model("p"), path, new_shape_s=2.9e-3)  # either field alone; the other reads as 0
-    assert profile_to_dict(batch_model("p"), new_shape_s=2.9e-3)["overheads"] == {"new_shape_s": 2.9e-3}
+    assert info.overheads == EngineOverheads(arrival_s=6.5e-4, new_shape_s=2.9e-3, idle_wakeup_s=1.7e-3)
+    save_profile(batch_model("p"), path, overheads={"new_shape_s": 2.9e-3})  # the fields not measured read as 0
+    written = profile_to_dict(batch_model("p"), overheads={"new_shape_s": 2.9e-3})
+    assert written["overheads"] == {"new_shape_s": 2.9e-3}
     info = load_profile_info(str(path))
-    assert (info.arrival_overhead_s, info.new_shape_s) == (0.0, 2.9e-3)
+    assert info.overheads == EngineOverheads(new_shape_s=2.9e-3)
+
+
+def test_saving_bad_overheads_fails_before_writing(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    with pytest.raises(ValueError, match=r"unknown field\(s\) in 'overheads': per_step_s"):
+        save_profile(batch_model("p"), path, overheads={"per_step_s": 1.0})
+    with pytest.raises(ValueError, match=r"overheads.idle_wakeup_s must be a number >= 0"):
+        save_profile(batch_model("p"), path, overheads={"idle_wakeup_s": -1.0})
+    assert not path.exists()
 
 
 @pytest.mark.parametrize(
@@ -295,6 +307,7 @@ def test_the_overheads_round_trip(tmp_path: Path, suffix: str) -> None:
         ({"arrival_s": float("nan")}, r"overheads.arrival_s"),
         ({"new_shape_s": -0.5}, r"overheads.new_shape_s must be a number >= 0 \(seconds\), got -0.5"),
         ({"new_shape_s": True}, r"overheads.new_shape_s must be a number"),
+        ({"idle_wakeup_s": float("inf")}, r"overheads.idle_wakeup_s must be a number >= 0"),
         ({"per_step_s": 1.0}, r"unknown field\(s\) in 'overheads': per_step_s"),
         ([1.0], r"'overheads' must be a mapping"),
     ],

@@ -1,4 +1,5 @@
 import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from semsched.core.request import Request, RequestState
+from semsched.latency import EngineOverheads
 from semsched.metrics import summarize
 from semsched.policies import POLICIES
 from tests.support import make_request, random_requests, simulate
@@ -50,16 +52,16 @@ def test_fast_forward_matches_per_iteration_in_a_cluster() -> None:
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority-preempt", "srpt"])
-@pytest.mark.parametrize(("arrival_s", "new_shape_s"), [(4e-3, 0.0), (0.0, 3e-3)])
-def test_fast_forward_matches_per_iteration_with_engine_overheads(
-    policy: str, arrival_s: float, new_shape_s: float
-) -> None:
+@pytest.mark.parametrize(
+    "overheads",
+    [EngineOverheads(arrival_s=4e-3), EngineOverheads(new_shape_s=3e-3), EngineOverheads(idle_wakeup_s=5e-3)],
+    ids=["arrival", "new-shape", "idle-wakeup"],
+)
+def test_fast_forward_matches_per_iteration_with_engine_overheads(policy: str, overheads: EngineOverheads) -> None:
     runs = []
     for fast_forward in (True, False):
         requests = random_requests(5, 300, rate=12.0)
-        result = simulate(
-            requests, policy, fast_forward=fast_forward, arrival_overhead_s=arrival_s, new_shape_s=new_shape_s
-        )
+        result = simulate(requests, policy, fast_forward=fast_forward, overheads=overheads)
         runs.append((result.num_steps, result.num_events, _token_times(requests)))
     assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
     assert runs[0][1] < runs[1][1]  # it did fast-forward
@@ -68,7 +70,7 @@ def test_fast_forward_matches_per_iteration_with_engine_overheads(
 def test_an_arrival_overhead_delays_the_next_step_once_per_accepted_request() -> None:
     def first_tokens(overhead: float, arrivals: list[float]) -> list[float]:
         requests = [make_request(str(i), prompt=64, output=4, arrival=t) for i, t in enumerate(arrivals)]
-        simulate(requests, arrival_overhead_s=overhead)
+        simulate(requests, overheads=EngineOverheads(arrival_s=overhead))
         return [r.first_token_time_s or 0.0 for r in requests]
 
     alone, charged = first_tokens(0.0, [0.0]), first_tokens(0.25, [0.0])
@@ -76,14 +78,34 @@ def test_an_arrival_overhead_delays_the_next_step_once_per_accepted_request() ->
     # the first arrival starts a step at once; the second (same instant) joins the next step, after both intakes
     alone, charged = first_tokens(0.0, [0.0, 0.0]), first_tokens(0.25, [0.0, 0.0])
     assert charged == pytest.approx([alone[0] + 0.25, alone[1] + 0.5])
-    with pytest.raises(ValueError, match="arrival_overhead_s"):
-        simulate([make_request("x", prompt=8, output=2)], arrival_overhead_s=-1.0)
+    with pytest.raises(ValueError, match=r"overheads.arrival_s must be a number >= 0"):
+        EngineOverheads(arrival_s=-1.0)
+
+
+def test_an_idle_wakeup_is_charged_to_arrivals_that_find_the_engine_idle_only() -> None:
+    def run(wakeup: float) -> list[Request]:
+        # the second request arrives while the first decodes; the third long after both finished
+        arrivals = [0.0, 0.05, 1000.0]
+        requests = [make_request(str(i), prompt=64, output=40, arrival=t) for i, t in enumerate(arrivals)]
+        simulate(requests, overheads=EngineOverheads(arrival_s=0.01, idle_wakeup_s=wakeup))
+        return requests
+
+    plain, charged = run(0.0), run(0.3)
+    for requests in (plain, charged):
+        assert (requests[0].finish_time_s or 0.0) > 0.05  # the second arrival found the engine busy
+        assert (requests[1].finish_time_s or math.inf) < 1000.0  # the third found it idle
+    first = [[r.first_token_time_s or 0.0 for r in requests] for requests in (plain, charged)]
+    assert first[1][0] == pytest.approx(first[0][0] + 0.3)
+    assert first[1][2] == pytest.approx(first[0][2] + 0.3)
+    # the second request is pushed back by the first one's wake-up (give or take where in a step it arrived),
+    # and pays none of its own: that would add another 0.3 s
+    assert abs(first[1][1] - first[0][1] - 0.3) < 0.1
 
 
 def test_a_new_shape_cost_is_charged_once_per_batch_size_unless_warm() -> None:
     def token_times(new_shape_s: float, warm: tuple[int, ...] = ()) -> list[float]:
         request = make_request("x", prompt=64, output=5)
-        simulate([request], new_shape_s=new_shape_s, warm_shapes=warm)
+        simulate([request], overheads=EngineOverheads(new_shape_s=new_shape_s), warm_shapes=warm)
         return request.token_times_s().tolist()
 
     plain = token_times(0.0)
@@ -93,8 +115,8 @@ def test_a_new_shape_cost_is_charged_once_per_batch_size_unless_warm() -> None:
     assert charged[1:] == pytest.approx([t + 1.0 for t in plain[1:]])
     assert token_times(0.5, warm=(64,)) == pytest.approx([plain[0], *(t + 0.5 for t in plain[1:])])
     assert token_times(0.5, warm=(1, 64)) == pytest.approx(plain)
-    with pytest.raises(ValueError, match="new_shape_s"):
-        simulate([make_request("y", prompt=8, output=2)], new_shape_s=-1.0)
+    with pytest.raises(ValueError, match=r"overheads.new_shape_s must be a number >= 0"):
+        EngineOverheads(new_shape_s=-1.0)
 
 
 def test_same_seed_gives_identical_metrics() -> None:
@@ -191,9 +213,9 @@ def test_a_profiles_overheads_reach_every_simulated_instance(tmp_path: Path) -> 
     from semsched.sim.runner import ClusterSpec, build_simulation
 
     path = tmp_path / "with-intake.yaml"
-    save_profile(load_profile("a100-qwen1.5-7b-batch"), path, arrival_overhead_s=0.002, new_shape_s=0.003)
+    measured = {"arrival_s": 0.002, "new_shape_s": 0.003, "idle_wakeup_s": 0.004}
+    save_profile(load_profile("a100-qwen1.5-7b-batch"), path, overheads=measured)
     simulation = build_simulation("fcfs", ClusterSpec(profile=str(path), num_instances=2))
-    assert [i.arrival_overhead_s for i in simulation.instances] == [0.002, 0.002]
-    assert [i.new_shape_s for i in simulation.instances] == [0.003, 0.003]
+    assert [i.overheads for i in simulation.instances] == [EngineOverheads(**measured)] * 2
     plain = build_simulation("fcfs", ClusterSpec(profile="a100-qwen1.5-7b-batch"))
-    assert [(i.arrival_overhead_s, i.new_shape_s) for i in plain.instances] == [(0.0, 0.0)]
+    assert [i.overheads for i in plain.instances] == [EngineOverheads()]

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semsched.cli import main
-from semsched.latency import ProfileInfo, load_profile, load_profile_info
+from semsched.latency import EngineOverheads, ProfileInfo, load_profile, load_profile_info
 from semsched.latency.batch import BatchLatencyModel
 from semsched.vllm import fidelity
 from semsched.vllm.fidelity import (
@@ -242,7 +243,8 @@ def test_the_simulation_charges_new_batch_sizes_unless_the_replay_warmed_them() 
     latency = BatchLatencyModel(BATCH)
 
     def mean_e2e(new_shape_s: float = 0.0, warm_shapes: Iterable[int] = ()) -> float:
-        outcome = simulate(workload, "fcfs", config, latency, new_shape_s=new_shape_s, warm_shapes=warm_shapes)
+        overheads = EngineOverheads(new_shape_s=new_shape_s)
+        outcome = simulate(workload, "fcfs", config, latency, overheads, warm_shapes=warm_shapes)
         requests = outcome.requests
         return float(np.mean([(r.finish_time_s or 0.0) - r.arrival_time_s for r in requests]))
 
@@ -306,7 +308,8 @@ def test_replay_and_simulation_of_a_small_slice_on_real_vllm(
     assert (tmp_path / "profile.yaml").is_file()
     profile = load_profile_info(str(tmp_path / "profile.yaml"))
     assert profile.fit["parts"] == 3 and profile.fit["rounds"] == sum(fidelity.profile_rounds(2))
-    assert profile.arrival_overhead_s > 0  # the request intake was timed
+    assert profile.overheads.arrival_s > 0  # the request intake was timed
+    assert "idle_wakeup_s" in yaml.safe_load(Path(profile.origin).read_text())["overheads"]  # waking was timed
     assert report.meta["onednn_primitive_cache_capacity"] == str(16 * settings.max_num_batched_tokens)
     sizes = set(range(1, min(settings.max_num_batched_tokens, settings.max_model_len - 1) + 1))
     assert [p.policy for p in report.policies] == ["fcfs", "priority-preempt"]

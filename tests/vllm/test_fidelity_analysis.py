@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from semsched.latency import LatencyModel, load_profile
+from semsched.latency import EngineOverheads, LatencyModel, load_profile
 from semsched.latency.batch import BatchLatencyModel
 from semsched.vllm.fidelity_analysis import (
     ClassScaledLatency,
@@ -65,11 +65,14 @@ def test_arrival_sources_count_only_what_exceeds_the_profiled_intake() -> None:
     result = ReplayResult("fcfs", requests, steps, 0.0, 0.0, 1.0, "0.32.0", 64)
     latency = BatchLatencyModel(BATCH)
     plain = {s.name: s for s in error_sources(result, latency, "step")}
-    charged = {s.name: s for s in error_sources(result, latency, "step", 0.001)}
+    overheads = EngineOverheads(arrival_s=0.001, idle_wakeup_s=0.0005)
+    charged = {s.name: s for s in error_sources(result, latency, "step", overheads)}
     loop, idle = "engine loop between steps", "arrival handling on an idle engine"
     assert charged[loop].engine_s == pytest.approx(plain[loop].engine_s - 3 * 0.001)  # three arrived while busy
-    assert charged[idle].engine_s == pytest.approx(plain[idle].engine_s - 0.001)  # one found the engine idle
+    # one found the engine idle: its intake and its wake-up are charged
+    assert charged[idle].engine_s == pytest.approx(plain[idle].engine_s - 0.0015)
     assert "not in the profile" in plain[loop].note and "1.00 ms x 3 arrivals" in charged[loop].note
+    assert "not in the profile" in plain[idle].note and "0.50 ms wake-up x 1 arrivals" in charged[idle].note
 
 
 def test_step_classes_split_prefill_and_decode_batch_sizes() -> None:
