@@ -76,3 +76,18 @@ def test_batch_size_cost_smoke(tmp_path: Path) -> None:
     for run in runs:
         assert len(run["first"]) == len(run["revisit"]) == 4
         assert all(1 <= size <= 64 for size, _, _ in run["first"])
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_engine_speed_drift_smoke(tmp_path: Path) -> None:
+    json_path = tmp_path / "drift.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "engine_speed_drift.py"), "--rounds", "3", "--json", str(json_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "| what |" in completed.stdout  # the Markdown table
+    payload = json.loads(json_path.read_text())
+    assert len(payload["probes_s"]) == 3 and all(len(row) == 2 for row in payload["probes_s"])
+    assert len(payload["rounds_vs_median"]) == 3 and len(payload["engine_vs_round"]) == 2

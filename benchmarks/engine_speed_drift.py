@@ -1,0 +1,128 @@
+"""Engine speed drift: does a vLLM engine's step time move with the machine, or with the engine instance?
+
+Two (``--engines``) engines start in this process, each warmed (every batch size once), and take turns running the
+engine-speed probe of ``semsched fidelity`` (:meth:`~semsched.vllm.replay.ServedEngine.probe_step_s`: the median
+wall time of 200 decode-only steps of 4 requests, about 0.6 s), ``--rounds`` rounds, in alternating order. Then:
+
+* **over time**: each round's mean over the engines, relative to the median round: how far the same step's time
+  moves from one second to the next on this machine;
+* **between engines**: each engine's median of (its probe / the round's mean): whether one engine instance is
+  steadily faster than another (memory placement, allocator state) or they move together (the machine).
+
+On this 2-core VM (one run, benchmarks/README.md) the two engines agreed within 0.1 % while the rounds ranged over
+0.78-1.53 x the median round: the same step's time moves with the machine, not with the engine instance, and a
+replay cannot be predicted closer than that by a profile measured at another moment, whatever the simulator
+does. Unlike ``machine_noise.py`` (a numpy loop) it measures the engine's own Python-heavy steps, which is what
+``semsched fidelity`` compares. Every number is measured in the run that prints it.
+
+Run: ``.venv/bin/python benchmarks/engine_speed_drift.py`` (about a minute on 2 cores; needs ``./dev vllm``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+from common import ResultTable, dump_json, make_console  # noqa: E402
+
+
+def measure(model: str, engines: int, rounds: int) -> list[list[float]]:
+    """Probe step seconds, one row per round, one column per engine (in engine order)."""
+    from semsched.vllm.fidelity import shape_cache_capacity
+    from semsched.vllm.profiling import EngineSettings
+    from semsched.vllm.replay import ServedEngine, set_torch_threads
+
+    settings = EngineSettings(model=model)
+    shape_cache_capacity(settings)
+    set_torch_threads(1)
+    started: list[ServedEngine] = []
+    try:
+        for _ in range(engines):
+            engine = ServedEngine(settings)
+            started.append(engine)
+            engine.warm_batch_sizes()
+        table = []
+        for index in range(rounds):
+            order = range(engines) if index % 2 == 0 else reversed(range(engines))
+            times = {i: started[i].probe_step_s() for i in order}
+            table.append([times[i] for i in range(engines)])
+        return table
+    finally:
+        for engine in started:
+            engine.close()
+
+
+def summarise(table: list[list[float]]) -> dict[str, Any]:
+    import numpy as np
+
+    times = np.array(table, dtype=float)
+    round_means = times.mean(axis=1)
+    median_round = float(np.median(round_means))
+    relative = times / round_means[:, None]
+    return {
+        "median_step_s": median_round,
+        "rounds_vs_median": (round_means / median_round).tolist(),
+        "engine_vs_round": np.median(relative, axis=0).tolist(),
+        "engine_vs_round_sd": relative.std(axis=0).tolist(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model directory (default: a tiny random-weight model)")
+    parser.add_argument("--engines", type=int, default=2, help="engines alive at once (default 2)")
+    parser.add_argument("--rounds", type=int, default=40, help="probe rounds (default 40)")
+    parser.add_argument("--json", type=Path, default=None, help="write every probe here")
+    args = parser.parse_args()
+    if args.engines < 2:
+        parser.error(f"--engines: must be >= 2 (got {args.engines})")
+    if args.rounds < 3:
+        parser.error(f"--rounds: must be >= 3 (got {args.rounds})")
+    console = make_console()
+    with tempfile.TemporaryDirectory(prefix="semsched-drift-") as scratch:
+        model = args.model
+        if model is None:
+            from semsched.vllm.tiny_model import make_tiny_model
+
+            model = str(make_tiny_model(Path(scratch) / "model"))
+        table = measure(model, args.engines, args.rounds)
+    summary = summarise(table)
+    over_time = summary["rounds_vs_median"]
+    result = ResultTable(
+        f"Engine speed drift: {args.engines} engines, {args.rounds} alternating probe rounds "
+        f"(median probe step {summary['median_step_s'] * 1e3:.2f} ms)",
+        ("what", "min", "median", "max"),
+    )
+    result.add(
+        "round mean / median round (the machine over time)",
+        f"{min(over_time):.3f}",
+        "1.000",
+        f"{max(over_time):.3f}",
+    )
+    between = summary["engine_vs_round"]
+    result.add(
+        "engine / round mean, median over rounds (instance effect)",
+        f"{min(between):.3f}",
+        f"{sorted(between)[len(between) // 2]:.3f}",
+        f"{max(between):.3f}",
+    )
+    result.print(console)
+    console.print("rounds / median round: " + " ".join(f"{r:.2f}" for r in over_time), highlight=False)
+    spread = max(over_time) - min(over_time)
+    instance = max(abs(b - 1.0) for b in between)
+    console.print(
+        f"the machine moved the same step by {spread:.0%} (slowest - fastest round) while the engines differed from "
+        f"each other by at most {instance:.1%}: "
+        + ("the drift is the machine's" if instance < spread / 4 else "the engine instances differ too")
+    )
+    if args.json is not None:
+        dump_json(args.json, {"probes_s": table, **summary})
+
+
+if __name__ == "__main__":
+    main()
