@@ -116,8 +116,8 @@ def main() -> None:
     spread = max(over_time) - min(over_time)
     instance = max(abs(b - 1.0) for b in between)
     console.print(
-        f"the machine moved the same step by {spread:.0%} (slowest - fastest round) while the engines differed from "
-        f"each other by at most {instance:.1%}: "
+        f"the machine moved the same step by {spread:.0%} (slowest - fastest round) while the engines differed "
+        f"from each other by at most {instance:.1%}: "
         + ("the drift is the machine's" if instance < spread / 4 else "the engine instances differ too")
     )
     if args.json is not None:
