@@ -391,6 +391,12 @@ def _show_profile(console: Console, result: Any) -> None:
             "(overheads.new_shape_s; such steps are left out of the fit)",
             highlight=False,
         )
+    if result.idle_wakeup_s is not None:
+        console.print(
+            f"a request that finds the engine idle: +{result.idle_wakeup_s * 1e3:.2f} ms from arrival to first "
+            "token (overheads.idle_wakeup_s; the simulator charges it per such arrival)",
+            highlight=False,
+        )
     if result.zero_coefficients:
         console.print(
             f"[dim]{', '.join(result.zero_coefficients)} fitted to 0: too small to resolve in this data[/]"

@@ -397,10 +397,6 @@ INTAKE_REQUESTS = 32
 """Requests whose intake (``ServedEngine.intake_times_s``) each profile part times: the simulator charges the
 median as engine time per arrival (the profile's ``overheads.arrival_s``)."""
 
-WAKEUP_TRIALS = 8
-"""Lone requests each profile part serves after an idle stretch, and as many after a busy one
-(``ServedEngine.wakeup_times_s``): the difference of the medians is the profile's ``overheads.idle_wakeup_s``."""
-
 PROFILE_REPEATS = 8
 """Rounds of the grid when ``semsched fidelity`` profiles, split evenly over the profile's parts (at least one
 round each): the fit takes each step's mean over all rounds. On a machine whose speed drifts by tens of
@@ -454,8 +450,9 @@ class ProfileSession:
         self._rounds = 0
 
     def measure(self, rounds: int, progress: Callable[[int, int], None] | None = None) -> None:
-        """Measure ``rounds`` more rounds of the grid on a fresh engine."""
-        from semsched.vllm.profiling import measure_grid
+        """Measure ``rounds`` more rounds of the grid on a fresh engine (then the engine-speed probe, the request
+        intake and the cost of waking from idle)."""
+        from semsched.vllm.profiling import WAKEUP_TRIALS, measure_grid, wakeup_times_s
         from semsched.vllm.replay import ServedEngine
 
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -469,7 +466,7 @@ class ProfileSession:
             self.probes_s.append(engine.probe_step_s())
             prompt = max(1, self.settings.max_num_batched_tokens // 2)
             self.intake_s.extend(engine.intake_times_s(INTAKE_REQUESTS, prompt))
-            for measured, times in zip(self.wakeup_s, engine.wakeup_times_s(WAKEUP_TRIALS, prompt), strict=True):
+            for measured, times in zip(self.wakeup_s, wakeup_times_s(engine, WAKEUP_TRIALS, prompt), strict=True):
                 measured.extend(times)
             self.engine = engine.profiled_engine
         self.steps.extend(dataclasses.replace(s, repeat=s.repeat + self._rounds) for s in steps)
@@ -479,18 +476,14 @@ class ProfileSession:
     def overheads(self) -> dict[str, float]:
         """What was measured of the profile's ``overheads``: the request intake (median), the first step of a
         new batch size, and waking from idle (median idle minus median busy arrival-to-first-token time)."""
-        from semsched.vllm.profiling import new_shape_overhead_s
+        from semsched.vllm.profiling import idle_wakeup_overhead_s, new_shape_overhead_s
 
-        measured: dict[str, float] = {}
-        if self.intake_s:
-            measured["arrival_s"] = float(np.median(self.intake_s))
-        new_shape = new_shape_overhead_s(self.steps, "iteration")
-        if new_shape is not None:
-            measured["new_shape_s"] = new_shape
-        busy, idle = self.wakeup_s
-        if busy and idle:
-            measured["idle_wakeup_s"] = max(0.0, float(np.median(idle) - np.median(busy)))
-        return measured
+        measured = {
+            "arrival_s": float(np.median(self.intake_s)) if self.intake_s else None,
+            "new_shape_s": new_shape_overhead_s(self.steps, "iteration"),
+            "idle_wakeup_s": idle_wakeup_overhead_s(*self.wakeup_s),
+        }
+        return {name: value for name, value in measured.items() if value is not None}
 
     def save(self, path: Path) -> ProfileInfo:
         """Fit every step measured so far, write the profile to ``path`` (and every step to

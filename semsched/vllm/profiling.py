@@ -657,6 +657,56 @@ def new_shape_overhead_s(steps: Sequence[MeasuredStep], timing: Timing = "execut
     return max(0.0, float(np.median(excess))) if excess else None
 
 
+WAKEUP_IDLE_S = 0.1
+"""How long :func:`wakeup_times_s` leaves the engine idle: the replayed Azure slice's idle stretches last a median
+0.18 s, and the cost of waking was the same from 20 ms on."""
+WAKEUP_TRIALS = 8
+"""Lone requests :func:`wakeup_times_s` serves after an idle stretch, and as many after a busy one."""
+_lone_ids = itertools.count()
+
+
+def wakeup_times_s(
+    engine: ProfilingEngine, trials: int, prompt_tokens: int, idle_s: float = WAKEUP_IDLE_S
+) -> tuple[list[float], list[float]]:
+    """Seconds from arrival to first token of a lone ``prompt_tokens``-token request (``add_request``, then steps
+    until it is done, as a serving loop does): ``(busy, idle)``, ``trials`` each, alternating. A *busy* one
+    arrives as the request before it finishes; an *idle* one after the loop slept ``idle_s`` (until its arrival
+    time, as a serving loop sleeps). :func:`idle_wakeup_overhead_s` turns them into the profile's
+    ``overheads.idle_wakeup_s``. On this CPU waking cost about 2 ms (0.5 ms of it in the add), the same after
+    20 ms of idleness as after 500 ms, 0.4 ms after 2 ms."""
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials: must be an integer >= 1 (got {trials!r})")
+    if not (math.isfinite(idle_s) and idle_s > 0):
+        raise ValueError(f"idle_s: must be a number > 0 (got {idle_s!r})")
+
+    def serve() -> None:
+        engine.add_request(f"lone-{next(_lone_ids)}", prompt_tokens, 1)
+        while engine.has_unfinished():
+            engine.step()
+
+    if engine.has_unfinished():
+        raise ProfilingError("wakeup_times_s: the engine still has requests; it must be idle to start")
+    busy: list[float] = []
+    idle: list[float] = []
+    serve()  # the first timed request then follows a finished one, like the rest
+    for _ in range(trials):
+        for times, sleep_s in ((busy, 0.0), (idle, idle_s)):
+            arrival = time.perf_counter() + sleep_s
+            if sleep_s:
+                time.sleep(max(0.0, arrival - time.perf_counter()))
+            serve()
+            times.append(time.perf_counter() - arrival)
+    return busy, idle
+
+
+def idle_wakeup_overhead_s(busy: Sequence[float], idle: Sequence[float]) -> float | None:
+    """What waking from idle costs (the profile's ``overheads.idle_wakeup_s``): the median idle arrival-to-first-
+    token time minus the median busy one, at least 0; ``None`` without both."""
+    if not busy or not idle:
+        return None
+    return max(0.0, float(np.median(idle)) - float(np.median(busy)))
+
+
 def _groups(steps: Sequence[MeasuredStep]) -> dict[StepKey, list[MeasuredStep]]:
     groups: dict[StepKey, list[MeasuredStep]] = {}
     for step in steps:
@@ -843,6 +893,8 @@ class ProfileResult:
     statistic: Statistic
     steps: tuple[MeasuredStep, ...]
     wall_s: float
+    #: arrival-to-first-token seconds of lone requests after a busy and after an idle loop (:func:`wakeup_times_s`)
+    wakeup_s: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
 
     @property
     def samples(self) -> list[BatchSample]:
@@ -868,6 +920,16 @@ class ProfileResult:
     def new_shape_s(self) -> float | None:
         """The one-time cost of a batch size new to the engine (:func:`new_shape_overhead_s`)."""
         return new_shape_overhead_s(self.steps, self.timing)
+
+    @property
+    def idle_wakeup_s(self) -> float | None:
+        """What waking from idle costs the engine (:func:`idle_wakeup_overhead_s`)."""
+        return idle_wakeup_overhead_s(*self.wakeup_s)
+
+    def overheads(self) -> dict[str, float]:
+        """The profile file's ``overheads``: what was measured of them."""
+        measured = {"new_shape_s": self.new_shape_s, "idle_wakeup_s": self.idle_wakeup_s}
+        return {name: value for name, value in measured.items() if value is not None}
 
     @property
     def zero_coefficients(self) -> list[str]:
@@ -922,7 +984,7 @@ class ProfileResult:
             source=source,
             engine=self.engine,
             fit=self.fit_metadata(),
-            overheads=None if self.new_shape_s is None else {"new_shape_s": self.new_shape_s},
+            overheads=self.overheads(),
         )
 
     def write_steps_csv(self, path: str | Path) -> None:
@@ -994,6 +1056,7 @@ def profile_vllm(
     started = time.perf_counter()
     with VllmEngine(settings) as engine:
         steps = measure_grid(engine, grid, settings, progress)
+        wakeup = wakeup_times_s(engine, WAKEUP_TRIALS, max(1, settings.max_num_batched_tokens // 2))
         profiled_engine = engine.profiled_engine
     model, report, all_steps_report = fit_steps(steps, name=name, timing=timing, statistic=statistic)
     return ProfileResult(
@@ -1008,6 +1071,7 @@ def profile_vllm(
         statistic=statistic,
         steps=tuple(steps),
         wall_s=time.perf_counter() - started,
+        wakeup_s=(tuple(wakeup[0]), tuple(wakeup[1])),
     )
 
 

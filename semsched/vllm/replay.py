@@ -53,9 +53,6 @@ requests with ``PROBE_CONTEXT_TOKENS``-token prompts (a typical serving step, ab
 tiny model), measured when a profile is taken and before and after each replay, so a change of machine speed in
 between can be told from a profile error. It samples two moments: speed changes within a replay show in the
 report's per-window ratios instead."""
-WAKEUP_IDLE_S = 0.1
-"""How long :meth:`ServedEngine.wakeup_times_s` leaves the engine idle: the replayed slice's idle stretches
-last a median 0.18 s, and the cost of waking was the same from 20 ms on."""
 
 
 @dataclass(frozen=True)
@@ -442,33 +439,6 @@ class ServedEngine:
         while self.has_unfinished():
             self.step()
         return times
-
-    def wakeup_times_s(
-        self, trials: int, prompt_tokens: int, idle_s: float = WAKEUP_IDLE_S
-    ) -> tuple[list[float], list[float]]:
-        """Seconds from arrival to first token of a lone ``prompt_tokens``-token request, served as the replay
-        loop serves it (``_add``, then steps until it is done): ``(busy, idle)``, ``trials`` each, alternating.
-        A *busy* one arrives as the request before it finishes; an *idle* one after the loop slept ``idle_s``
-        (until its arrival time, as the loop sleeps). The difference of the medians is what waking from idle
-        costs: on this CPU about 2 ms (0.5 ms of it in the intake), the same after 20 ms of idleness as after
-        500 ms, 0.4 ms after 2 ms."""
-        busy: list[float] = []
-        idle: list[float] = []
-        self._serve_lone(prompt_tokens)  # the first timed request then follows a finished one, like the rest
-        for _ in range(trials):
-            for times, sleep_s in ((busy, 0.0), (idle, idle_s)):
-                arrival = time.perf_counter() + sleep_s
-                if sleep_s:
-                    time.sleep(max(0.0, arrival - time.perf_counter()))
-                self._serve_lone(prompt_tokens)
-                times.append(time.perf_counter() - arrival)
-        return busy, idle
-
-    def _serve_lone(self, prompt_tokens: int) -> None:
-        self._probes += 1
-        self.add_request(f"wakeup-{self._probes}", prompt_tokens, 1)
-        while self.has_unfinished():
-            self.step()
 
     def __enter__(self) -> ServedEngine:
         return self

@@ -8,6 +8,7 @@ by a known batch model). One slow test profiles the tiny random-weight model on 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +41,7 @@ from semsched.vllm.profiling import (
     default_profile_name,
     expected_chunks,
     fit_steps,
+    idle_wakeup_overhead_s,
     make_grid,
     measure_grid,
     new_shape_overhead_s,
@@ -46,6 +49,7 @@ from semsched.vllm.profiling import (
     repeat_spread,
     representative_steps,
     step_composition,
+    wakeup_times_s,
 )
 from tests.support import make_request
 
@@ -391,6 +395,32 @@ def test_the_first_step_of_a_new_batch_size_is_measured_apart_from_the_fit(stati
     assert new_shape_overhead_s([s for s in steps if not s.first_shape]) is None
 
 
+def test_wakeup_times_alternate_busy_and_idle_lone_requests() -> None:
+    engine = settings_for(max_num_batched_tokens=512)
+
+    class Counting(CoreEngine):
+        added: list[tuple[str, int, int]] = []
+
+        def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
+            self.added.append((request_id, prompt_tokens, max_tokens))
+            super().add_request(request_id, prompt_tokens, max_tokens)
+
+    fake = Counting(engine, BatchLatencyModel(TRUE_CONFIG))
+    busy, idle = wakeup_times_s(fake, 3, 200, idle_s=0.001)
+    assert len(busy) == len(idle) == 3 and all(t > 0 for t in busy + idle)
+    added = fake.added
+    assert len(added) == 1 + 2 * 3 and {(p, o) for _, p, o in added} == {(200, 1)} and not fake.has_unfinished()
+    assert len({rid for rid, _, _ in added}) == len(added)
+    assert idle_wakeup_overhead_s([0.006, 0.004, 0.005], [0.007, 0.009]) == pytest.approx(0.003)
+    assert idle_wakeup_overhead_s([0.006], [0.004]) == 0.0  # never negative
+    assert idle_wakeup_overhead_s([], [0.004]) is None
+    fake.add_request("left", 64, 4)
+    with pytest.raises(ProfilingError, match="must be idle"):
+        wakeup_times_s(fake, 1, 16)
+    with pytest.raises(ValueError, match="trials: must be an integer >= 1"):
+        wakeup_times_s(CoreEngine(engine, BatchLatencyModel(TRUE_CONFIG)), 0, 16)
+
+
 def test_progress_counts_measured_steps() -> None:
     engine = settings_for(max_num_batched_tokens=512)
     calls: list[tuple[int, int]] = []
@@ -448,10 +478,14 @@ def fake_result(engine: EngineSettings) -> ProfileResult:
 
 def test_result_saves_a_profile_loadable_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path / "profiles"))
-    result = fake_result(settings_for(max_num_batched_tokens=512))
+    result = dataclasses.replace(
+        fake_result(settings_for(max_num_batched_tokens=512)), wakeup_s=((0.006, 0.007, 0.005), (0.009, 0.008))
+    )
     result.save(user_profile_path("fake-cpu"), command="semsched profile --model /models/tiny")
     assert load_profile("fake-cpu") == result.model
     info = load_profile_info("fake-cpu")
+    assert info.overheads.idle_wakeup_s == pytest.approx(0.0085 - 0.006)  # median idle - median busy
+    assert info.overheads.new_shape_s == result.new_shape_s
     assert info.engine == result.engine
     assert info.fit["statistic"] == "min" and info.fit["num_samples"] == result.report.num_samples
     assert "block_size 32" in info.description and "semsched profile" in info.source
@@ -507,9 +541,11 @@ def test_profile_command_writes_a_profile_that_simulate_loads_by_name(
     assert main([*argv, "--steps-csv", str(tmp_path / "steps.csv")]) == 0
     out = capsys.readouterr().out
     assert "MAPE" in out and f"wrote {profile_dir / 'tiny-cli.yaml'}" in out
+    assert "(overheads.idle_wakeup_s;" in out  # waking from idle was timed, and the profile keeps it
     assert "--profile tiny-cli --block-size 32 --gpu-blocks 128 --max-batched-tokens 256 --max-seqs 4" in out
     info = load_profile_info("tiny-cli")
     assert info.engine is not None and info.engine.max_model_len == 1024
+    assert "idle_wakeup_s" in yaml.safe_load((profile_dir / "tiny-cli.yaml").read_text())["overheads"]
     assert (tmp_path / "steps.csv").read_text().count("\n") == 1 + int(info.fit["num_measured_steps"])
     assert main(["simulate", "--profile", "tiny-cli", "--policy", "fcfs", "--rate", "2", "--duration", "5"]) == 0
 
