@@ -79,8 +79,8 @@ class EngineOverheads:
     next step (the engine's request intake), ``new_shape_s`` on top of the first step of each batch size
     (scheduled tokens) an engine runs (vLLM's CPU backend builds a oneDNN matmul per size), and
     ``idle_wakeup_s`` per arrival that finds the engine with nothing to do, before its step: an engine loop that
-    slept meets cold caches (on this CPU a request arriving after 20 ms or more of idleness took 2 ms more from
-    arrival to its first token than one arriving at a busy loop, 0.5 ms of it in the intake).
+    slept meets cold caches (on this CPU a request arriving after 20 ms or more of idleness took 1.4-1.7 ms more
+    from arrival to its first token than one arriving at a busy loop: ``benchmarks/idle_wakeup.py``).
     """
 
     arrival_s: float = 0.0

@@ -659,7 +659,7 @@ def new_shape_overhead_s(steps: Sequence[MeasuredStep], timing: Timing = "execut
 
 WAKEUP_IDLE_S = 0.1
 """How long :func:`wakeup_times_s` leaves the engine idle: the replayed Azure slice's idle stretches last a median
-0.18 s, and the cost of waking was the same from 20 ms on."""
+0.18 s, and the cost of waking was about the same from 20 ms on (``benchmarks/idle_wakeup.py``)."""
 WAKEUP_TRIALS = 8
 """Lone requests :func:`wakeup_times_s` serves after an idle stretch, and as many after a busy one."""
 _lone_ids = itertools.count()
@@ -672,8 +672,8 @@ def wakeup_times_s(
     until it is done, as a serving loop does): ``(busy, idle)``, ``trials`` each, alternating. A *busy* one
     arrives as the request before it finishes; an *idle* one after the loop slept ``idle_s`` (until its arrival
     time, as a serving loop sleeps). :func:`idle_wakeup_overhead_s` turns them into the profile's
-    ``overheads.idle_wakeup_s``. On this CPU waking cost about 2 ms (0.5 ms of it in the add), the same after
-    20 ms of idleness as after 500 ms, 0.4 ms after 2 ms."""
+    ``overheads.idle_wakeup_s``. On this CPU waking cost 1.4-1.7 ms after 20 to 500 ms of idleness and 0.6 ms
+    after 2 ms (one run of ``benchmarks/idle_wakeup.py``, which sweeps ``idle_s``)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials: must be an integer >= 1 (got {trials!r})")
     if not (math.isfinite(idle_s) and idle_s > 0):

@@ -91,3 +91,18 @@ def test_engine_speed_drift_smoke(tmp_path: Path) -> None:
     payload = json.loads(json_path.read_text())
     assert len(payload["probes_s"]) == 3 and all(len(row) == 2 for row in payload["probes_s"])
     assert len(payload["rounds_vs_median"]) == 3 and len(payload["engine_vs_round"]) == 2
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_idle_wakeup_smoke(tmp_path: Path) -> None:
+    json_path = tmp_path / "wakeup.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "idle_wakeup.py"), "--idle-ms", "5", "--trials", "2",
+         "--json", str(json_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "| idle before arrival |" in completed.stdout  # the Markdown table
+    times = json.loads(json_path.read_text())["times_s"]
+    assert list(times) == ["5"] and [len(side) for side in times["5"]] == [2, 2]
