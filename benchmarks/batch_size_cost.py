@@ -28,13 +28,12 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from common import ResultTable, dump_json, make_console  # noqa: E402
+from common import ResultTable, dump_json, make_console, model_dir  # noqa: E402
 
 CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 RANGES = ((1, 64), (64, 128), (128, 256), (256, 384), (384, 100_000))
@@ -89,12 +88,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.model, args.sizes, args.budget, args.seed)))
         return
-    with tempfile.TemporaryDirectory(prefix="semsched-sizes-") as tmp:
-        model = args.model
-        if model is None:
-            from semsched.vllm.tiny_model import make_tiny_model
-
-            model = str(make_tiny_model(Path(tmp) / "model"))
+    with model_dir(args.model) as model:
         large = args.large_cache or 16 * args.budget
         runs = []
         for capacity in (None, large):

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import platform
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,18 @@ def target_line(name: str, measured: str, target: str, met: bool) -> str:
 def environment() -> dict[str, str]:
     """Where the numbers were taken, for the JSON dump."""
     return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
+
+
+@contextmanager
+def model_dir(model: str | None) -> Iterator[str]:
+    """``model``, or (when ``None``) a tiny random-weight model written to a temporary directory for the block."""
+    if model is not None:
+        yield model
+        return
+    from semsched.vllm.tiny_model import make_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix="semsched-bench-model-") as scratch:
+        yield str(make_tiny_model(Path(scratch) / "model"))
 
 
 def dump_json(path: Path, payload: dict[str, Any]) -> None:

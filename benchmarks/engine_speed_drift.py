@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from common import ResultTable, dump_json, make_console  # noqa: E402
+from common import ResultTable, dump_json, make_console, model_dir  # noqa: E402
 
 
 def measure(model: str, engines: int, rounds: int) -> list[list[float]]:
@@ -84,12 +83,7 @@ def main() -> None:
     if args.rounds < 3:
         parser.error(f"--rounds: must be >= 3 (got {args.rounds})")
     console = make_console()
-    with tempfile.TemporaryDirectory(prefix="semsched-drift-") as scratch:
-        model = args.model
-        if model is None:
-            from semsched.vllm.tiny_model import make_tiny_model
-
-            model = str(make_tiny_model(Path(scratch) / "model"))
+    with model_dir(args.model) as model:
         table = measure(model, args.engines, args.rounds)
     summary = summarise(table)
     over_time = summary["rounds_vs_median"]

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from common import ResultTable, dump_json, make_console  # noqa: E402
+from common import ResultTable, dump_json, make_console, model_dir  # noqa: E402
 
 
 def measure(model: str, idle_ms: list[float], trials: int, prompt: int) -> dict[str, list[list[float]]]:
@@ -61,12 +60,7 @@ def main() -> None:
     if args.prompt < 1:
         parser.error(f"--prompt: must be >= 1 (got {args.prompt})")
     console = make_console()
-    with tempfile.TemporaryDirectory(prefix="semsched-wakeup-") as scratch:
-        model = args.model
-        if model is None:
-            from semsched.vllm.tiny_model import make_tiny_model
-
-            model = str(make_tiny_model(Path(scratch) / "model"))
+    with model_dir(args.model) as model:
         results = measure(model, idle_ms, args.trials, args.prompt)
     table = ResultTable(
         f"Idle wake-up: lone {args.prompt}-token requests, arrival to first token, median of {args.trials} each",

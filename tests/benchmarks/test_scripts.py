@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,18 +61,29 @@ def test_sim_throughput_smoke(tmp_path: Path) -> None:
     assert results[0]["identical"] is True
 
 
+def run_engine_script(name: str, *args: str, json_path: Path, table: str) -> dict[str, Any]:
+    """Run a benchmark that starts vLLM engines (a few minutes at most) and return its JSON dump."""
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args, "--json", str(json_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert table in completed.stdout  # the Markdown table's header
+    payload: dict[str, Any] = json.loads(json_path.read_text())
+    return payload
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_batch_size_cost_smoke(tmp_path: Path) -> None:
-    json_path = tmp_path / "sizes.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "batch_size_cost.py"), "--sizes", "4", "--budget", "64",
-         "--json", str(json_path)],
-        capture_output=True, text=True, timeout=300, check=False,
+    payload = run_engine_script(
+        "batch_size_cost.py", "--sizes", "4", "--budget", "64", json_path=tmp_path / "sizes.json",
+        table="| oneDNN cache |",
     )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "| oneDNN cache |" in completed.stdout  # the Markdown table
-    runs = json.loads(json_path.read_text())["runs"]
+    runs = payload["runs"]
     assert [run["capacity"] for run in runs] == ["default (1024)", str(16 * 64)]
     for run in runs:
         assert len(run["first"]) == len(run["revisit"]) == 4
@@ -81,14 +93,9 @@ def test_batch_size_cost_smoke(tmp_path: Path) -> None:
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_engine_speed_drift_smoke(tmp_path: Path) -> None:
-    json_path = tmp_path / "drift.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "engine_speed_drift.py"), "--rounds", "3", "--json", str(json_path)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "| what |" in completed.stdout  # the Markdown table
-    payload = json.loads(json_path.read_text())
+    payload = run_engine_script(
+        "engine_speed_drift.py", "--rounds", "3", json_path=tmp_path / "drift.json", table="| what |"
+    )
     assert len(payload["probes_s"]) == 3 and all(len(row) == 2 for row in payload["probes_s"])
     assert len(payload["rounds_vs_median"]) == 3 and len(payload["engine_vs_round"]) == 2
 
@@ -96,13 +103,9 @@ def test_engine_speed_drift_smoke(tmp_path: Path) -> None:
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_idle_wakeup_smoke(tmp_path: Path) -> None:
-    json_path = tmp_path / "wakeup.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "idle_wakeup.py"), "--idle-ms", "5", "--trials", "2",
-         "--json", str(json_path)],
-        capture_output=True, text=True, timeout=300, check=False,
+    payload = run_engine_script(
+        "idle_wakeup.py", "--idle-ms", "5", "--trials", "2", json_path=tmp_path / "wakeup.json",
+        table="| idle before arrival |",
     )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "| idle before arrival |" in completed.stdout  # the Markdown table
-    times = json.loads(json_path.read_text())["times_s"]
+    times = payload["times_s"]
     assert list(times) == ["5"] and [len(side) for side in times["5"]] == [2, 2]
