@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import json
 import os
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -389,6 +390,12 @@ def _show_profile(console: Console, result: Any) -> None:
         console.print(
             f"first step of a batch size new to the engine: +{result.new_shape_s * 1e3:.2f} ms "
             "(overheads.new_shape_s; such steps are left out of the fit)",
+            highlight=False,
+        )
+    if result.intake_s:
+        console.print(
+            f"request intake between steps: {statistics.median(result.intake_s) * 1e3:.2f} ms per arrival "
+            "(overheads.arrival_s)",
             highlight=False,
         )
     if result.idle_wakeup_s is not None:

@@ -393,10 +393,6 @@ PROFILE_EXTRA_PREFILL_FRACTIONS = (0.25, 0.75, 1.5)
 a prompt of 1.5 budgets gives a second chunk of half a budget on top of a full one, the typical continuation
 chunk of the slice's longer prompts (replay steps with such chunks ran 1.2x a fit without them)."""
 
-INTAKE_REQUESTS = 32
-"""Requests whose intake (``ServedEngine.intake_times_s``) each profile part times: the simulator charges the
-median as engine time per arrival (the profile's ``overheads.arrival_s``)."""
-
 PROFILE_REPEATS = 8
 """Rounds of the grid when ``semsched fidelity`` profiles, split evenly over the profile's parts (at least one
 round each): the fit takes each step's mean over all rounds. On a machine whose speed drifts by tens of
@@ -452,7 +448,7 @@ class ProfileSession:
     def measure(self, rounds: int, progress: Callable[[int, int], None] | None = None) -> None:
         """Measure ``rounds`` more rounds of the grid on a fresh engine (then the engine-speed probe, the request
         intake and the cost of waking from idle)."""
-        from semsched.vllm.profiling import WAKEUP_TRIALS, measure_grid, wakeup_times_s
+        from semsched.vllm.profiling import WAKEUP_TRIALS, intake_times_s, measure_grid, wakeup_times_s
         from semsched.vllm.replay import ServedEngine
 
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -465,7 +461,7 @@ class ProfileSession:
             steps = measure_grid(engine, grid, self.settings, progress)
             self.probes_s.append(engine.probe_step_s())
             prompt = max(1, self.settings.max_num_batched_tokens // 2)
-            self.intake_s.extend(engine.intake_times_s(INTAKE_REQUESTS, prompt))
+            self.intake_s.extend(intake_times_s(engine, self.settings))
             for measured, times in zip(self.wakeup_s, wakeup_times_s(engine, WAKEUP_TRIALS, prompt), strict=True):
                 measured.extend(times)
             self.engine = engine.profiled_engine

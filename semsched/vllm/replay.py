@@ -408,38 +408,6 @@ class ServedEngine:
                 self.step()
         return len(sizes)
 
-    def intake_times_s(self, num_requests: int, prompt_tokens: int) -> list[float]:
-        """Seconds each of ``num_requests`` ``_add`` calls took (what the replay loop does per arrival:
-        rendering the prompt and ``LLMEngine.add_request``) with ``prompt_tokens``-token prompts, each made right
-        after a decode step of :data:`PROBE_DECODES` running requests, as the replay loop adds arrivals between
-        steps. Timed so, an add of a 256-token prompt took a median 0.50 ms; back to back on an idle engine,
-        0.16-0.24 ms (two runs, interleaved): the step before leaves the caches cold. The replay loop's own delay
-        from arrival to ``add_request`` beyond the step in flight was 0.51 ms (median). Every timed request is
-        aborted before it runs; the decodes are aborted at the end."""
-        decoders = [f"intake-decode-{self._probes}-{i}" for i in range(PROBE_DECODES)]
-        self._probes += 1
-        for request_id in decoders:
-            self.add_request(request_id, PROBE_CONTEXT_TOKENS, num_requests + PROBE_STEPS)
-        for _ in range(PROBE_STEPS):  # their prefills first: the timed adds follow decode steps
-            step = self.step()
-            if step is not None and not step.composition.prefill:
-                break
-        times = []
-        for _ in range(num_requests):
-            self.step()
-            self._probes += 1
-            request_id = f"intake-{self._probes}"
-            tokens = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
-            request = ReplayRequest(request_id, 0.0, tuple(tokens), 4)
-            started = time.perf_counter()
-            _add(self._engine, request)
-            times.append(time.perf_counter() - started)
-            self.abort([request_id])
-        self.abort(decoders)
-        while self.has_unfinished():
-            self.step()
-        return times
-
     def __enter__(self) -> ServedEngine:
         return self
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,6 +29,7 @@ from semsched.latency.batch import BatchConfig, BatchLatencyModel, evaluate
 from semsched.latency.profiles import ProfiledEngine
 from semsched.policies import make_policy
 from semsched.vllm.profiling import (
+    INTAKE_DECODES,
     EngineSettings,
     MeasuredStep,
     ProfileGrid,
@@ -42,6 +44,7 @@ from semsched.vllm.profiling import (
     expected_chunks,
     fit_steps,
     idle_wakeup_overhead_s,
+    intake_times_s,
     make_grid,
     measure_grid,
     new_shape_overhead_s,
@@ -395,17 +398,39 @@ def test_the_first_step_of_a_new_batch_size_is_measured_apart_from_the_fit(stati
     assert new_shape_overhead_s([s for s in steps if not s.first_shape]) is None
 
 
+class CountingEngine(CoreEngine):
+    """A :class:`CoreEngine` that lists every request added (id, prompt tokens, max tokens) and aborted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.added: list[tuple[str, int, int]] = []
+        self.aborted: list[str] = []
+
+    def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
+        self.added.append((request_id, prompt_tokens, max_tokens))
+        super().add_request(request_id, prompt_tokens, max_tokens)
+
+    def abort(self, request_ids: Sequence[str]) -> None:
+        self.aborted.extend(request_ids)
+        super().abort(request_ids)
+
+
+def test_intake_is_timed_between_decode_steps_and_every_request_is_aborted() -> None:
+    engine = settings_for(max_num_batched_tokens=512)
+    fake = CountingEngine(engine, BatchLatencyModel(TRUE_CONFIG))
+    times = intake_times_s(fake, engine, 5)
+    assert len(times) == 5 and all(t > 0 for t in times)
+    decoders, timed = fake.added[:INTAKE_DECODES], fake.added[INTAKE_DECODES:]
+    assert [(p, o) for _, p, o in timed] == [(256, 4)] * 5  # half the token budget, aborted before they run
+    assert {rid for rid, _, _ in fake.added} == set(fake.aborted) and not fake.has_unfinished()
+    assert all(o >= 5 for _, _, o in decoders)  # the decodes outlive the timed adds
+    with pytest.raises(ValueError, match="num_requests: must be an integer >= 1"):
+        intake_times_s(fake, engine, 0)
+
+
 def test_wakeup_times_alternate_busy_and_idle_lone_requests() -> None:
     engine = settings_for(max_num_batched_tokens=512)
-
-    class Counting(CoreEngine):
-        added: list[tuple[str, int, int]] = []
-
-        def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
-            self.added.append((request_id, prompt_tokens, max_tokens))
-            super().add_request(request_id, prompt_tokens, max_tokens)
-
-    fake = Counting(engine, BatchLatencyModel(TRUE_CONFIG))
+    fake = CountingEngine(engine, BatchLatencyModel(TRUE_CONFIG))
     busy, idle = wakeup_times_s(fake, 3, 200, idle_s=0.001)
     assert len(busy) == len(idle) == 3 and all(t > 0 for t in busy + idle)
     added = fake.added
@@ -479,12 +504,15 @@ def fake_result(engine: EngineSettings) -> ProfileResult:
 def test_result_saves_a_profile_loadable_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path / "profiles"))
     result = dataclasses.replace(
-        fake_result(settings_for(max_num_batched_tokens=512)), wakeup_s=((0.006, 0.007, 0.005), (0.009, 0.008))
+        fake_result(settings_for(max_num_batched_tokens=512)),
+        wakeup_s=((0.006, 0.007, 0.005), (0.009, 0.008)),
+        intake_s=(4e-4, 6e-4, 5e-4),
     )
     result.save(user_profile_path("fake-cpu"), command="semsched profile --model /models/tiny")
     assert load_profile("fake-cpu") == result.model
     info = load_profile_info("fake-cpu")
     assert info.overheads.idle_wakeup_s == pytest.approx(0.0085 - 0.006)  # median idle - median busy
+    assert info.overheads.arrival_s == pytest.approx(5e-4)  # the median intake
     assert info.overheads.new_shape_s == result.new_shape_s
     assert info.engine == result.engine
     assert info.fit["statistic"] == "min" and info.fit["num_samples"] == result.report.num_samples
@@ -545,7 +573,8 @@ def test_profile_command_writes_a_profile_that_simulate_loads_by_name(
     assert "--profile tiny-cli --block-size 32 --gpu-blocks 128 --max-batched-tokens 256 --max-seqs 4" in out
     info = load_profile_info("tiny-cli")
     assert info.engine is not None and info.engine.max_model_len == 1024
-    assert "idle_wakeup_s" in yaml.safe_load((profile_dir / "tiny-cli.yaml").read_text())["overheads"]
+    written = yaml.safe_load((profile_dir / "tiny-cli.yaml").read_text())["overheads"]
+    assert {"arrival_s", "idle_wakeup_s"} <= set(written)  # the intake and waking from idle were timed
     assert (tmp_path / "steps.csv").read_text().count("\n") == 1 + int(info.fit["num_measured_steps"])
     assert main(["simulate", "--profile", "tiny-cli", "--policy", "fcfs", "--rate", "2", "--duration", "5"]) == 0
 
