@@ -10,7 +10,6 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -386,24 +385,14 @@ def _show_profile(console: Console, result: Any) -> None:
             f"{report.residual_rms_s * 1e3:.3g} ms",
         )
     console.print(fit)
-    if result.new_shape_s is not None:
-        console.print(
-            f"first step of a batch size new to the engine: +{result.new_shape_s * 1e3:.2f} ms "
-            "(overheads.new_shape_s; such steps are left out of the fit)",
-            highlight=False,
-        )
-    if result.intake_s:
-        console.print(
-            f"request intake between steps: {statistics.median(result.intake_s) * 1e3:.2f} ms per arrival "
-            "(overheads.arrival_s)",
-            highlight=False,
-        )
-    if result.idle_wakeup_s is not None:
-        console.print(
-            f"a request that finds the engine idle: +{result.idle_wakeup_s * 1e3:.2f} ms from arrival to first "
-            "token (overheads.idle_wakeup_s; the simulator charges it per such arrival)",
-            highlight=False,
-        )
+    overheads = result.overheads()  # what the profile charges beside the steps, as measured
+    for name, what in (
+        ("arrival_s", "request intake between steps, per arrival: {} ms"),
+        ("new_shape_s", "first step of a batch size new to the engine: +{} ms (left out of the fit)"),
+        ("idle_wakeup_s", "a request that finds the engine idle: +{} ms from arrival to first token"),
+    ):
+        if name in overheads:
+            console.print(f"{what.format(f'{overheads[name] * 1e3:.2f}')} (overheads.{name})", highlight=False)
     if result.zero_coefficients:
         console.print(
             f"[dim]{', '.join(result.zero_coefficients)} fitted to 0: too small to resolve in this data[/]"

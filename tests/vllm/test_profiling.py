@@ -569,7 +569,7 @@ def test_profile_command_writes_a_profile_that_simulate_loads_by_name(
     assert main([*argv, "--steps-csv", str(tmp_path / "steps.csv")]) == 0
     out = capsys.readouterr().out
     assert "MAPE" in out and f"wrote {profile_dir / 'tiny-cli.yaml'}" in out
-    assert "(overheads.idle_wakeup_s;" in out  # waking from idle was timed, and the profile keeps it
+    assert "(overheads.idle_wakeup_s)" in out and "(overheads.arrival_s)" in out  # both were timed and printed
     assert "--profile tiny-cli --block-size 32 --gpu-blocks 128 --max-batched-tokens 256 --max-seqs 4" in out
     info = load_profile_info("tiny-cli")
     assert info.engine is not None and info.engine.max_model_len == 1024
