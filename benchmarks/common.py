@@ -5,11 +5,12 @@ The scripts put this directory on ``sys.path`` implicitly (they are run as ``pyt
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,21 @@ def target_line(name: str, measured: str, target: str, met: bool) -> str:
 def environment() -> dict[str, str]:
     """Where the numbers were taken, for the JSON dump."""
     return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine()}
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for integers >= ``minimum`` (the error names the limit and the value given)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum} (got {value})")
+        return value
+
+    return parse
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from common import ResultTable, dump_json, make_console, model_dir  # noqa: E402
+from common import ResultTable, at_least, dump_json, make_console, model_dir  # noqa: E402
 
 
 def measure(model: str, engines: int, rounds: int) -> list[list[float]]:
@@ -74,14 +74,10 @@ def summarise(table: list[list[float]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model directory (default: a tiny random-weight model)")
-    parser.add_argument("--engines", type=int, default=2, help="engines alive at once (default 2)")
-    parser.add_argument("--rounds", type=int, default=40, help="probe rounds (default 40)")
+    parser.add_argument("--engines", type=at_least(2), default=2, help="engines alive at once (default 2)")
+    parser.add_argument("--rounds", type=at_least(3), default=40, help="probe rounds (default 40)")
     parser.add_argument("--json", type=Path, default=None, help="write every probe here")
     args = parser.parse_args()
-    if args.engines < 2:
-        parser.error(f"--engines: must be >= 2 (got {args.engines})")
-    if args.rounds < 3:
-        parser.error(f"--rounds: must be >= 3 (got {args.rounds})")
     console = make_console()
     with model_dir(args.model) as model:
         table = measure(model, args.engines, args.rounds)

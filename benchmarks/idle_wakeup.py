@@ -20,7 +20,7 @@ from pathlib import Path
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-from common import ResultTable, dump_json, make_console, model_dir  # noqa: E402
+from common import ResultTable, at_least, dump_json, make_console, model_dir  # noqa: E402
 
 
 def measure(model: str, idle_ms: list[float], trials: int, prompt: int) -> dict[str, list[list[float]]]:
@@ -45,8 +45,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model directory (default: a tiny random-weight model)")
     parser.add_argument("--idle-ms", default="2,20,100,500", help="idle times to test, ms (default 2,20,100,500)")
-    parser.add_argument("--trials", type=int, default=12, help="busy/idle pairs per idle time (default 12)")
-    parser.add_argument("--prompt", type=int, default=256, help="prompt tokens of each request (default 256)")
+    parser.add_argument("--trials", type=at_least(1), default=12, help="busy/idle pairs per idle (default 12)")
+    parser.add_argument("--prompt", type=at_least(1), default=256, help="prompt tokens per request (default 256)")
     parser.add_argument("--json", type=Path, default=None, help="write every time here")
     args = parser.parse_args()
     try:
@@ -55,10 +55,6 @@ def main() -> None:
         parser.error(f"--idle-ms: expected comma-separated numbers (got {args.idle_ms!r})")
     if not idle_ms or any(not value > 0 for value in idle_ms):
         parser.error(f"--idle-ms: every idle time must be > 0 (got {args.idle_ms!r})")
-    if args.trials < 1:
-        parser.error(f"--trials: must be >= 1 (got {args.trials})")
-    if args.prompt < 1:
-        parser.error(f"--prompt: must be >= 1 (got {args.prompt})")
     console = make_console()
     with model_dir(args.model) as model:
         results = measure(model, idle_ms, args.trials, args.prompt)
