@@ -12,7 +12,10 @@ Two measurements, each comparing schedulers on the same workload in the same run
    and its ratio to vLLM's own scheduler. With ``fcfs`` both schedulers form identical batches, so that ratio
    is pure adapter overhead; ``priority-preempt`` also changes the order.
 2. **Scheduler only** (no model): :class:`semsched.vllm.harness.SchedulerHarness` keeps ``--running`` decodes
-   running and ``--waiting`` requests queued, and times ``schedule()`` + ``update_from_output()``.
+   running and ``--waiting`` requests queued, and times ``schedule()`` + ``update_from_output()``; once with
+   vLLM's synchronous scheduling (the CPU backend's) and once with its asynchronous scheduling (the GPU default:
+   ``semsched.vllm.AsyncScheduler`` vs vLLM's ``AsyncScheduler``, a batch scheduled before the previous one's
+   output arrives).
 
 Target (issue 3): engine step ratio <= 1.1 for every semsched policy measured.
 
@@ -147,18 +150,19 @@ def engine_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable,
     return table, raw
 
 
-def scheduler_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable, dict[str, Any]]:
-    from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
-
+def scheduler_benchmark(
+    model: str, args: argparse.Namespace, *, async_scheduling: bool
+) -> tuple[ResultTable, dict[str, Any]]:
     from semsched.vllm.harness import HarnessConfig, SchedulerHarness
 
     config = HarnessConfig(num_blocks=args.running * 8 + 64, max_num_seqs=args.running,
-                           max_num_batched_tokens=max(512, args.running), max_model_len=512)
+                           max_num_batched_tokens=max(512, args.running), max_model_len=512,
+                           async_scheduling=async_scheduling)
     rng = random.Random(args.seed)
     timings: dict[str, list[float]] = {}
     for policy in [VLLM, *args.policies]:
-        if policy == VLLM:
-            harness = SchedulerHarness(VllmScheduler, model, config)
+        if policy == VLLM:  # vLLM's own class for the config (its AsyncScheduler under async scheduling)
+            harness = SchedulerHarness(None, model, config)
         else:
             harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
         for i in range(args.running):  # admitted first, so they hold every sequence slot
@@ -176,12 +180,14 @@ def scheduler_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTab
             samples.append(time.perf_counter() - started)
         timings[policy] = samples
     base = statistics.median(timings[VLLM])
+    mode = "async" if async_scheduling else "sync"
     table = ResultTable(
-        f"Scheduler only: {args.running} running, {args.waiting} waiting (no model)",
+        f"Scheduler only, {mode} scheduling: {args.running} running, {args.waiting} waiting (no model)",
         ["scheduler", "median step ms", "ratio to vLLM"],
     )
+    prefix = "Async" if async_scheduling else ""
     for policy, samples in timings.items():
-        name = "vLLM Scheduler (fcfs)" if policy == VLLM else f"semsched.vllm.Scheduler {policy}"
+        name = f"vLLM {prefix}Scheduler (fcfs)" if policy == VLLM else f"semsched.vllm.{prefix}Scheduler {policy}"
         median = statistics.median(samples)
         table.add(name, f"{median * 1e3:.3f}", f"{median / base:.2f}")
     return table, {"step_s": timings}
@@ -208,14 +214,17 @@ def main() -> int:
 
             model = str(make_tiny_model(Path(tmp) / "tiny"))
         engine_table, engine_raw = engine_benchmark(model, args)
-        scheduler_table, scheduler_raw = scheduler_benchmark(model, args)
+        scheduler_runs = {mode: scheduler_benchmark(model, args, async_scheduling=mode == "async")
+                          for mode in ("sync", "async")}
     engine_table.print(console)
-    scheduler_table.print(console)
+    for scheduler_table, _ in scheduler_runs.values():
+        scheduler_table.print(console)
     worst = max(float(row[3]) for row in engine_table.rows[1:])
     console.print(target_line("engine step ratio (worst semsched policy)", f"{worst:.3f}", f"<= {TARGET_RATIO}",
                               worst <= TARGET_RATIO))
     if args.json:
         settings = vars(args) | {"json": None}
+        scheduler_raw = {mode: raw for mode, (_, raw) in scheduler_runs.items()}
         dump_json(args.json, {"engine": engine_raw, "scheduler": scheduler_raw, "args": settings})
     return 0
 

@@ -5,11 +5,18 @@ from a real ``VllmConfig`` (the model directory supplies the model config; no we
 KV-cache of ``num_blocks`` blocks, and answers every scheduled step with one fake token per request that
 completed its computed tokens. vLLM's KV manager, batch builder and output bookkeeping run for real; only the
 forward pass is missing, so steps take no model time and decisions are exactly reproducible.
+
+With ``HarnessConfig(async_scheduling=True)`` the scheduler is built as under vLLM's asynchronous scheduling
+(the CPU platform turns it off in the config; the harness turns it back on) and driven as vLLM's engine core
+drives it (``EngineCore.step_with_batch_queue``, a queue of two batches): each step schedules the next batch
+before the previous batch's output reaches ``update_from_output``, so the scheduler works with output
+placeholders exactly as on a GPU.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +35,12 @@ class HarnessConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int = 512
     enable_prefix_caching: bool = False
+    #: build and drive the scheduler as under vLLM's asynchronous scheduling (see the module docstring)
+    async_scheduling: bool = False
+
+
+ASYNC_BATCH_QUEUE_SIZE = 2
+"""Batches in flight under asynchronous scheduling, as in vLLM's engine core."""
 
 
 @dataclass
@@ -50,12 +63,13 @@ class StepRecord:
 
 
 class SchedulerHarness:
-    """One scheduler instance plus a fake model runner. ``env`` is applied while the scheduler is built
+    """One scheduler instance plus a fake model runner. ``scheduler_cls`` None is vLLM's own class for the
+    config (its async scheduler under ``async_scheduling``). ``env`` is applied while the scheduler is built
     (e.g. ``{"SEMSCHED_POLICY": "priority-preempt"}``)."""
 
     def __init__(
         self,
-        scheduler_cls: type[Any] | str,
+        scheduler_cls: type[Any] | str | None,
         model_dir: str | Path,
         config: HarnessConfig | None = None,
         *,
@@ -85,11 +99,19 @@ class SchedulerHarness:
         vllm_config = VllmConfig(
             model_config=model_config, scheduler_config=scheduler_config, cache_config=cache_config
         )
+        # The CPU platform turns asynchronous scheduling off while the config is built; set it afterwards.
+        vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
         spec = FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=16, dtype=torch.float32)
         kv_cache_config = KVCacheConfig(
             num_blocks=cfg.num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]
         )
-        cls = resolve_obj_by_qualname(scheduler_cls) if isinstance(scheduler_cls, str) else scheduler_cls
+        cls: Any
+        if scheduler_cls is None:
+            cls = vllm_config.scheduler_config.get_scheduler_cls()
+        elif isinstance(scheduler_cls, str):
+            cls = resolve_obj_by_qualname(scheduler_cls)
+        else:
+            cls = scheduler_cls
         with temporary_environ(env or {}):
             self.scheduler = cls(
                 vllm_config=vllm_config,
@@ -100,6 +122,7 @@ class SchedulerHarness:
             )
         self.num_steps = 0
         self.output_tokens: dict[str, int] = {}
+        self._in_flight: deque[tuple[Any, Any]] = deque()  # (scheduler output, runner output), oldest first
 
     def add(
         self,
@@ -123,25 +146,41 @@ class SchedulerHarness:
         self.scheduler.add_request(request)
 
     def has_work(self) -> bool:
-        return bool(self.scheduler.has_requests())
+        return bool(self.scheduler.has_requests()) or bool(self._in_flight)
 
     def step(self) -> StepRecord:
+        """One engine step: schedule a batch and deliver an output. Synchronous: this batch's own output.
+        Asynchronous: the oldest batch in flight, once the queue is full or nothing new could be scheduled;
+        the record's ``finished`` are the requests that output finished."""
+        scheduler = self.scheduler
+        self.num_steps += 1
+        record = StepRecord(self.num_steps, {}, set())
+        if scheduler.has_requests():
+            output = scheduler.schedule()
+            record.num_scheduled_tokens = dict(output.num_scheduled_tokens)
+            record.preempted = set(output.preempted_req_ids)
+            self._in_flight.append((output, self._fake_model_output(output)))
+            if (self.config.async_scheduling and len(self._in_flight) < ASYNC_BATCH_QUEUE_SIZE
+                    and output.total_num_scheduled_tokens > 0):
+                return record
+        if self._in_flight:
+            self._deliver(*self._in_flight.popleft(), record)
+        return record
+
+    def _fake_model_output(self, output: Any) -> Any:
+        """One token for every scheduled request that is not in the middle of its prompt (vLLM's scheduler
+        sets ``is_prefill_chunk`` as it schedules, placeholders included under asynchronous scheduling)."""
         from vllm.v1.outputs import ModelRunnerOutput
 
-        scheduler = self.scheduler
-        output = scheduler.schedule()
-        self.num_steps += 1
         ids = list(output.num_scheduled_tokens)
-        sampled = []
-        for request_id in ids:
-            request = scheduler.requests[request_id]
-            done = request.num_computed_tokens >= request.num_tokens  # computed after this step's tokens
-            sampled.append([FAKE_TOKEN_ID] if done else [])
-        runner_output = ModelRunnerOutput(
+        requests = self.scheduler.requests
+        sampled = [[] if requests[r].is_prefill_chunk else [FAKE_TOKEN_ID] for r in ids]
+        return ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
         )
-        record = StepRecord(self.num_steps, dict(output.num_scheduled_tokens), set(output.preempted_req_ids))
-        for batch in scheduler.update_from_output(output, runner_output).values():
+
+    def _deliver(self, output: Any, runner_output: Any, record: StepRecord) -> None:
+        for batch in self.scheduler.update_from_output(output, runner_output).values():
             for item in batch.outputs:
                 self.output_tokens[item.request_id] = self.output_tokens.get(item.request_id, 0) + len(
                     item.new_token_ids
@@ -151,7 +190,6 @@ class SchedulerHarness:
                         Finished(item.request_id, self.num_steps, self.output_tokens[item.request_id],
                                  str(item.finish_reason), item.stop_reason)
                     )
-        return record
 
     def run(self, max_steps: int = 100_000) -> list[StepRecord]:
         records = []

@@ -11,11 +11,11 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from prometheus_client import REGISTRY
-from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncScheduler
 
 from semsched.core.plan import Admission, StepResult
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, StepBudget
@@ -80,9 +80,14 @@ def _prompt(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(100, 31000) for _ in range(n)]
 
 
-def _harness(model_dir: Path, policy: str | None, **config: int) -> SchedulerHarness:
-    if policy is None:  # vLLM's own priority scheduling
-        return SchedulerHarness(VllmScheduler, model_dir, HarnessConfig(**config), scheduling_policy="priority")
+SCHEDULING = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+"""vLLM's synchronous scheduling (the CPU backend's) and its asynchronous one (the GPU default), where the
+harness schedules each batch before the previous batch's output arrives."""
+
+
+def _harness(model_dir: Path, policy: str | None, **config: Any) -> SchedulerHarness:
+    if policy is None:  # vLLM's own priority scheduling (its async scheduler under async_scheduling)
+        return SchedulerHarness(None, model_dir, HarnessConfig(**config), scheduling_policy="priority")
     return SchedulerHarness(ADAPTER, model_dir, HarnessConfig(**config), env={"SEMSCHED_POLICY": policy})
 
 
@@ -102,10 +107,13 @@ def _late_high_priority(h: SchedulerHarness) -> list[Finished]:
     return finished
 
 
-def test_priority_preempt_serves_late_high_priority_first_unlike_vllm(tiny_model_dir: Path) -> None:
+@SCHEDULING
+def test_priority_preempt_serves_late_high_priority_first_unlike_vllm(
+    tiny_model_dir: Path, async_scheduling: bool
+) -> None:
     order = {}
     for name, policy in (("vllm", None), ("semsched", "priority-preempt")):
-        finished = _late_high_priority(_harness(tiny_model_dir, policy))
+        finished = _late_high_priority(_harness(tiny_model_dir, policy, async_scheduling=async_scheduling))
         assert {f.request_id: f.num_output_tokens for f in finished} == {"low0": 480, "low1": 480, "high0": 32,
                                                                         "high1": 32}
         order[name] = [f.request_id for f in sorted(finished, key=lambda f: f.step)]
@@ -113,12 +121,13 @@ def test_priority_preempt_serves_late_high_priority_first_unlike_vllm(tiny_model
     assert order["vllm"][0].startswith("low")  # vLLM lets a running low-priority request finish first
 
 
-def test_displacement_is_counted_as_priority_preemption(tiny_model_dir: Path) -> None:
+@SCHEDULING
+def test_displacement_is_counted_as_priority_preemption(tiny_model_dir: Path, async_scheduling: bool) -> None:
     def count(reason: str) -> float:
         return REGISTRY.get_sample_value("semsched_preemptions_total", {"reason": reason}) or 0.0
 
     before = count("priority")
-    h = _harness(tiny_model_dir, "priority-preempt")
+    h = _harness(tiny_model_dir, "priority-preempt", async_scheduling=async_scheduling)
     preempted: set[str] = set()
     rng = random.Random(0)
     for i in range(2):
@@ -133,16 +142,26 @@ def test_displacement_is_counted_as_priority_preemption(tiny_model_dir: Path) ->
     assert count("priority") - before == 2
 
 
+LOCKSTEP_CONFIG = HarnessConfig(num_blocks=25, block_size=32, max_num_seqs=8, max_num_batched_tokens=128)
+LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt"]
+
+
+def _random_workload(rng: random.Random) -> list[tuple[int, str, int, int, int]]:
+    """24 requests as (arrival step, id, prompt tokens, output tokens, priority): more than the lockstep KV
+    cache holds at once."""
+    return sorted(
+        (rng.randrange(60), f"r{i}", rng.randrange(8, 300), rng.randrange(4, 90), rng.randrange(3))
+        for i in range(24)
+    )
+
+
 def _lockstep(model_dir: Path, policy: str, seed: int) -> tuple[list[tuple], list[tuple]]:
     """One random mixed-priority workload, more than the KV cache holds, through the adapter inside vLLM's
     scheduler and through semsched's core scheduler, step by step with the same arrivals at the same steps.
     Returns each side's steps as (scheduled tokens per request, preempted request ids)."""
-    config = HarnessConfig(num_blocks=25, block_size=32, max_num_seqs=8, max_num_batched_tokens=128)
+    config = LOCKSTEP_CONFIG
     rng = random.Random(seed)
-    workload = sorted(
-        (rng.randrange(60), f"r{i}", rng.randrange(8, 300), rng.randrange(4, 90), rng.randrange(3))
-        for i in range(24)
-    )
+    workload = _random_workload(rng)
     harness = _harness(model_dir, policy, **dataclasses.asdict(config))
     core = CoreScheduler(
         CoreSchedulerConfig(
@@ -176,7 +195,7 @@ def _lockstep(model_dir: Path, policy: str, seed: int) -> tuple[list[tuple], lis
     return real, simulated
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt"])
+@pytest.mark.parametrize("policy", LOCKSTEP_POLICIES)
 def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: str) -> None:
     """The simulator's fidelity starts here: on the same workload the adapter inside vLLM and the core scheduler
     schedule the same tokens and preempt the same requests at every step."""
@@ -193,13 +212,14 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
             assert preemptions > 0  # the workload exercises displacement
 
 
-def test_waiting_order_follows_the_policy(tiny_model_dir: Path) -> None:
+@SCHEDULING
+def test_waiting_order_follows_the_policy(tiny_model_dir: Path, async_scheduling: bool) -> None:
     """With one sequence slot, requests run one at a time in the policy's order."""
     rng = random.Random(1)
     predicted = {"a": 90, "b": 10, "c": 50}
     orders = {}
     for policy in ("fcfs", "sjf:length=predicted"):
-        h = _harness(tiny_model_dir, policy, max_num_seqs=1)
+        h = _harness(tiny_model_dir, policy, max_num_seqs=1, async_scheduling=async_scheduling)
         for i, (request_id, length) in enumerate(predicted.items()):
             h.add(request_id, _prompt(rng, 16), 8, arrival_time=1000.0 + i,
                   extra_args={"predicted_output_tokens": length})
@@ -208,8 +228,9 @@ def test_waiting_order_follows_the_policy(tiny_model_dir: Path) -> None:
     assert orders["sjf:length=predicted"] == sorted(predicted, key=predicted.__getitem__)
 
 
-def test_invalid_xargs_abort_only_that_request(tiny_model_dir: Path) -> None:
-    h = _harness(tiny_model_dir, "priority-preempt")
+@SCHEDULING
+def test_invalid_xargs_abort_only_that_request(tiny_model_dir: Path, async_scheduling: bool) -> None:
+    h = _harness(tiny_model_dir, "priority-preempt", async_scheduling=async_scheduling)
     rng = random.Random(2)
     h.add("good", _prompt(rng, 20), 6)
     h.add("bad", _prompt(rng, 20), 6, extra_args={"ttft_slo_ms": -1})
@@ -219,8 +240,9 @@ def test_invalid_xargs_abort_only_that_request(tiny_model_dir: Path) -> None:
     assert "vllm_xargs.ttft_slo_ms" in str(finished["bad"].stop_reason)
 
 
-def test_policy_rejection_reaches_the_client(tiny_model_dir: Path) -> None:
-    h = _harness(tiny_model_dir, "test-reject-long")
+@SCHEDULING
+def test_policy_rejection_reaches_the_client(tiny_model_dir: Path, async_scheduling: bool) -> None:
+    h = _harness(tiny_model_dir, "test-reject-long", async_scheduling=async_scheduling)
     rng = random.Random(3)
     h.add("short", _prompt(rng, 50), 4)
     h.add("long", _prompt(rng, 150), 4)
@@ -230,8 +252,9 @@ def test_policy_rejection_reaches_the_client(tiny_model_dir: Path) -> None:
     assert "rejected by test-reject-long: prompt_tokens 150 > 100" in str(finished["long"].stop_reason)
 
 
-def test_step_budget_caps_tokens_and_sequences(tiny_model_dir: Path) -> None:
-    h = _harness(tiny_model_dir, "test-small-steps")
+@SCHEDULING
+def test_step_budget_caps_tokens_and_sequences(tiny_model_dir: Path, async_scheduling: bool) -> None:
+    h = _harness(tiny_model_dir, "test-small-steps", async_scheduling=async_scheduling)
     rng = random.Random(4)
     for i in range(6):
         h.add(f"r{i}", _prompt(rng, 100), 5)
@@ -287,3 +310,54 @@ def test_policy_queue_orders_by_key_and_removes_lazily() -> None:
     assert not queue and sum(queue.priority_counts.values()) == 0
     with pytest.raises(IndexError):
         queue.pop_request()
+
+
+def _run_workload(h: SchedulerHarness, workload: list[tuple[int, str, int, int, int]], rng: random.Random
+                  ) -> tuple[list[Finished], int]:
+    """Add each request at its arrival step and run to the end. Returns what finished, in order, and the
+    number of preemptions."""
+    pending = list(workload)
+    finished: list[Finished] = []
+    preemptions = 0
+    step = 0
+    while pending or h.has_work():
+        while pending and pending[0][0] <= step:
+            _, request_id, prompt, output, priority = pending.pop(0)
+            h.add(request_id, _prompt(rng, prompt), output, priority=priority, arrival_time=1000.0 + step)
+        record = h.step()
+        finished += record.finished
+        preemptions += len(record.preempted)
+        step += 1
+        assert step < 5000, "the workload did not finish"
+    return finished, preemptions
+
+
+def test_async_scheduling_gets_the_async_adapter_one_batch_ahead(tiny_model_dir: Path) -> None:
+    from semsched.vllm.scheduler import AsyncScheduler, Scheduler
+
+    assert type(_harness(tiny_model_dir, "fcfs").scheduler) is Scheduler
+    h = _harness(tiny_model_dir, "fcfs", async_scheduling=True)
+    assert type(h.scheduler) is AsyncScheduler and isinstance(h.scheduler, VllmAsyncScheduler)
+    h.add("r", _prompt(random.Random(6), 20), 3)
+    assert h.step().num_scheduled_tokens == {"r": 20}
+    assert h.output_tokens["r"] == 0 and h.scheduler.requests["r"].num_output_placeholders == 1
+    # scheduled again before its first token arrived; that token arrives during this step
+    assert h.step().num_scheduled_tokens == {"r": 1} and h.output_tokens["r"] == 1
+    assert [f.num_output_tokens for r in h.run() for f in r.finished] == [3]
+
+
+@pytest.mark.parametrize("policy", LOCKSTEP_POLICIES)
+def test_async_adapter_finishes_every_request_exactly(tiny_model_dir: Path, policy: str) -> None:
+    """Under asynchronous scheduling a batch is scheduled before the previous batch's tokens arrive, and a
+    request preempted in between has stale tokens in flight. On the lockstep workloads (more than the KV cache
+    holds) every request still finishes once, with exactly its tokens, and the preempting policies preempt."""
+    config = dataclasses.asdict(LOCKSTEP_CONFIG) | {"async_scheduling": True}
+    for seed in range(3):
+        rng = random.Random(seed)
+        workload = _random_workload(rng)
+        finished, preemptions = _run_workload(_harness(tiny_model_dir, policy, **config), workload, rng)
+        assert sorted(f.request_id for f in finished) == sorted(request_id for _, request_id, *_ in workload)
+        assert {f.request_id: f.num_output_tokens for f in finished} == {r[1]: r[3] for r in workload}
+        assert {f.finish_reason for f in finished} == {"length"}
+        if policy.startswith(("priority-preempt", "srpt")):
+            assert preemptions > 0
