@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, cast
 
 import numpy as np
 
@@ -780,73 +780,99 @@ def fit_steps(
 
 
 # ---- vLLM ---------------------------------------------------------------------------------------------------
-class VllmEngine:
-    """An in-process vLLM engine with the recording scheduler: the :class:`ProfilingEngine` for real runs.
+class InProcessEngine:
+    """What the in-process engines that profile and replay share: a running ``LLMEngine`` stepped one step at a
+    time, prompts of random token ids drawn from ``settings.seed``, abort, and shutdown. :class:`VllmEngine`
+    (the recording scheduler, for ``semsched profile``) and :class:`semsched.vllm.replay.ServedEngine` (the
+    replay's engine, for ``semsched fidelity``) start their engines and time their steps differently. Use as a
+    context manager, or call :meth:`close`."""
 
-    Prompts are random token ids from a generator seeded with ``settings.seed``. Use as a context manager, or
-    call :meth:`close`.
-    """
-
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(self, settings: EngineSettings, engine: Any, *, owner: object = None) -> None:
         self.settings = settings
-        self._llm: LLM | None = _start_llm(settings)
+        self._engine: Any = engine
+        self._owner = owner  # what must stay alive with the engine (the vllm.LLM it belongs to), if anything
         try:
-            core = _in_process_core(self._llm)
-            recorder = getattr(core.scheduler, "recorder", None)
-            if not isinstance(recorder, StepRecorder):
-                raise ProfilingError(f"vLLM did not use the recording scheduler (it made {type(core.scheduler)})")
-            self._recorder = recorder
-            self._vocab_size = int(self._llm.llm_engine.model_config.get_vocab_size())
-            self.profiled_engine = describe_engine(settings, core.vllm_config)
+            config = engine.vllm_config
+            self._vocab_size = int(config.model_config.get_vocab_size())
+            self.profiled_engine = describe_engine(settings, config)
         except BaseException:
             self.close()
             raise
         self._rng = np.random.default_rng(settings.seed)
 
     @property
-    def llm(self) -> LLM:
-        """The running ``vllm.LLM``; an error once closed."""
-        if self._llm is None:
-            raise ProfilingError("the profiling engine is closed")
-        return self._llm
+    def llm_engine(self) -> Any:
+        """The running ``LLMEngine``; an error once closed."""
+        if self._engine is None:
+            raise ProfilingError("the engine is closed")
+        return self._engine
 
-    def __enter__(self) -> VllmEngine:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def prompt_token_ids(self, prompt_tokens: int) -> list[int]:
+        """``prompt_tokens`` random token ids (the engine's next draw)."""
+        ids: list[int] = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
+        return ids
+
+    def abort(self, request_ids: Sequence[str]) -> None:
+        self.llm_engine.abort_request(list(request_ids))
+
+    def has_unfinished(self) -> bool:
+        return bool(self.llm_engine.has_unfinished_requests())
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (idempotent)."""
+        if self._engine is not None:
+            self._engine.engine_core.shutdown()
+            self._engine = self._owner = None
+            gc.collect()
+
+
+class VllmEngine(InProcessEngine):
+    """An in-process ``vllm.LLM`` with the recording scheduler: the :class:`ProfilingEngine` of ``semsched
+    profile``. Steps report the recording scheduler's timings."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        llm = _start_llm(settings)
+        try:
+            recorder = getattr(_in_process_core(llm).scheduler, "recorder", None)
+            if not isinstance(recorder, StepRecorder):
+                raise ProfilingError(
+                    f"vLLM did not use the recording scheduler (it made {type(_in_process_core(llm).scheduler)})"
+                )
+        except BaseException:
+            llm.llm_engine.engine_core.shutdown()
+            raise
+        super().__init__(settings, llm.llm_engine, owner=llm)
+        self._recorder = recorder
+
+    @property
+    def llm(self) -> LLM:
+        """The running ``vllm.LLM``; an error once closed."""
+        if self._owner is None:
+            raise ProfilingError("the profiling engine is closed")
+        return cast("LLM", self._owner)
+
     def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
         from vllm import SamplingParams
 
-        token_ids = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
         # greedy, as the replay samples: random sampling costs a little more per step and the profile would
         # charge it to every simulated step of a greedy workload
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False, temperature=0.0)
-        (prompt,) = self.llm.renderer.render_cmpl([{"prompt_token_ids": token_ids}])
-        self.llm.llm_engine.add_request(request_id, prompt, params)
+        token_ids = self.prompt_token_ids(prompt_tokens)
+        (prompt,) = self.llm_engine.renderer.render_cmpl([{"prompt_token_ids": token_ids}])
+        self.llm_engine.add_request(request_id, prompt, params)
 
     def step(self) -> StepRecord | None:
-        self.llm.llm_engine.step()
+        self.llm_engine.step()
         records = self._recorder.take()
         if len(records) > 1:
             raise ProfilingError(f"one engine step ran {len(records)} batches; is async scheduling on?")
         return records[0] if records else None
-
-    def abort(self, request_ids: Sequence[str]) -> None:
-        self.llm.llm_engine.abort_request(list(request_ids))
-
-    def has_unfinished(self) -> bool:
-        return bool(self.llm.llm_engine.has_unfinished_requests())
-
-    def close(self) -> None:
-        """Shut the engine down and free its memory (idempotent)."""
-        if self._llm is not None:
-            self._llm.llm_engine.engine_core.shutdown()
-            self._llm = None
-            gc.collect()
-
-
 
 
 def _start_llm(settings: EngineSettings) -> LLM:

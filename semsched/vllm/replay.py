@@ -24,7 +24,6 @@ This module's data types are plain Python; vLLM is imported only when an engine 
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections import deque
@@ -36,11 +35,10 @@ from typing import Any
 from semsched.vllm.config import CONFIG_ENV, POLICY_ENV
 from semsched.vllm.environ import temporary_environ
 from semsched.vllm.profiling import (
-    FIRST_PROMPT_TOKEN_ID,
     EngineSettings,
+    InProcessEngine,
     StepComposition,
     batch_tokens,
-    describe_engine,
     step_composition,
 )
 from semsched.vllm.profiling import StepRecord as ProfilingStep
@@ -336,7 +334,7 @@ def _describe_batch(scheduler: Any, output: Any, step: _CoreStep) -> None:
 
 
 # ---- the same engine, for the profiler ----------------------------------------------------------------------
-class ServedEngine:
+class ServedEngine(InProcessEngine):
     """The replay's engine (the semsched adapter with ``policy``, detokenisation on, prefix caching as asked) as a
     :class:`~semsched.vllm.profiling.ProfilingEngine`. Its steps report ``iteration_s`` as the whole
     ``LLMEngine.step()`` wall time, output processing included: what one simulated step stands for in a replay.
@@ -348,23 +346,10 @@ class ServedEngine:
     def __init__(
         self, settings: EngineSettings, *, policy: str = "fcfs", enable_prefix_caching: bool = True
     ) -> None:
-        import numpy as np
-
-        self._engine: Any = None
-        self._engine, self._recorder = _start_engine(settings, policy, enable_prefix_caching)
-        config = self._engine.vllm_config
-        self._vocab_size = int(config.model_config.get_vocab_size())
-        self._rng = np.random.default_rng(settings.seed)
+        engine, self._recorder = _start_engine(settings, policy, enable_prefix_caching)
+        super().__init__(settings, engine)
         self._max_model_len = settings.max_model_len
         self._probes = 0
-        self.profiled_engine = describe_engine(settings, config)
-
-    @property
-    def llm_engine(self) -> Any:
-        """The running ``LLMEngine`` (for the replay loop)."""
-        if self._engine is None:
-            raise RuntimeError("the engine is closed")
-        return self._engine
 
     @property
     def recorder(self) -> _Recorder:
@@ -399,7 +384,7 @@ class ServedEngine:
         primitives, 1,024 by default: fewer than a 512-token budget needs, so sizes get evicted and built
         again). With a cache that holds every size, this warm-up leaves the process with no first-time costs:
         the engine a long-running server settles into."""
-        budget = self._engine.vllm_config.scheduler_config.max_num_batched_tokens
+        budget = self.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
         sizes = range(1, min(int(budget), self._max_model_len - 1) + 1)
         for size in sizes:
             self._probes += 1
@@ -408,15 +393,9 @@ class ServedEngine:
                 self.step()
         return len(sizes)
 
-    def __enter__(self) -> ServedEngine:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def add_request(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
-        token_ids = self._rng.integers(FIRST_PROMPT_TOKEN_ID, self._vocab_size, size=prompt_tokens).tolist()
-        _add(self._engine, ReplayRequest(request_id, 0.0, tuple(token_ids), max_tokens))
+        token_ids = tuple(self.prompt_token_ids(prompt_tokens))
+        _add(self.llm_engine, ReplayRequest(request_id, 0.0, token_ids, max_tokens))
 
     def step(self) -> ProfilingStep | None:
         before = len(self._recorder.steps)
@@ -431,19 +410,6 @@ class ServedEngine:
             return None
         composition = StepComposition(core.prefill, core.num_decode, core.decode_context_tokens)
         return ProfilingStep(composition, execute_s=core.update_start - core.schedule_end, iteration_s=wall_s)
-
-    def abort(self, request_ids: Sequence[str]) -> None:
-        self._engine.abort_request(list(request_ids))
-
-    def has_unfinished(self) -> bool:
-        return bool(self._engine.has_unfinished_requests())
-
-    def close(self) -> None:
-        """Shut the engine down (idempotent)."""
-        if self._engine is not None:
-            self._engine.engine_core.shutdown()
-            self._engine = None
-            gc.collect()
 
 
 # ---- the loop -----------------------------------------------------------------------------------------------

@@ -594,3 +594,62 @@ def test_the_profiler_samples_greedily_as_the_replay_does(tiny_model_dir: Path) 
         replayed = _sampling_params(ReplayRequest("r", 0.0, (11, 12), 2))
         assert request.sampling_params.temperature == replayed.temperature
         assert request.sampling_params.sampling_type == replayed.sampling_type
+
+
+class _FakeLLMEngine:
+    """Just what :class:`InProcessEngine` reads of an ``LLMEngine``; counts shutdowns and aborts."""
+
+    def __init__(self, vocab_size: int = 1000, block_size: Any = 32) -> None:
+        from types import SimpleNamespace
+
+        self.shutdowns = 0
+        self.aborted: list[str] = []
+        self.vllm_config = SimpleNamespace(
+            model_config=SimpleNamespace(
+                get_vocab_size=lambda: vocab_size, dtype="torch.bfloat16", max_model_len=256
+            ),
+            cache_config=SimpleNamespace(block_size=block_size, num_gpu_blocks=64),
+            scheduler_config=SimpleNamespace(max_num_batched_tokens=128, max_num_seqs=4),
+        )
+        self.engine_core = SimpleNamespace(shutdown=self._shutdown)
+
+    def _shutdown(self) -> None:
+        self.shutdowns += 1
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        self.aborted += request_ids
+
+    def has_unfinished_requests(self) -> bool:
+        return not self.aborted
+
+
+@pytest.mark.vllm
+def test_in_process_engine_draws_seeded_prompts_and_shuts_down_once() -> None:
+    from semsched.vllm.profiling import FIRST_PROMPT_TOKEN_ID, InProcessEngine, ProfilingError
+
+    settings = EngineSettings(model="tiny", max_model_len=256, seed=3)
+    draws = []
+    for _ in range(2):
+        fake = _FakeLLMEngine(vocab_size=1000)
+        with InProcessEngine(settings, fake) as engine:
+            assert engine.profiled_engine.block_size == 32 and engine.profiled_engine.dtype == "bfloat16"
+            draws.append(engine.prompt_token_ids(50))
+            assert engine.has_unfinished()
+            engine.abort(["a", "b"])
+            assert fake.aborted == ["a", "b"] and not engine.has_unfinished()
+        engine.close()  # again: nothing more happens
+        assert fake.shutdowns == 1
+        with pytest.raises(ProfilingError, match="the engine is closed"):
+            engine.llm_engine  # noqa: B018
+    assert draws[0] == draws[1]  # the same seed draws the same prompts
+    assert len(draws[0]) == 50 and all(FIRST_PROMPT_TOKEN_ID <= t < 1000 for t in draws[0])
+
+
+@pytest.mark.vllm
+def test_in_process_engine_shuts_down_an_engine_it_cannot_describe() -> None:
+    from semsched.vllm.profiling import InProcessEngine
+
+    fake = _FakeLLMEngine(block_size="not a number")
+    with pytest.raises(ValueError, match="not a number"):
+        InProcessEngine(EngineSettings(model="tiny", max_model_len=256), fake)
+    assert fake.shutdowns == 1
