@@ -680,6 +680,11 @@ def run_fidelity(
         compare_policy(prepared.workload, results[name], sim_config, profile, timing) for name in config.policies
     )
     meta = _meta(config, prepared, profile, command) | {
+        # what the rate was against the profile the simulator got (all parts), when that is not the one that
+        # set the rate: a first part measured on a fast (slow) stretch of the machine sets too high (low) a rate
+        "full_profile_saturation_rate_per_s": (
+            saturation_rate(prepared.workload, sim_config, profile.model) if session is not None else None
+        ),
         "profile_mismatches": mismatches,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg()[0],

@@ -362,6 +362,8 @@ def analysis_lines(report: FidelityReport) -> list[str]:
     """The error analysis as plain lines: per policy, where step time goes, the sources, the counterfactuals,
     and what dominates; then the verdict on the target."""
     lines = [_machine_line(report.meta)] if "load_average_before" in report.meta else []
+    if report.meta.get("full_profile_saturation_rate_per_s"):
+        lines.append(_load_line(report.meta))
     overheads = report.meta.get("profile", {}).get("overheads")
     if overheads:
         lines.append(_overheads_line(overheads))
@@ -387,6 +389,28 @@ def _machine_line(meta: Mapping[str, Any]) -> str:
         )
     if before > 0.5 * cpus or after > 1 + 0.5 * cpus:
         line += " (other processes competed for the CPUs: step times are noisier than the profile assumes)"
+    return line
+
+
+LOAD_DRIFT_NOTE = 0.05
+"""How far (in load, a fraction of saturation) the replays' load against the full profile may lie from the load
+that set the rate before the report says why."""
+
+
+def _load_line(meta: Mapping[str, Any]) -> str:
+    rate, first = meta["rate_per_s"], meta["simulated_saturation_rate_per_s"]
+    full = meta["full_profile_saturation_rate_per_s"]
+    line = (
+        f"load: the replays ran at {rate / full:.0%} of the saturation rate of the full profile "
+        f"({full:.2f} req/s; the rate was set at {rate / first:.0%} of the first part's, {first:.2f} req/s)"
+    )
+    if rate / full - rate / first > LOAD_DRIFT_NOTE:
+        line += (
+            "; the machine ran faster while the first part was measured, so the replays ran busier than asked, "
+            "where queueing magnifies every step-time error (see each policy's sensitivity)"
+        )
+    elif rate / first - rate / full > LOAD_DRIFT_NOTE:
+        line += "; the machine ran slower while the first part was measured, so the replays ran lighter than asked"
     return line
 
 

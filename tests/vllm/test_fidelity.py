@@ -311,6 +311,9 @@ def test_replay_and_simulation_of_a_small_slice_on_real_vllm(
     assert profile.overheads.arrival_s > 0  # the request intake was timed
     assert "idle_wakeup_s" in yaml.safe_load(Path(profile.origin).read_text())["overheads"]  # waking was timed
     assert report.meta["onednn_primitive_cache_capacity"] == str(16 * settings.max_num_batched_tokens)
+    workload, _ = fidelity.load_slice(config.trace, 40, max_model_len=512, seed=config.seed)
+    full_capacity = fidelity.saturation_rate(workload, fidelity.scheduler_config(settings), profile.model)
+    assert report.meta["full_profile_saturation_rate_per_s"] == pytest.approx(full_capacity)
     sizes = set(range(1, min(settings.max_num_batched_tokens, settings.max_model_len - 1) + 1))
     assert [p.policy for p in report.policies] == ["fcfs", "priority-preempt"]
     for policy in report.policies:

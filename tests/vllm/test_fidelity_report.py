@@ -194,3 +194,28 @@ def test_with_repeats_the_table_the_lines_and_the_files_show_every_replay(
     with paths[2].open() as handle:
         steps = list(csv.DictReader(handle))
     assert len(steps) == sum(len(r.steps) for p in repeated_report.policies for r in p.all_replays)
+
+
+@pytest.mark.parametrize(
+    ("first", "full", "expected"),
+    [
+        (28.0, 20.0, "ran faster while the first part was measured, so the replays ran busier than asked"),
+        (20.0, 28.0, "ran slower while the first part was measured, so the replays ran lighter than asked"),
+        (20.0, 20.5, None),
+    ],
+)
+def test_load_line_says_when_the_first_part_set_the_rate_off(
+    first: float, full: float, expected: str | None
+) -> None:
+    from semsched.vllm.fidelity_report import _load_line
+
+    rate = 0.3 * first
+    line = _load_line(
+        {"rate_per_s": rate, "simulated_saturation_rate_per_s": first, "full_profile_saturation_rate_per_s": full}
+    )
+    assert line.startswith(f"load: the replays ran at {rate / full:.0%} of the saturation rate of the full")
+    assert f"the rate was set at 30% of the first part's, {first:.2f} req/s" in line
+    if expected is None:
+        assert "first part was measured" not in line
+    else:
+        assert expected in line
