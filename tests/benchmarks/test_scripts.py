@@ -109,3 +109,45 @@ def test_idle_wakeup_smoke(tmp_path: Path) -> None:
     )  # fmt: skip
     times = payload["times_s"]
     assert list(times) == ["5"] and [len(side) for side in times["5"]] == [2, 2]
+
+
+@pytest.mark.data
+def test_fidelity_runs_summarises_runs_and_recomputes_the_full_profile_load(tmp_path: Path) -> None:
+    """Two synthetic ``semsched fidelity --out`` directories, one from before the report carried the full
+    profile's saturation rate: the script reads both and recomputes the missing rate from the profile."""
+    from semsched.latency import BatchConfig, BatchLatencyModel, save_profile
+    from semsched.vllm import fidelity
+    from semsched.vllm.profiling import EngineSettings
+    from semsched.workloads import find_data_file
+
+    model = BatchLatencyModel(BatchConfig(2e-3, 1e-5, 1e-8, 0.0, 2e-4, 1e-8), name="synthetic")
+    trace = str(find_data_file(fidelity.DEFAULT_TRACE_FILE))
+    settings = EngineSettings(model="unused", max_model_len=2048)
+    workload, _ = fidelity.load_slice(trace, 50, max_model_len=2048, seed=0)
+    capacity = fidelity.saturation_rate(workload, fidelity.scheduler_config(settings), model)
+    errors = {"ttft_mean": {"error": -0.05}, "e2e_mean": {"error": 0.02}}
+    runs = []
+    for name, full in (("new", 0.8 * capacity), ("old", None)):
+        run = tmp_path / name
+        save_profile(model, run / "profile.yaml", fit={"probe_step_s": 0.002})
+        meta = {"trace": trace, "num_requests": 50, "engine": {"max_model_len": 2048}, "seed": 0, "repeats": 3,
+                "rate_per_s": 0.3 * capacity, "simulated_saturation_rate_per_s": capacity,
+                "full_profile_saturation_rate_per_s": full}
+        policy = {"metrics": errors, "replays": [{"probe_before_s": 0.002, "probe_after_s": 0.003}]}
+        (run / "fidelity.json").write_text(json.dumps({"meta": meta, "worst_mean_error": 0.05,
+                                                       "policies": {"fcfs": policy}}))
+        runs.append(str(run))
+    json_path = tmp_path / "runs.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "fidelity_runs.py"), *runs, "--json", str(json_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "| run | repeats | fcfs TTFT | fcfs E2E |" in completed.stdout
+    rows = {Path(row["run"]).name: row for row in json.loads(json_path.read_text())["runs"]}
+    assert rows["old"]["load_full_profile"] == pytest.approx(0.3)  # recomputed: the same profile throughout
+    assert rows["new"]["load_full_profile"] == pytest.approx(0.3 / 0.8)  # as the run recorded it
+    assert rows["new"]["probe_range"] == pytest.approx([1.0, 1.5])
+    missing = subprocess.run([sys.executable, str(BENCHMARKS / "fidelity_runs.py"), str(tmp_path)],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode != 0 and "no fidelity.json" in missing.stderr

@@ -1,0 +1,93 @@
+"""Fidelity runs side by side: what each ``semsched fidelity --out DIR`` run measured, and the load it ran at.
+
+For every output directory given (``fidelity.json`` and ``profile.yaml``, as ``semsched fidelity`` writes them) it
+prints the mean errors per policy, the worst, the engine-speed probe's range against the profile's, and the load:
+the replay rate over the saturation rate of the first profile part (which set the rate) and of the full profile
+(the one the simulator got). Runs made before the report carried the full profile's saturation rate get it
+recomputed here from their ``profile.yaml`` and the slice (the same trace head, length scale and seed). Rows are
+sorted by that load, since queueing magnifies every step-time error as the load grows.
+
+Run: ``.venv/bin/python benchmarks/fidelity_runs.py runs/fid1 runs/fid2 ...`` (a second or two per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from common import ResultTable, dump_json, make_console
+
+
+def summarise(run: Path) -> dict[str, Any]:
+    from semsched.latency import load_profile_info
+    from semsched.vllm import fidelity
+    from semsched.vllm.fidelity_analysis import PROBE_FIT_KEY
+    from semsched.vllm.profiling import EngineSettings
+
+    for name in ("fidelity.json", "profile.yaml"):
+        if not (run / name).is_file():
+            raise SystemExit(f"error: {run}: no {name} (not a `semsched fidelity --out` directory?)")
+    data = json.loads((run / "fidelity.json").read_text(encoding="utf-8"))
+    meta = data["meta"]
+    profile = load_profile_info(str(run / "profile.yaml"))
+    full = meta.get("full_profile_saturation_rate_per_s")
+    if full is None:
+        settings = EngineSettings(model="unused", max_model_len=int(meta["engine"]["max_model_len"]))
+        workload, _ = fidelity.load_slice(
+            meta["trace"], int(meta["num_requests"]), max_model_len=settings.max_model_len, seed=int(meta["seed"])
+        )
+        full = fidelity.saturation_rate(workload, fidelity.scheduler_config(settings), profile.model)
+    probe = profile.fit.get(PROBE_FIT_KEY)
+    ratios = [
+        float(replay[key]) / float(probe)
+        for policy in data["policies"].values()
+        for replay in policy.get("replays", [])
+        for key in ("probe_before_s", "probe_after_s")
+        if probe and replay.get(key)
+    ]
+    rate = float(meta["rate_per_s"])
+    return {
+        "run": str(run),
+        "repeats": int(meta["repeats"]),
+        "errors": {
+            policy: {name: float(policy_data["metrics"][name]["error"]) for name in ("ttft_mean", "e2e_mean")}
+            for policy, policy_data in data["policies"].items()
+        },
+        "worst": float(data["worst_mean_error"]),
+        "rate_per_s": rate,
+        "load_first_part": rate / float(meta["simulated_saturation_rate_per_s"]),
+        "load_full_profile": rate / float(full),
+        "probe_range": [min(ratios), max(ratios)] if ratios else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="semsched fidelity --out directories")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = sorted((summarise(run) for run in args.runs), key=lambda row: row["load_full_profile"])
+    policies = list(rows[0]["errors"])
+    table = ResultTable(
+        "semsched fidelity runs, by the load they ran at",
+        ["run", "repeats", *(f"{p} {m}" for p in policies for m in ("TTFT", "E2E")), "worst",
+         "load (first part)", "load (full profile)", "probe vs profile"],
+    )
+    for row in rows:
+        errors = [f"{row['errors'].get(p, {}).get(m, float('nan')):+.1%}" for p in policies
+                  for m in ("ttft_mean", "e2e_mean")]
+        probe = row["probe_range"]
+        table.add(
+            row["run"], str(row["repeats"]), *errors, f"{row['worst']:.1%}", f"{row['load_first_part']:.2f}",
+            f"{row['load_full_profile']:.2f}", f"{probe[0]:.2f}-{probe[1]:.2f}x" if probe else "-",
+        )
+    table.print(make_console())
+    if args.json:
+        dump_json(args.json, {"runs": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
