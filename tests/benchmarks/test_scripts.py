@@ -98,6 +98,8 @@ def test_engine_speed_drift_smoke(tmp_path: Path) -> None:
     )
     assert len(payload["probes_s"]) == 3 and all(len(row) == 2 for row in payload["probes_s"])
     assert len(payload["rounds_vs_median"]) == 3 and len(payload["engine_vs_round"]) == 2
+    assert len(payload["kernels_s"]) == 3 and set(payload["kernel_correlation_with_probe"]) == {
+        "cache-resident kernel", "memory-streaming kernel"}
 
 
 @pytest.mark.vllm
