@@ -839,11 +839,10 @@ class VllmEngine(InProcessEngine):
     def __init__(self, settings: EngineSettings) -> None:
         llm = _start_llm(settings)
         try:
-            recorder = getattr(_in_process_core(llm).scheduler, "recorder", None)
+            scheduler = _in_process_core(llm).scheduler
+            recorder = getattr(scheduler, "recorder", None)
             if not isinstance(recorder, StepRecorder):
-                raise ProfilingError(
-                    f"vLLM did not use the recording scheduler (it made {type(_in_process_core(llm).scheduler)})"
-                )
+                raise ProfilingError(f"vLLM did not use the recording scheduler (it made {type(scheduler)})")
         except BaseException:
             llm.llm_engine.engine_core.shutdown()
             raise
