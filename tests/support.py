@@ -13,6 +13,7 @@ from semsched.latency import EngineOverheads, load_profile
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, SimResult, Simulation
 from semsched.sim.router import make_router
+from semsched.sim.speed import SpeedTrace
 
 
 def make_request(
@@ -79,6 +80,7 @@ def simulate(
     profile: str = "a100-qwen1.5-4b",
     overheads: EngineOverheads | None = None,
     warm_shapes: Sequence[int] = (),
+    speed: SpeedTrace | None = None,
     **config: object,
 ) -> SimResult:
     latency = load_profile(profile)
@@ -88,6 +90,7 @@ def simulate(
             latency,
             overheads=overheads or EngineOverheads(),
             warm_shapes=set(warm_shapes),
+            speed=speed,
         )
         for _ in range(instances)
     ]

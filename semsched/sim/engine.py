@@ -7,12 +7,14 @@ instance's :class:`~semsched.latency.EngineOverheads` add engine time outside th
 engine's request intake) delays the step after each accepted arrival, ``idle_wakeup_s`` too when the arrival
 finds the instance idle (an engine loop that slept meets cold caches), and ``new_shape_s`` is added to the first
 step of every batch size (total scheduled tokens) the instance has not run before (an engine that builds a
-kernel per batch shape, as vLLM's CPU backend does).
+kernel per batch shape, as vLLM's CPU backend does). An instance's :class:`~semsched.sim.speed.SpeedTrace`
+multiplies all of that engine time by the machine's speed factor at the step's start (a machine that ran slower
+or faster at times).
 
 Fast-forward: a decode-only batch that nothing will disturb (no arrival, no finish, no block exhaustion; see
 :meth:`Scheduler.steady_decode_steps`) is advanced many steps in one event with the vectorised
 ``decode_times_s``; the step end times are accumulated left to right exactly as the per-iteration loop adds
-them, so both modes produce bit-identical metrics.
+them, so both modes produce bit-identical metrics. Instances with a speed trace step one event per step.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from semsched.core.scheduler import Scheduler
 from semsched.latency.base import LatencyModel
 from semsched.latency.profiles import EngineOverheads
 from semsched.sim.router import Router
+from semsched.sim.speed import SpeedTrace
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -48,6 +51,9 @@ class Instance:
     #: batch sizes (scheduled tokens per step) this instance has already run: they cost no ``new_shape_s``;
     #: give the sizes a warm-up ran to model an engine that was warmed up before the clock started
     warm_shapes: set[int] = field(default_factory=set)
+    #: the machine's speed over time: every engine time above is multiplied by its factor at the step's start;
+    #: None: the machine as profiled
+    speed: SpeedTrace | None = None
     busy: bool = False
     num_steps: int = 0
     num_events: int = 0
@@ -58,6 +64,8 @@ class Instance:
     def __post_init__(self) -> None:
         if not isinstance(self.overheads, EngineOverheads):
             raise TypeError(f"overheads: expected EngineOverheads, got {type(self.overheads).__name__}")
+        if self.speed is not None and not isinstance(self.speed, SpeedTrace):
+            raise TypeError(f"speed: expected SpeedTrace or None, got {type(self.speed).__name__}")
         self.warm_shapes = set(self.warm_shapes)
 
     def shape_cost_s(self, plan: BatchPlan) -> float:
@@ -177,10 +185,10 @@ class Simulation:
         end_times = self._steady_end_times(instance, plan, now_s)
         if end_times is None:
             # arrivals taken in since the last step delay this one (a real engine adds them between steps)
-            end_s = (
-                now_s + instance.pending_overhead_s + instance.shape_cost_s(plan)
-                + self._step_time_s(instance.latency, plan)
+            engine_s = instance.pending_overhead_s + instance.shape_cost_s(plan) + self._step_time_s(
+                instance.latency, plan
             )
+            end_s = now_s + (engine_s if instance.speed is None else engine_s * instance.speed.factor_at(now_s))
             instance.pending_overhead_s = 0.0
         else:
             end_s = float(end_times[-1])
@@ -193,6 +201,8 @@ class Simulation:
         """End times of a fast-forwardable stretch of >= 2 steps starting with ``plan``, else None."""
         if not self.fast_forward or not plan.is_pure_decode or instance.pending_overhead_s:
             return None
+        if instance.speed is not None:
+            return None  # its factor may change from one step to the next
         if instance.overheads.new_shape_s and plan.num_tokens not in instance.warm_shapes:
             return None  # its first step costs extra; the steps after it can fast-forward
         # cheap scalar check first: a second step can join only if the first ends before the next arrival

@@ -30,7 +30,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,10 @@ from semsched.metrics.request_metrics import request_metrics
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, Simulation
 from semsched.sim.router import make_router
+from semsched.sim.speed import SpeedTrace
 from semsched.vllm.fidelity_analysis import (
     PROBE_FIT_KEY,
+    SPEED_WINDOW_S,
     ClassScaledLatency,
     ScaledLatency,
     StepTimes,
@@ -54,6 +56,7 @@ from semsched.vllm.fidelity_analysis import (
     class_factors,
     engine_time_ratio,
     error_sources,
+    machine_speed,
     profile_timing,
     speed_drift,
     step_class_fits,
@@ -64,12 +67,15 @@ from semsched.vllm.fidelity_report import (
     SENSITIVITY_FACTOR,
     ErrorAnalysis,
     FidelityReport,
+    GivenSpeed,
+    MetricComparison,
     PolicyFidelity,
+    ReplaySpeed,
     compare,
     compare_repeats,
 )
 from semsched.vllm.profiling import DTYPES, FIRST_PROMPT_TOKEN_ID, Dtype, EngineSettings, MeasuredStep, ProfileGrid
-from semsched.vllm.replay import ReplayRequest, ReplayResult
+from semsched.vllm.replay import ReplayRequest, ReplayResult, StepRecord
 from semsched.workloads import DEFAULT_TIERS, Workload, assign_tiers, load_azure_csv, rescale_to_rate
 
 DEFAULT_TRACE_FILE = "azure_llm_2023_conv.csv"
@@ -222,15 +228,18 @@ def simulate(
     latency: LatencyModel,
     overheads: EngineOverheads | None = None,
     warm_shapes: Iterable[int] = (),
+    speed: SpeedTrace | None = None,
 ) -> SimOutcome:
     """Run ``workload`` through one simulated engine under ``policy``, charging the profile's ``overheads``
     (request intake, waking from idle, and ``new_shape_s`` on the first step of each batch size not in
-    ``warm_shapes``: the sizes the replay's warm-up ran)."""
+    ``warm_shapes``: the sizes the replay's warm-up ran), on a machine whose speed follows ``speed`` (None: the
+    machine as profiled)."""
     instance = Instance(
         Scheduler(config, make_policy(policy)),
         latency,
         overheads=overheads or EngineOverheads(),
         warm_shapes=set(warm_shapes),
+        speed=speed,
     )
     result = Simulation([instance], make_router("round-robin")).run(workload.to_requests())
     return SimOutcome(result.requests, result.num_steps)
@@ -318,7 +327,44 @@ def compare_policy(
         sensitivity=sensitivity,
         replay_index=representative,
     )
-    return PolicyFidelity(result.policy, metrics, by_priority, analysis, result, sim.requests, tuple(results))
+    given_speed = compare_given_speed(
+        workload,
+        result.policy,
+        [(r.steps, real_latencies(r)) for r in results],
+        config,
+        profile,
+        timing,
+        results[0].warm_shapes,
+    )
+    return PolicyFidelity(
+        result.policy, metrics, by_priority, analysis, result, sim.requests, tuple(results), given_speed
+    )
+
+
+def compare_given_speed(
+    workload: Workload,
+    policy: str,
+    replays: Sequence[tuple[Sequence[StepRecord], Mapping[str, Sequence[float]]]],
+    config: SchedulerConfig,
+    profile: ProfileInfo,
+    timing: str,
+    warm_shapes: Iterable[int] = (),
+) -> GivenSpeed:
+    """Simulate ``workload`` once per replay (its steps and its real TTFT/E2E lists), on the machine's speed
+    while that replay ran (:func:`~semsched.vllm.fidelity_analysis.machine_speed`), and compare each with its
+    replay: the fidelity the profile has once the machine's drift between the profile and the replay, and
+    within the replay, is taken out."""
+    shapes = set(warm_shapes)
+    per_replay: list[tuple[MetricComparison, ...]] = []
+    speeds: list[ReplaySpeed | None] = []
+    for steps, real in replays:
+        trace = machine_speed(steps, profile.model, timing)
+        sim = simulate(
+            workload, policy, config, profile.model, overheads=profile.overheads, warm_shapes=shapes, speed=trace
+        )
+        per_replay.append(compare(real, sim_latencies(sim.requests)))
+        speeds.append(None if trace is None else ReplaySpeed(trace.low, trace.high, float(np.mean(trace.factors))))
+    return GivenSpeed.of(SPEED_WINDOW_S, per_replay, speeds)
 
 
 def median_replay(results: Sequence[ReplayResult]) -> int:
@@ -624,11 +670,20 @@ def replay_order(policies: Sequence[str], repeats: int) -> list[list[str]]:
     return [list(policies) if r % 2 == 0 else list(reversed(policies)) for r in range(repeats)]
 
 
+FIRST_PART_ROUNDS = 4
+"""Rounds of the grid, at least, in the profile part measured before the replays, whose fit sets the replay rate.
+One round's fit moves with the machine's speed of that moment; the rate set from two rounds ran the replays at
+28-42 % of the full profile's saturation when 30 % was asked (nine runs). In a throw-away resampling of the
+rounds of those runs' profiles, the RMS of a part's saturation rate against the full profile's was about 11 % for
+two rounds and 6 % for four."""
+
+
 def profile_rounds(repeats: int) -> list[int]:
-    """Rounds of the grid per profile part: one part before the replays and one after each round of replays,
-    :data:`PROFILE_REPEATS` rounds shared out among them (at least one each)."""
-    parts = repeats + 1
-    return [max(1, -(-PROFILE_REPEATS // parts))] * parts
+    """Rounds of the grid per profile part: one part before the replays (at least :data:`FIRST_PART_ROUNDS`:
+    its fit sets the rate) and one after each round of replays, :data:`PROFILE_REPEATS` rounds shared out among
+    those (at least one each)."""
+    rest = max(1, -(-PROFILE_REPEATS // (repeats + 1)))
+    return [max(FIRST_PART_ROUNDS, rest)] + [rest] * repeats
 
 
 def run_fidelity(

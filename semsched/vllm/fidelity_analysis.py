@@ -11,7 +11,7 @@ report simulates with (:class:`ScaledLatency`: the profile scaled to the replay'
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from semsched.latency import EngineOverheads, LatencyModel, ProfileInfo
 from semsched.latency.base import FloatArray
+from semsched.sim.speed import SpeedTrace
 from semsched.vllm.replay import ReplayResult, StepRecord
 
 WARMUP_WINDOW_STEPS = 50
@@ -167,13 +168,20 @@ def batch_change_fits(steps: Sequence[StepRecord], latency: LatencyModel, timing
     profile's grid measures decode-only steps only once a batch has settled, so a cost of changing the batch
     (vLLM's worker updating its persistent batch) shows here and nowhere in the step classes."""
     members: dict[str, list[StepRecord]] = {AFTER_CHANGE_CLASS: [], STEADY_DECODE_CLASS: []}
+    for record, changed in _decode_only_steps(steps):
+        members[AFTER_CHANGE_CLASS if changed else STEADY_DECODE_CLASS].append(record)
+    return _class_fits(members, latency, timing)
+
+
+def _decode_only_steps(steps: Sequence[StepRecord]) -> Iterator[tuple[StepRecord, bool]]:
+    """The decode-only steps, each with whether the batch changed right before it (the step before had a
+    prefill chunk, or another number of decodes)."""
     previous: StepRecord | None = None
     for record in steps:
         if not record.prefill and record.num_decode:
             changed = previous is not None and (bool(previous.prefill) or previous.num_decode != record.num_decode)
-            members[AFTER_CHANGE_CLASS if changed else STEADY_DECODE_CLASS].append(record)
+            yield record, changed
         previous = record
-    return _class_fits(members, latency, timing)
 
 
 @dataclass(frozen=True)
@@ -228,6 +236,45 @@ def window_ratios(
         real[window] = real.get(window, 0.0) + profiled_time_s(record, "cycle")
         predicted[window] = predicted.get(window, 0.0) + predicted_step_s(latency, record)
     return [real[w] / predicted[w] for w in sorted(real) if real[w] >= min_busy * window_s and predicted[w] > 0]
+
+
+SPEED_WINDOW_S = 3.0
+"""Window of :func:`machine_speed`: long enough to hold tens of settled decode-only steps while the engine is
+busy, short against the minute-scale drift of the development machine's speed."""
+SPEED_MIN_STEPS = 5
+"""Settled decode-only steps a window needs for :func:`machine_speed` to measure it."""
+
+
+def machine_speed(
+    steps: Sequence[StepRecord],
+    latency: LatencyModel,
+    timing: str,
+    window_s: float = SPEED_WINDOW_S,
+    min_steps: int = SPEED_MIN_STEPS,
+) -> SpeedTrace | None:
+    """How fast the machine ran during a replay, against the profile: per ``window_s`` window, the real time of
+    the settled decode-only steps (no prefill, same batch as the step before: the kind of step the profile's
+    grid measures) over what ``latency`` charges for them, the part of each step the profile's ``timing``
+    covers. A window with fewer than ``min_steps`` of them (the engine was idle or busy with prefills) takes its
+    nearest measured neighbour's factor; ``None`` when no window was measured.
+
+    The meter is the replay's own steady decode steps, so it also carries whatever the profile gets wrong on
+    them on average; every other kind of step (prefills, the first step after a batch change), the overheads
+    and every scheduling decision stay the simulator's own."""
+    real: dict[int, list[float]] = {}
+    predicted: dict[int, list[float]] = {}
+    for record, changed in _decode_only_steps(steps):
+        if changed:
+            continue
+        window = int(record.start_s // window_s)
+        real.setdefault(window, []).append(profiled_time_s(record, timing))
+        predicted.setdefault(window, []).append(predicted_step_s(latency, record))
+    factors = {
+        w: sum(real[w]) / sum(predicted[w]) for w in real if len(real[w]) >= min_steps and sum(predicted[w]) > 0
+    }
+    if not factors:
+        return None
+    return SpeedTrace.from_windows(window_s, [factors.get(w) for w in range(max(factors) + 1)])
 
 
 def class_factors(steps: Sequence[StepRecord], latency: LatencyModel) -> dict[str, float]:

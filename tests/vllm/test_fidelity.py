@@ -8,6 +8,7 @@ structure and that every request got exactly its tokens; it never asserts an err
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from semsched.cli import main
 from semsched.latency import EngineOverheads, ProfileInfo, load_profile, load_profile_info
 from semsched.latency.batch import BatchLatencyModel
+from semsched.sim.speed import SpeedTrace
 from semsched.vllm import fidelity
 from semsched.vllm.fidelity import (
     FidelityConfig,
@@ -32,11 +34,13 @@ from semsched.vllm.fidelity import (
     saturation_rate,
     scale_lengths,
     scheduler_config,
+    sim_latencies,
     simulate,
     warmup_requests,
 )
 from semsched.vllm.fidelity_report import write_report
 from semsched.vllm.profiling import FIRST_PROMPT_TOKEN_ID, EngineSettings
+from semsched.vllm.replay import StepRecord
 from semsched.workloads import DEFAULT_TIERS, Workload
 from tests.vllm.fidelity_factories import BATCH, model_dir, profile_info, small_workload, write_trace
 
@@ -198,8 +202,11 @@ def test_replays_alternate_between_policies_round_by_round() -> None:
 @pytest.mark.parametrize("repeats", [1, 2, 3, 7, 20])
 def test_the_profile_is_split_into_one_part_before_and_one_after_each_round(repeats: int) -> None:
     rounds = fidelity.profile_rounds(repeats)
-    assert len(rounds) == repeats + 1 and min(rounds) >= 1 and len(set(rounds)) == 1
-    assert sum(rounds) >= fidelity.PROFILE_REPEATS > sum(rounds) - len(rounds)  # the fewest rounds that reach it
+    first, rest = rounds[0], rounds[1:]
+    assert len(rounds) == repeats + 1 and min(rounds) >= 1 and len(set(rest)) == 1
+    assert first >= fidelity.FIRST_PART_ROUNDS and first >= rest[0]  # the part that sets the rate is the longest
+    shared = rest[0] * len(rounds)  # PROFILE_REPEATS shared out evenly, in the fewest rounds that reach it
+    assert shared >= fidelity.PROFILE_REPEATS > shared - len(rounds)
 
 
 def test_the_fidelity_grid_adds_small_batches_and_mid_length_prefills() -> None:
@@ -335,3 +342,54 @@ def test_replay_and_simulation_of_a_small_slice_on_real_vllm(
         assert emitters >= sum(wanted.values())  # every token came out of a recorded step
     paths = write_report(report, tmp_path / "out")
     assert json.loads(paths[0].read_text())["meta"]["num_requests"] == 40
+
+
+# ---- the simulator on the machine's measured speed --------------------------------------------------------------
+Replay = tuple[list[StepRecord], dict[str, list[float]]]
+
+
+def _replay_at(speed: float, workload: Workload, profile: ProfileInfo) -> Replay:
+    """What a replay would record on a machine running ``speed`` x the profile's step times throughout: the
+    simulator's latencies at that speed, and settled decode steps (4 requests) that took ``speed`` x their
+    profiled time, one every 50 ms over the run."""
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    outcome = simulate(
+        workload, "fcfs", config, profile.model, overheads=profile.overheads, speed=SpeedTrace(1.0, (speed,))
+    )
+    end_s = max(r.finish_time_s or 0.0 for r in outcome.requests)
+    predicted = profile.model.step_time_s([], 4, 800)
+    steps = [
+        StepRecord(0.05 * i, speed * predicted, 0.0, speed * predicted, 0.0, 0.0, 0.0, (), 4, 800, 0, 0)
+        for i in range(int(end_s / 0.05) + 1)
+    ]
+    return steps, sim_latencies(outcome.requests)
+
+
+def test_on_the_machines_measured_speed_the_simulator_matches_a_uniformly_slower_machine() -> None:
+    workload, profile = small_workload(20), profile_info()
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    slow, fast = _replay_at(1.3, workload, profile), _replay_at(0.8, workload, profile)
+    given = fidelity.compare_given_speed(workload, "fcfs", [slow, fast], config, profile, "step")
+    assert [s.mean if s else None for s in given.speeds] == pytest.approx([1.3, 0.8])
+    for run in given.per_replay:
+        assert all(abs(m.error) < 1e-9 for m in run)  # each replay's speed taken out exactly
+    ttft = given.metric("ttft_mean")
+    assert ttft.real_repeats_s == pytest.approx((np.mean(slow[1]["ttft"]), np.mean(fast[1]["ttft"])))
+    assert ttft.real_s == pytest.approx(np.mean(ttft.real_repeats_s))
+    assert ttft.error == pytest.approx(0.0, abs=1e-9)
+    # the plain simulation on the profile's speed is off for each of them
+    plain = sim_latencies(simulate(workload, "fcfs", config, profile.model, overheads=profile.overheads).requests)
+    assert np.mean(plain["e2e"]) < 0.9 * np.mean(slow[1]["e2e"]) and np.mean(plain["e2e"]) > 1.1 * np.mean(
+        fast[1]["e2e"]
+    )
+
+
+def test_a_replay_without_settled_decode_steps_is_simulated_at_the_profiles_speed() -> None:
+    workload, profile = small_workload(8), profile_info()
+    config = scheduler_config(EngineSettings(model="m", max_model_len=1024))
+    steps, real = _replay_at(1.5, workload, profile)
+    prefills = [dataclasses.replace(s, prefill=((64, 0),)) for s in steps]
+    given = fidelity.compare_given_speed(workload, "fcfs", [(prefills, real)], config, profile, "step")
+    plain = sim_latencies(simulate(workload, "fcfs", config, profile.model, overheads=profile.overheads).requests)
+    assert given.speeds == (None,)
+    assert given.metric("e2e_mean").sim_s == pytest.approx(np.mean(plain["e2e"]))

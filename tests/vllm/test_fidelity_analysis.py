@@ -16,6 +16,7 @@ from semsched.vllm.fidelity_analysis import (
     class_factors,
     engine_time_ratio,
     error_sources,
+    machine_speed,
     profile_timing,
     profiled_time_s,
     speed_drift,
@@ -172,3 +173,32 @@ def test_window_ratios_compare_busy_windows_only() -> None:
     assert len(ratios) == 2
     expected = [profiled_time_s(s, "cycle") / latency.step_time_s([], 4, 400) for s in (fast[0], slow[0])]
     assert ratios == pytest.approx(expected)
+
+
+def test_machine_speed_is_measured_on_settled_decode_steps_per_window() -> None:
+    latency = BatchLatencyModel(BATCH)
+    predicted = latency.step_time_s([], 4, 400)
+
+    def steady(start: float, factor: float) -> object:
+        record = step((), 4, 400)
+        return replace(record, start_s=start, duration_s=factor * predicted)
+
+    window_0 = [steady(0.1 * i, 1.0) for i in range(20)]  # as profiled
+    # window 1: the first decode step after a prefill (a batch change) and the prefill itself do not count
+    window_1 = [replace(step(((300, 0),), 4, 400), start_s=3.0, duration_s=1.0)]
+    window_1 += [steady(3.1, 9.0)] + [steady(3.2 + 0.1 * i, 1.4) for i in range(20)]
+    window_2 = [steady(6.5, 3.0)] * 2  # too few steps: takes a neighbour's factor
+    window_3 = [steady(9.0 + 0.05 * i, 0.7) for i in range(10)] + [steady(9.6, 0.8)] * 10
+    trace = machine_speed(window_0 + window_1 + window_2 + window_3, latency, "step", window_s=3.0, min_steps=5)
+    assert trace is not None and trace.window_s == 3.0
+    assert trace.factors == pytest.approx((1.0, 1.4, 1.4, 0.75))  # window 3: the time-weighted mean
+    # only the part of a step the profile's timing covers is compared: these steps' model time is as profiled
+    by_model = machine_speed(window_0 + window_1, latency, "execute", window_s=3.0)
+    assert by_model is not None and by_model.factors == pytest.approx((1.0, 1.0))
+
+
+def test_machine_speed_is_none_without_settled_decode_steps() -> None:
+    latency = BatchLatencyModel(BATCH)
+    prefills = [replace(step(((100, 0),), 2, 200), start_s=0.1 * i) for i in range(30)]
+    assert machine_speed(prefills, latency, "step") is None
+    assert machine_speed([], latency, "step") is None
