@@ -18,7 +18,7 @@ import numpy as np
 from semsched.core.request import Request
 from semsched.metrics.request_metrics import request_metrics
 from semsched.vllm.fidelity_analysis import WINDOW_S, ErrorSource, StepClassFit, StepTimes
-from semsched.vllm.replay import ReplayResult
+from semsched.vllm.replay import ReplayResult, StepRecord
 
 TARGET_MEAN_ERROR = 0.10
 """The goal: every policy's TTFT and E2E means within 10 % of the real engine's."""
@@ -403,6 +403,52 @@ def write_report(report: FidelityReport, out: Path) -> list[Path]:
                      chunks, s.num_decode, s.decode_context_tokens, s.num_preempted, s.cached_tokens]
                 )  # fmt: skip
     return paths
+
+
+def read_steps_csv(path: Path) -> dict[tuple[str, int], list[StepRecord]]:
+    """The real steps of a ``steps.csv`` that :func:`write_report` wrote, per (policy, repeat), in order."""
+    steps: dict[tuple[str, int], list[StepRecord]] = {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            try:
+                record = StepRecord(
+                    start_s=float(row["start_s"]),
+                    duration_s=float(row["duration_s"]),
+                    schedule_s=float(row["schedule_s"]),
+                    model_s=float(row["model_s"]),
+                    update_s=float(row["update_s"]),
+                    output_s=float(row["output_s"]),
+                    gap_before_s=float(row["gap_before_s"]),
+                    prefill=tuple(
+                        (int(query), int(context))
+                        for query, context in (chunk.split(":") for chunk in row["prefill_chunks"].split())
+                    ),
+                    num_decode=int(row["num_decode"]),
+                    decode_context_tokens=int(row["decode_context_tokens"]),
+                    num_preempted=int(row["num_preempted"]),
+                    cached_tokens=int(row["cached_tokens"]),
+                )
+                key = (row["policy"], int(row["repeat"]))
+            except (KeyError, TypeError, ValueError) as error:
+                raise ValueError(f"{path}:{line}: not a steps.csv row ({error})") from error
+            steps.setdefault(key, []).append(record)
+    return steps
+
+
+def read_real_latencies(path: Path) -> dict[tuple[str, int], dict[str, list[float]]]:
+    """The real TTFT and E2E of the requests that finished, per (policy, repeat), from a ``requests.csv`` that
+    :func:`write_report` wrote (as ``real_latencies`` gives them for a replay)."""
+    latencies: dict[tuple[str, int], dict[str, list[float]]] = {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            try:
+                found = latencies.setdefault((row["policy"], int(row["repeat"])), {"ttft": [], "e2e": []})
+                if row["real_e2e_s"]:
+                    found["ttft"].append(float(row["real_ttft_s"] or 0.0))
+                    found["e2e"].append(float(row["real_e2e_s"]))
+            except (KeyError, ValueError) as error:
+                raise ValueError(f"{path}:{line}: not a requests.csv row ({error})") from error
+    return latencies
 
 
 # ---- presentation -------------------------------------------------------------------------------------------

@@ -116,11 +116,12 @@ def test_idle_wakeup_smoke(tmp_path: Path) -> None:
 @pytest.mark.data
 def test_fidelity_runs_summarises_runs_and_recomputes_the_full_profile_load(tmp_path: Path) -> None:
     """Two synthetic ``semsched fidelity --out`` directories, one from before the report carried the full
-    profile's saturation rate: the script reads both and recomputes the missing rate from the profile."""
+    profile's saturation rate and the errors on the machine's speed: the script reads both and recomputes what
+    is missing from the profile and the old run's steps and requests (a machine 25 % slower throughout)."""
     from semsched.latency import BatchConfig, BatchLatencyModel, save_profile
     from semsched.vllm import fidelity
     from semsched.vllm.profiling import EngineSettings
-    from semsched.workloads import find_data_file
+    from semsched.workloads import find_data_file, rescale_to_rate
 
     model = BatchLatencyModel(BatchConfig(2e-3, 1e-5, 1e-8, 0.0, 2e-4, 1e-8), name="synthetic")
     trace = str(find_data_file(fidelity.DEFAULT_TRACE_FILE))
@@ -139,6 +140,12 @@ def test_fidelity_runs_summarises_runs_and_recomputes_the_full_profile_load(tmp_
         (run / "fidelity.json").write_text(json.dumps({"meta": meta, "worst_mean_error": 0.05,
                                                        "policies": {"fcfs": policy}}))
         runs.append(str(run))
+    old = tmp_path / "old"
+    meta["engine"] |= {"max_num_seqs": settings.max_num_seqs, "block_size": settings.block_size,
+                       "max_num_batched_tokens": settings.max_num_batched_tokens, "kv_blocks": settings.kv_blocks}
+    (old / "fidelity.json").write_text(json.dumps({"meta": meta, "worst_mean_error": 0.05,
+                                                   "policies": {"fcfs": policy}}))
+    _write_slow_replay(old, rescale_to_rate(workload, 0.3 * capacity), settings, model, 1.25)
     json_path = tmp_path / "runs.json"
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / "fidelity_runs.py"), *runs, "--json", str(json_path)],
@@ -150,6 +157,36 @@ def test_fidelity_runs_summarises_runs_and_recomputes_the_full_profile_load(tmp_
     assert rows["old"]["load_full_profile"] == pytest.approx(0.3)  # recomputed: the same profile throughout
     assert rows["new"]["load_full_profile"] == pytest.approx(0.3 / 0.8)  # as the run recorded it
     assert rows["new"]["probe_range"] == pytest.approx([1.0, 1.5])
+    assert rows["new"]["worst_given_speed"] is None  # neither reported nor recomputable
+    given = rows["old"]["given_speed_errors"]["fcfs"]
+    assert given == pytest.approx({"ttft_mean": 0.0, "e2e_mean": 0.0}, abs=2e-3)  # the 25 % taken out
     missing = subprocess.run([sys.executable, str(BENCHMARKS / "fidelity_runs.py"), str(tmp_path)],
                              capture_output=True, text=True, timeout=60, check=False)
     assert missing.returncode != 0 and "no fidelity.json" in missing.stderr
+
+
+def _write_slow_replay(run: Path, workload: Any, settings: Any, model: Any, slowdown: float) -> None:
+    """``steps.csv`` and ``requests.csv`` of one fcfs replay on a machine ``slowdown`` x the profile throughout:
+    the simulator's latencies at that speed, and settled decode steps that took ``slowdown`` x their time."""
+    import csv
+
+    from semsched.sim.speed import SpeedTrace
+    from semsched.vllm import fidelity
+    from semsched.vllm.fidelity_report import REQUEST_COLUMNS, STEP_COLUMNS
+
+    warm = range(1, settings.max_num_batched_tokens + 1)
+    outcome = fidelity.simulate(workload, "fcfs", fidelity.scheduler_config(settings), model, warm_shapes=warm,
+                                speed=SpeedTrace(1.0, (slowdown,)))
+    real = fidelity.sim_latencies(outcome.requests)
+    with (run / "requests.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, REQUEST_COLUMNS, restval="")
+        writer.writeheader()
+        writer.writerows({"policy": "fcfs", "repeat": 0, "request_id": i, "real_ttft_s": ttft, "real_e2e_s": e2e}
+                         for i, (ttft, e2e) in enumerate(zip(real["ttft"], real["e2e"], strict=True)))
+    step_s = slowdown * model.step_time_s([], 4, 800)
+    end_s = max(r.finish_time_s or 0.0 for r in outcome.requests)
+    with (run / "steps.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(STEP_COLUMNS)
+        for i in range(int(end_s / 0.05) + 1):
+            writer.writerow(["fcfs", 0, f"{0.05 * i:.6f}", step_s, 0, step_s, 0, 0, 0, "", 4, 800, 0, 0])

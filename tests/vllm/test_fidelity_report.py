@@ -236,3 +236,33 @@ def test_load_line_says_when_the_first_part_set_the_rate_off(
         assert "first part was measured" not in line
     else:
         assert expected in line
+
+
+def test_the_written_steps_and_latencies_read_back_as_the_replays_had_them(
+    repeated_report: FidelityReport, tmp_path: Path
+) -> None:
+    from semsched.vllm.fidelity import real_latencies
+    from semsched.vllm.fidelity_report import read_real_latencies, read_steps_csv
+
+    write_report(repeated_report, tmp_path)
+    steps, latencies = read_steps_csv(tmp_path / "steps.csv"), read_real_latencies(tmp_path / "requests.csv")
+    expected = {(p.policy, i): r for p in repeated_report.policies for i, r in enumerate(p.all_replays)}
+    assert set(steps) == set(latencies) == set(expected)
+    for key, replay in expected.items():
+        assert len(steps[key]) == len(replay.steps)
+        for read, original in zip(steps[key], replay.steps, strict=True):
+            assert read.prefill == original.prefill and read.num_decode == original.num_decode
+            assert read.duration_s == pytest.approx(original.duration_s, abs=1e-6)  # written to the microsecond
+        real = real_latencies(replay)
+        assert latencies[key]["e2e"] == pytest.approx(real["e2e"]) and latencies[key]["ttft"] == pytest.approx(
+            real["ttft"]
+        )
+
+
+def test_a_file_that_is_not_a_steps_csv_is_refused_with_its_line(tmp_path: Path) -> None:
+    from semsched.vllm.fidelity_report import STEP_COLUMNS, read_steps_csv
+
+    path = tmp_path / "steps.csv"
+    path.write_text(",".join(STEP_COLUMNS) + "\nfcfs,0,0.1,0.2,0,0,0,0,0,12:0:5,1,10,0,0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"steps.csv:2: not a steps.csv row"):
+        read_steps_csv(path)
