@@ -8,8 +8,9 @@ The same requests (arrival times, prompt and output lengths, priorities and tier
    equal to the engine's (token budget, sequence cap, block size, KV blocks, no watermark, no swap),
 
 and the report gives, per policy, TTFT and E2E (mean and p90) in both (the real side: the mean over the
-replays, with their range), their relative errors ``(sim - real) / real``, and an account of where the
-difference comes from (:class:`ErrorAnalysis`, of the median replay).
+replays, with their range), their relative errors ``(sim - real) / real``, an account of where the
+difference comes from (:class:`ErrorAnalysis`, of the median replay), and the same errors with the simulator run
+on the speed the machine ran each replay at (:class:`GivenSpeed`, :func:`compare_given_speed`).
 
 The slice: the first ``num_requests`` requests of an Azure-format trace; prompt and output lengths scaled by one
 factor so the longest request fits the engine's ``max_model_len``; arrivals rescaled to the replay rate (bursts
