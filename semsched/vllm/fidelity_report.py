@@ -64,6 +64,14 @@ class MetricComparison:
         return data
 
 
+def find_metric(metrics: Sequence[MetricComparison], name: str) -> MetricComparison:
+    """The comparison of statistic ``name`` (``ttft_mean``, ...); KeyError if there is none."""
+    for comparison in metrics:
+        if comparison.metric == name:
+            return comparison
+    raise KeyError(name)
+
+
 def statistic(values: Sequence[float] | np.ndarray, name: str) -> float:
     """``mean`` or ``p90`` (numpy's linear interpolation, as :mod:`semsched.metrics` uses)."""
     array = np.asarray(values, dtype=np.float64)
@@ -166,10 +174,7 @@ class GivenSpeed:
         return cls(window_s, metrics, tuple(per_replay), tuple(speeds))
 
     def metric(self, name: str) -> MetricComparison:
-        for comparison in self.metrics:
-            if comparison.metric == name:
-                return comparison
-        raise KeyError(name)
+        return find_metric(self.metrics, name)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -257,10 +262,7 @@ class PolicyFidelity:
         return self.replays or (self.real,)
 
     def metric(self, name: str) -> MetricComparison:
-        for comparison in self.metrics:
-            if comparison.metric == name:
-                return comparison
-        raise KeyError(name)
+        return find_metric(self.metrics, name)
 
     @property
     def num_complete(self) -> int:
