@@ -8,7 +8,7 @@ cache setting (oneDNN reads the variable once per process):
 1. **first time**: a prefill of a size the process never ran, minus the same prefill run right after (the median
    over ``--sizes`` sizes drawn from 1 to the token budget, by size range);
 2. **after every size**: once every size from 1 to the budget has run once, in ascending order
-   (:meth:`~semsched.vllm.replay.ServedEngine.warm_batch_sizes`), the same sizes again, minus a repeat right
+   (:meth:`~semsched.calibrate.replay.ServedEngine.warm_batch_sizes`), the same sizes again, minus a repeat right
    after, split into the lower half of the sizes (run longest ago) and the upper half: with a cache too small
    for every size, the early ones were evicted and are built again.
 
@@ -41,8 +41,8 @@ RANGES = ((1, 64), (64, 128), (128, 256), (256, 384), (384, 100_000))
 
 def measure(model: str, num_sizes: int, budget: int, seed: int) -> dict[str, Any]:
     """One process's measurements (run in a child: the cache capacity is fixed when oneDNN first builds one)."""
-    from semsched.vllm.profiling import EngineSettings
-    from semsched.vllm.replay import ServedEngine
+    from semsched.calibrate.profiling import EngineSettings
+    from semsched.calibrate.replay import ServedEngine
 
     settings = EngineSettings(model=model, max_num_batched_tokens=budget)
     sizes = random.Random(seed).sample(range(1, budget + 1), num_sizes)

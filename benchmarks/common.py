@@ -89,7 +89,7 @@ def model_dir(model: str | None) -> Iterator[str]:
     if model is not None:
         yield model
         return
-    from semsched.vllm.tiny_model import make_tiny_model
+    from semsched.calibrate.tiny_model import make_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="semsched-bench-model-") as scratch:
         yield str(make_tiny_model(Path(scratch) / "model"))

@@ -1,7 +1,8 @@
 """Engine speed drift: does a vLLM engine's step time move with the machine, or with the engine instance?
 
 Two (``--engines``) engines start in this process, each warmed (every batch size once), and take turns running the
-engine-speed probe of ``semsched fidelity`` (:meth:`~semsched.vllm.replay.ServedEngine.probe_step_s`: the median
+engine-speed probe of ``semsched fidelity``
+(:meth:`~semsched.calibrate.replay.ServedEngine.probe_step_s`: the median
 wall time of 200 decode-only steps of 4 requests, about 0.6 s), ``--rounds`` rounds, in alternating order. Then:
 
 * **over time**: each round's mean over the engines, relative to the median round: how far the same step's time
@@ -61,9 +62,9 @@ def measure(model: str, engines: int, rounds: int) -> tuple[list[list[float]], l
     kernels' seconds (:func:`kernel_times_s`)."""
     import numpy as np
 
-    from semsched.vllm.fidelity import shape_cache_capacity
-    from semsched.vllm.profiling import EngineSettings
-    from semsched.vllm.replay import ServedEngine, set_torch_threads
+    from semsched.calibrate.fidelity import shape_cache_capacity
+    from semsched.calibrate.profiling import EngineSettings
+    from semsched.calibrate.replay import ServedEngine, set_torch_threads
 
     settings = EngineSettings(model=model)
     shape_cache_capacity(settings)

@@ -25,10 +25,10 @@ from common import ResultTable, dump_json, make_console
 
 
 def summarise(run: Path) -> dict[str, Any]:
+    from semsched.calibrate import fidelity
+    from semsched.calibrate.fidelity_analysis import PROBE_FIT_KEY
+    from semsched.calibrate.profiling import EngineSettings
     from semsched.latency import load_profile_info
-    from semsched.vllm import fidelity
-    from semsched.vllm.fidelity_analysis import PROBE_FIT_KEY
-    from semsched.vllm.profiling import EngineSettings
 
     for name in ("fidelity.json", "profile.yaml"):
         if not (run / name).is_file():
@@ -81,10 +81,10 @@ def given_speed_errors(run: Path, data: dict[str, Any], profile: Any) -> dict[st
         }
     if not ((run / "steps.csv").is_file() and (run / "requests.csv").is_file()):
         return None
-    from semsched.vllm import fidelity
-    from semsched.vllm.fidelity_analysis import profile_timing
-    from semsched.vllm.fidelity_report import read_real_latencies, read_steps_csv
-    from semsched.vllm.profiling import EngineSettings
+    from semsched.calibrate import fidelity
+    from semsched.calibrate.fidelity_analysis import profile_timing
+    from semsched.calibrate.fidelity_report import read_real_latencies, read_steps_csv
+    from semsched.calibrate.profiling import EngineSettings
     from semsched.workloads import rescale_to_rate
 
     meta = data["meta"]

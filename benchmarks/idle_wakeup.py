@@ -1,7 +1,7 @@
 """Idle wake-up: how much longer a request takes to its first token when it finds the engine idle.
 
 One warmed engine (the replay's: semsched adapter, detokenisation on, every batch size run once) serves lone
-requests of ``--prompt`` tokens (``max_tokens=1``) with :func:`semsched.vllm.profiling.wakeup_times_s`, the
+requests of ``--prompt`` tokens (``max_tokens=1``) with :func:`semsched.calibrate.profiling.wakeup_times_s`, the
 profiler's own measurement, once per idle time in ``--idle-ms``: alternately one arriving as the previous request
 finished (busy) and one arriving after the serving loop slept that long (idle). Per idle time it prints the median
 arrival-to-first-token time of both and their difference, the cost the simulator charges as
@@ -25,9 +25,9 @@ from common import ResultTable, at_least, dump_json, make_console, model_dir  # 
 
 def measure(model: str, idle_ms: list[float], trials: int, prompt: int) -> dict[str, list[list[float]]]:
     """Per idle time: ``[busy times, idle times]`` in seconds."""
-    from semsched.vllm.fidelity import shape_cache_capacity
-    from semsched.vllm.profiling import EngineSettings, wakeup_times_s
-    from semsched.vllm.replay import ServedEngine, set_torch_threads
+    from semsched.calibrate.fidelity import shape_cache_capacity
+    from semsched.calibrate.profiling import EngineSettings, wakeup_times_s
+    from semsched.calibrate.replay import ServedEngine, set_torch_threads
 
     settings = EngineSettings(model=model)
     shape_cache_capacity(settings)

@@ -210,7 +210,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None:
-            from semsched.vllm.tiny_model import make_tiny_model
+            from semsched.calibrate.tiny_model import make_tiny_model
 
             model = str(make_tiny_model(Path(tmp) / "tiny"))
         engine_table, engine_raw = engine_benchmark(model, args)

@@ -275,7 +275,7 @@ def _cmd_profile(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--engine: only 'vllm' can be profiled (got {args.engine!r})")
     if not Path(args.model).is_dir():
         raise ValueError(f"--model: {args.model} is not a directory")
-    from semsched.vllm import profiling  # plain Python; vLLM itself is imported when the engine starts
+    from semsched.calibrate import profiling  # plain Python; vLLM itself is imported when the engine starts
 
     settings = profiling.EngineSettings(
         model=args.model,
@@ -442,11 +442,11 @@ def _add_fidelity_parser(sub: Any) -> None:
 
 
 def _cmd_fidelity(args: argparse.Namespace, console: Console) -> int:
-    """Real vLLM vs the simulator on one trace slice; see :mod:`semsched.vllm.fidelity`."""
+    """Real vLLM vs the simulator on one trace slice; see :mod:`semsched.calibrate.fidelity`."""
     # before vLLM is imported: its INFO lines drown the table, and nothing may leave the machine
     for key, value in (("VLLM_LOGGING_LEVEL", "ERROR"), ("VLLM_NO_USAGE_STATS", "1"), ("HF_HUB_OFFLINE", "1")):
         os.environ.setdefault(key, value)
-    from semsched.vllm import fidelity, fidelity_report
+    from semsched.calibrate import fidelity, fidelity_report
 
     if args.requests < 2:
         raise ValueError(f"--requests: must be >= 2 (got {args.requests})")
@@ -509,7 +509,7 @@ def _cmd_fidelity(args: argparse.Namespace, console: Console) -> int:
 
 
 def _tiny_model(console: Console, dest: Path) -> str:
-    from semsched.vllm.tiny_model import make_tiny_model
+    from semsched.calibrate.tiny_model import make_tiny_model
 
     console.print(f"model: a tiny random-weight model in {dest}")
     return str(make_tiny_model(dest))

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from semsched.core.errors import SemschedError
+
 
 class RequestState(enum.Enum):
     """Where a request is in its life. Terminal states: FINISHED, REJECTED, DROPPED."""
@@ -37,7 +39,7 @@ class RequestState(enum.Enum):
 _TERMINAL = frozenset({RequestState.FINISHED, RequestState.REJECTED, RequestState.DROPPED})
 
 
-class InvalidRequestError(ValueError):
+class InvalidRequestError(SemschedError):
     """A request field is out of range; the message names the field and the limit."""
 
 

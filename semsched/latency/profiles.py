@@ -47,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from semsched.core.errors import SemschedError
 from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
 from semsched.latency.base import LatencyModel
 from semsched.latency.batch import BatchConfig, BatchLatencyModel
@@ -67,7 +68,7 @@ FitValue = int | float | str | bool
 """A value of a profile's ``fit`` section: a number or a short text."""
 
 
-class ProfileError(ValueError):
+class ProfileError(SemschedError):
     """A profile cannot be found, read or validated; the message names the file and the offending field."""
 
 

@@ -11,12 +11,13 @@ import types
 import typing
 from typing import Any, TypeVar
 
+from semsched.core.errors import SemschedError
 from semsched.core.policy import Policy, PolicyConfig
 
 P = TypeVar("P", bound=type[Policy])
 
 
-class PolicyError(ValueError):
+class PolicyError(SemschedError):
     """Unknown policy, unknown parameter or bad parameter value; the message says which and why."""
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from semsched.core.errors import SemschedError
 from semsched.core.policy import Policy
 from semsched.policies import PolicyError, make_policy
 
@@ -36,7 +37,7 @@ DEFAULT_POLICY = "fcfs"
 _FILE_KEYS = frozenset({"policy", "metrics_port", "metrics_host"})
 
 
-class AdapterConfigError(ValueError):
+class AdapterConfigError(SemschedError):
     """The adapter's configuration is invalid; the message names the variable or file and the key."""
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from semsched.core.request import InvalidRequestError, LengthDistribution
-from semsched.workloads.tiers import DEFAULT_TIERS
+from semsched.core.tiers import DEFAULT_TIERS
 
 MAX_SLO_MS = 86_400_000.0  # one day
 MAX_TIER_CHARS = 64

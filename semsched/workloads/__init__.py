@@ -6,6 +6,7 @@ Start with :func:`build_workload` (named workloads, see :mod:`semsched.workloads
 SLOs), ``registry`` (named workloads), ``fit_default`` (regenerates the packaged length fit).
 """
 
+from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierError, TierSpec
 from semsched.workloads.arrivals import (
     ArrivalError,
     gamma_arrivals,
@@ -25,14 +26,7 @@ from semsched.workloads.lengths import (
     spearman_correlation,
 )
 from semsched.workloads.registry import WORKLOADS, WorkloadParams, build_workload, register
-from semsched.workloads.tiers import (
-    DEFAULT_TIERS,
-    UNTIERED,
-    TierError,
-    TierSpec,
-    assign_tiers,
-    tiers_from_column,
-)
+from semsched.workloads.tiers import assign_tiers, tiers_from_column
 from semsched.workloads.traces import (
     DataNotFoundError,
     LoadReport,

@@ -31,6 +31,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
+from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierSpec
 from semsched.workloads.arrivals import (
     gamma_arrivals,
     gamma_arrivals_until,
@@ -40,7 +41,7 @@ from semsched.workloads.arrivals import (
     spike_arrivals,
 )
 from semsched.workloads.lengths import LengthSampler, fitted_lengths
-from semsched.workloads.tiers import DEFAULT_TIERS, UNTIERED, TierSpec, assign_tiers
+from semsched.workloads.tiers import assign_tiers
 from semsched.workloads.traces import find_data_file, load_azure_csv, load_mooncake_jsonl, rescale_to_rate
 from semsched.workloads.workload import Workload, WorkloadError
 

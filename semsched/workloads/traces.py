@@ -38,7 +38,8 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from semsched.workloads.tiers import DEFAULT_TIERS, UNTIERED, TierSpec, tier_index
+from semsched.core.errors import SemschedError
+from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierSpec, tier_index
 from semsched.workloads.workload import Workload, WorkloadError
 
 DATA_DIR_ENV = "SEMSCHED_DATA_DIR"
@@ -53,7 +54,7 @@ class TraceFormatError(WorkloadError):
     """A trace file is malformed; the message names the file, the line, the field and the problem."""
 
 
-class DataNotFoundError(FileNotFoundError):
+class DataNotFoundError(SemschedError, FileNotFoundError):
     """The shared data directory, or a file in it, does not exist; the message says where we looked."""
 
 

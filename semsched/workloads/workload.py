@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from semsched.core.errors import SemschedError
 from semsched.core.request import Request
-from semsched.workloads.tiers import UNTIERED, TierError, TierSpec, tier_index
+from semsched.core.tiers import UNTIERED, TierError, TierSpec, tier_index
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-class WorkloadError(ValueError):
+class WorkloadError(SemschedError):
     """A workload is malformed or cannot be built; the message names the field and the bad index or value."""
 
 

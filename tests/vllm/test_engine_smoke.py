@@ -26,7 +26,7 @@ def test_every_request_gets_exactly_max_tokens(default_llm: LLM) -> None:
 def test_prompts_are_tokenized_as_llama_2(default_llm: LLM) -> None:
     from transformers import AutoTokenizer
 
-    from semsched.vllm.tiny_model import tokenizer_dir
+    from semsched.calibrate.tiny_model import tokenizer_dir
 
     text = "hello world, this is a test"
     expected = AutoTokenizer.from_pretrained(tokenizer_dir())(text)["input_ids"]

@@ -3,8 +3,8 @@ import math
 import pytest
 
 from semsched.core.request import InvalidRequestError
+from semsched.core.tiers import PREMIUM
 from semsched.vllm.xargs import MAX_SLO_MS, SEMSCHED_KEYS, parse_request_options
-from semsched.workloads.tiers import PREMIUM
 
 
 def test_empty_inputs_give_defaults() -> None:

@@ -1,7 +1,7 @@
 """Where a replay's engine time differs from what a latency profile charges: the analysis half of
 ``semsched fidelity``.
 
-Everything here is a pure function of the replay's :class:`~semsched.vllm.replay.StepRecord` list and a
+Everything here is a pure function of the replay's :class:`~semsched.calibrate.replay.StepRecord` list and a
 :class:`~semsched.latency.LatencyModel`: the wall time of the real steps split by where it went, the profile's
 prediction for the very same batches, the split of the difference into named sources (step-time fit, time the
 profile's timing does not cover, prefix-cache hits, idle wake-ups, warm-up), and the two counterfactual models the
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from semsched.calibrate.replay import ReplayResult, StepRecord
 from semsched.latency import EngineOverheads, LatencyModel, ProfileInfo
 from semsched.latency.base import FloatArray
 from semsched.sim.speed import SpeedTrace
-from semsched.vllm.replay import ReplayResult, StepRecord
 
 WARMUP_WINDOW_STEPS = 50
 """Steps at the start of a replay compared with the rest for a warm-up effect."""

@@ -2,7 +2,7 @@
 
 The same requests (arrival times, prompt and output lengths, priorities and tiers) go through
 
-1. **real vLLM** with the semsched scheduler (:mod:`semsched.vllm.replay`: open-loop, in-process engine, a
+1. **real vLLM** with the semsched scheduler (:mod:`semsched.calibrate.replay`: open-loop, in-process engine, a
    fresh engine per replay; every policy is replayed ``repeats`` times, alternating between policies), and
 2. **the simulator** with a latency profile of that engine and a :class:`~semsched.core.scheduler.SchedulerConfig`
    equal to the engine's (token budget, sequence cap, block size, KV blocks, no watermark, no swap),
@@ -18,9 +18,9 @@ kept); tiers (and so priorities) drawn from :data:`~semsched.workloads.DEFAULT_T
 random token ids from the seed, so the prefix cache finds nothing it was not given by the replay itself.
 
 Modules: this one (the slice, the engine and its profile, the simulated side, the run),
-:mod:`semsched.vllm.replay` (the real side), :mod:`semsched.vllm.fidelity_analysis` (where engine time differs
-from the profile) and :mod:`semsched.vllm.fidelity_report` (comparisons, table, analysis lines, files). None of
-them imports vLLM at import time; engines start inside :func:`run_fidelity`.
+:mod:`semsched.calibrate.replay` (the real side), :mod:`semsched.calibrate.fidelity_analysis` (where engine time
+differs from the profile) and :mod:`semsched.calibrate.fidelity_report` (comparisons, table, analysis lines,
+files). None of them imports vLLM at import time; engines start inside :func:`run_fidelity`.
 """
 
 from __future__ import annotations
@@ -38,16 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from semsched.core.request import Request
-from semsched.core.scheduler import Scheduler, SchedulerConfig
-from semsched.latency import EngineOverheads, LatencyModel, ProfileInfo, load_profile_info, save_profile
-from semsched.latency.profiles import ProfiledEngine
-from semsched.metrics.request_metrics import request_metrics
-from semsched.policies import make_policy
-from semsched.sim.engine import Instance, Simulation
-from semsched.sim.router import make_router
-from semsched.sim.speed import SpeedTrace
-from semsched.vllm.fidelity_analysis import (
+from semsched.calibrate.fidelity_analysis import (
     PROBE_FIT_KEY,
     SPEED_WINDOW_S,
     ClassScaledLatency,
@@ -64,7 +55,7 @@ from semsched.vllm.fidelity_analysis import (
     step_fit_mape,
     window_ratios,
 )
-from semsched.vllm.fidelity_report import (
+from semsched.calibrate.fidelity_report import (
     SENSITIVITY_FACTOR,
     ErrorAnalysis,
     FidelityReport,
@@ -75,8 +66,24 @@ from semsched.vllm.fidelity_report import (
     compare,
     compare_repeats,
 )
-from semsched.vllm.profiling import DTYPES, FIRST_PROMPT_TOKEN_ID, Dtype, EngineSettings, MeasuredStep, ProfileGrid
-from semsched.vllm.replay import ReplayRequest, ReplayResult, StepRecord
+from semsched.calibrate.profiling import (
+    DTYPES,
+    FIRST_PROMPT_TOKEN_ID,
+    Dtype,
+    EngineSettings,
+    MeasuredStep,
+    ProfileGrid,
+)
+from semsched.calibrate.replay import ReplayRequest, ReplayResult, StepRecord
+from semsched.core.request import Request
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import EngineOverheads, LatencyModel, ProfileInfo, load_profile_info, save_profile
+from semsched.latency.profiles import ProfiledEngine
+from semsched.metrics.request_metrics import request_metrics
+from semsched.policies import make_policy
+from semsched.sim.engine import Instance, Simulation
+from semsched.sim.router import make_router
+from semsched.sim.speed import SpeedTrace
 from semsched.workloads import DEFAULT_TIERS, Workload, assign_tiers, load_azure_csv, rescale_to_rate
 
 DEFAULT_TRACE_FILE = "azure_llm_2023_conv.csv"
@@ -352,7 +359,7 @@ def compare_given_speed(
     warm_shapes: Iterable[int] = (),
 ) -> GivenSpeed:
     """Simulate ``workload`` once per replay (its steps and its real TTFT/E2E lists), on the machine's speed
-    while that replay ran (:func:`~semsched.vllm.fidelity_analysis.machine_speed`), and compare each with its
+    while that replay ran (:func:`~semsched.calibrate.fidelity_analysis.machine_speed`), and compare each with its
     replay: the fidelity the profile has once the machine's drift between the profile and the replay, and
     within the replay, is taken out."""
     shapes = set(warm_shapes)
@@ -449,7 +456,7 @@ percent for seconds to minutes at a time, many rounds far apart keep one slow st
 def profile_grid(settings: EngineSettings, *, repeats: int = PROFILE_REPEATS) -> ProfileGrid:
     """The profiler's ``quick`` grid plus :data:`PROFILE_EXTRA_BATCH_SIZES` (those below ``max_num_seqs - 1``)
     and :data:`PROFILE_EXTRA_PREFILL_FRACTIONS` of the token budget, run ``repeats`` rounds."""
-    from semsched.vllm.profiling import make_grid
+    from semsched.calibrate.profiling import make_grid
 
     quick = make_grid("quick", settings, repeats=repeats)
     extra = {size for size in PROFILE_EXTRA_BATCH_SIZES if size < settings.max_num_seqs - 1}
@@ -467,12 +474,12 @@ def profile_grid(settings: EngineSettings, *, repeats: int = PROFILE_REPEATS) ->
 class ProfileSession:
     """The profile of the engine ``semsched fidelity`` replays on, measured in parts.
 
-    Each :meth:`measure` starts a fresh :class:`~semsched.vllm.replay.ServedEngine` (the semsched adapter,
+    Each :meth:`measure` starts a fresh :class:`~semsched.calibrate.replay.ServedEngine` (the semsched adapter,
     detokenisation, whole ``LLMEngine.step()`` wall time), runs rounds of :func:`profile_grid` with the profiler's
-    driver (:func:`~semsched.vllm.profiling.measure_grid`) and the engine-speed probe, and shuts it down.
+    driver (:func:`~semsched.calibrate.profiling.measure_grid`) and the engine-speed probe, and shuts it down.
     :func:`run_fidelity` interleaves the parts with the replays, so the profile samples the machine at the same
     stretches of time as the replays do. :meth:`save` fits every step measured so far (each grid step's mean over
-    its repeats, :func:`~semsched.vllm.profiling.fit_steps`), writes the profile with ``fit.timing: step`` and
+    its repeats, :func:`~semsched.calibrate.profiling.fit_steps`), writes the profile with ``fit.timing: step`` and
     loads it back.
     """
 
@@ -495,8 +502,8 @@ class ProfileSession:
     def measure(self, rounds: int, progress: Callable[[int, int], None] | None = None) -> None:
         """Measure ``rounds`` more rounds of the grid on a fresh engine (then the engine-speed probe, the request
         intake and the cost of waking from idle)."""
-        from semsched.vllm.profiling import WAKEUP_TRIALS, intake_times_s, measure_grid, wakeup_times_s
-        from semsched.vllm.replay import ServedEngine
+        from semsched.calibrate.profiling import WAKEUP_TRIALS, intake_times_s, measure_grid, wakeup_times_s
+        from semsched.calibrate.replay import ServedEngine
 
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds: must be an integer >= 1 (got {rounds!r})")
@@ -519,7 +526,7 @@ class ProfileSession:
     def overheads(self) -> dict[str, float]:
         """What was measured of the profile's ``overheads``: the request intake (median), the first step of a
         new batch size, and waking from idle (median idle minus median busy arrival-to-first-token time)."""
-        from semsched.vllm.profiling import idle_wakeup_overhead_s, new_shape_overhead_s
+        from semsched.calibrate.profiling import idle_wakeup_overhead_s, new_shape_overhead_s
 
         measured = {
             "arrival_s": float(np.median(self.intake_s)) if self.intake_s else None,
@@ -531,7 +538,7 @@ class ProfileSession:
     def save(self, path: Path) -> ProfileInfo:
         """Fit every step measured so far, write the profile to ``path`` (and every step to
         ``<stem>_steps.csv`` beside it) and load it back."""
-        from semsched.vllm.profiling import default_profile_name, fit_steps
+        from semsched.calibrate.profiling import default_profile_name, fit_steps
 
         if not self.steps or self.engine is None:
             raise ValueError("profile: nothing measured yet")
@@ -549,7 +556,7 @@ class ProfileSession:
                 f"{measured.engine_version} ({measured.device}, {measured.dtype}), {Path(measured.model).name}, "
                 "semsched adapter (fcfs), detokenisation on; step time = whole LLMEngine.step() wall time"
             ),
-            source="Measured by `semsched fidelity` with the semsched.vllm.profiling grid driver and fit.",
+            source="Measured by `semsched fidelity` with the semsched.calibrate.profiling grid driver and fit.",
             engine=measured,
             fit={
                 "method": "relative-error non-negative least squares on the mean of each step's repeats",
@@ -701,7 +708,7 @@ def run_fidelity(
     ``profile_path`` (required then) in parts (:class:`ProfileSession`, :func:`profile_rounds`): one before the
     replays, whose fit sets the replay rate, and one after each round of replays; the simulator gets the fit of
     all parts."""
-    from semsched.vllm.replay import set_torch_threads
+    from semsched.calibrate.replay import set_torch_threads
 
     say = log or (lambda message: None)
     load_before = os.getloadavg()[0]
@@ -764,7 +771,7 @@ def shape_cache_capacity(settings: EngineSettings) -> str | None:
     vLLM's CPU backend builds a matmul primitive per number of tokens a step computes. With oneDNN's default
     1,024 primitives, a 512-token budget's sizes do not fit: after every size had run once, running an early
     size again cost 2.2 ms more than a repeat (tiny model), 0.2 ms less with room for all of them. The replays
-    and the profile warm every size (:meth:`~semsched.vllm.replay.ServedEngine.warm_batch_sizes`), so they
+    and the profile warm every size (:meth:`~semsched.calibrate.replay.ServedEngine.warm_batch_sizes`), so they
     measure the warm engine the simulator models. oneDNN reads the variable when it first builds a primitive:
     call this before any engine starts in the process."""
     os.environ.setdefault(ONEDNN_CACHE_ENV, str(SHAPE_CACHE_PER_BUDGET_TOKEN * settings.max_num_batched_tokens))
@@ -782,7 +789,7 @@ def _profile_part(
 def _replay_policy(
     config: FidelityConfig, prepared: PreparedSlice, policy: str, index: int, say: Log, progress: Progress | None
 ) -> ReplayResult:
-    from semsched.vllm.replay import replay
+    from semsched.calibrate.replay import replay
 
     label = policy if config.repeats == 1 else f"{policy} ({index + 1}/{config.repeats})"
     say(f"replaying {label} on vLLM ...")

@@ -16,8 +16,9 @@ and how many prompt tokens were found in the prefix cache. The recording schedul
 :class:`semsched.vllm.Scheduler` itself (the policy decides exactly as in production) with timers around
 ``schedule`` and ``update_from_output``.
 
-:class:`ServedEngine` is the same engine as a :class:`~semsched.vllm.profiling.ProfilingEngine`, so the profiler's
-grid driver can measure exactly what the replay runs (:func:`semsched.vllm.fidelity.profile_engine`).
+:class:`ServedEngine` is the same engine as a :class:`~semsched.calibrate.profiling.ProfilingEngine`, so the
+profiler's grid driver can measure exactly what the replay runs
+(:func:`semsched.calibrate.fidelity.profile_engine`).
 
 This module's data types are plain Python; vLLM is imported only when an engine starts.
 """
@@ -32,16 +33,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from semsched.vllm.config import CONFIG_ENV, POLICY_ENV
-from semsched.vllm.environ import temporary_environ
-from semsched.vllm.profiling import (
+from semsched.calibrate.profiling import (
     EngineSettings,
     InProcessEngine,
     StepComposition,
     batch_tokens,
     step_composition,
 )
-from semsched.vllm.profiling import StepRecord as ProfilingStep
+from semsched.calibrate.profiling import StepRecord as ProfilingStep
+from semsched.vllm.config import CONFIG_ENV, POLICY_ENV
+from semsched.vllm.environ import temporary_environ
 
 PROBE_DECODES = 4
 PROBE_CONTEXT_TOKENS = 256
@@ -155,7 +156,7 @@ class _CoreStep:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens the step computed (its batch size): see :func:`~semsched.vllm.profiling.batch_tokens`."""
+        """Tokens the step computed (its batch size): see :func:`~semsched.calibrate.profiling.batch_tokens`."""
         return batch_tokens(self.prefill, self.num_decode)
 
 
@@ -336,7 +337,7 @@ def _describe_batch(scheduler: Any, output: Any, step: _CoreStep) -> None:
 # ---- the same engine, for the profiler ----------------------------------------------------------------------
 class ServedEngine(InProcessEngine):
     """The replay's engine (the semsched adapter with ``policy``, detokenisation on, prefix caching as asked) as a
-    :class:`~semsched.vllm.profiling.ProfilingEngine`. Its steps report ``iteration_s`` as the whole
+    :class:`~semsched.calibrate.profiling.ProfilingEngine`. Its steps report ``iteration_s`` as the whole
     ``LLMEngine.step()`` wall time, output processing included: what one simulated step stands for in a replay.
     ``execute_s`` is the model's share (``schedule()`` return to ``update_from_output()`` entry).
 

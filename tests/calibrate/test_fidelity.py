@@ -1,4 +1,4 @@
-"""Tests for semsched/vllm/fidelity.py (and, in the last test, semsched/vllm/replay.py).
+"""Tests for semsched/calibrate/fidelity.py (and, in the last test, semsched/calibrate/replay.py).
 
 Everything but the last test runs without an engine: the trace slice and its length scaling, the engine requests,
 the engine settings taken from a profile, the simulated side, and the command line's input checks. The last test
@@ -19,12 +19,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semsched.cli import main
-from semsched.latency import EngineOverheads, ProfileInfo, load_profile, load_profile_info
-from semsched.latency.batch import BatchLatencyModel
-from semsched.sim.speed import SpeedTrace
-from semsched.vllm import fidelity
-from semsched.vllm.fidelity import (
+from semsched.calibrate import fidelity
+from semsched.calibrate.fidelity import (
     FidelityConfig,
     engine_settings,
     load_slice,
@@ -38,11 +34,15 @@ from semsched.vllm.fidelity import (
     simulate,
     warmup_requests,
 )
-from semsched.vllm.fidelity_report import write_report
-from semsched.vllm.profiling import FIRST_PROMPT_TOKEN_ID, EngineSettings
-from semsched.vllm.replay import StepRecord
+from semsched.calibrate.fidelity_report import write_report
+from semsched.calibrate.profiling import FIRST_PROMPT_TOKEN_ID, EngineSettings
+from semsched.calibrate.replay import StepRecord
+from semsched.cli import main
+from semsched.latency import EngineOverheads, ProfileInfo, load_profile, load_profile_info
+from semsched.latency.batch import BatchLatencyModel
+from semsched.sim.speed import SpeedTrace
 from semsched.workloads import DEFAULT_TIERS, Workload
-from tests.vllm.fidelity_factories import BATCH, model_dir, profile_info, small_workload, write_trace
+from tests.calibrate.fidelity_factories import BATCH, model_dir, profile_info, small_workload, write_trace
 
 
 # ---- the slice ------------------------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_the_profile_is_split_into_one_part_before_and_one_after_each_round(repe
 
 
 def test_the_fidelity_grid_adds_small_batches_and_mid_length_prefills() -> None:
-    from semsched.vllm.profiling import make_grid
+    from semsched.calibrate.profiling import make_grid
 
     settings = EngineSettings(model="m", max_model_len=2048)
     grid, quick = fidelity.profile_grid(settings, repeats=2), make_grid("quick", settings)
@@ -220,7 +220,7 @@ def test_the_fidelity_grid_adds_small_batches_and_mid_length_prefills() -> None:
 
 
 def test_the_median_replay_is_the_one_with_the_median_mean_e2e() -> None:
-    from tests.vllm.fidelity_factories import replay_result
+    from tests.calibrate.fidelity_factories import replay_result
 
     workload = small_workload()
     results = [replay_result(workload, slowdown=s) for s in (1.5, 0.9, 1.2, 2.0)]

@@ -1,4 +1,4 @@
-"""Tests for semsched/vllm/fidelity_report.py: comparisons, the rich table, the analysis lines and the files,
+"""Tests for semsched/calibrate/fidelity_report.py: comparisons, the rich table, the analysis lines and the files,
 on a report built from a synthetic replay (the simulator's own latencies, 20 % slower)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from semsched.vllm.fidelity import compare_policy, scheduler_config
-from semsched.vllm.fidelity_report import (
+from semsched.calibrate.fidelity import compare_policy, scheduler_config
+from semsched.calibrate.fidelity_report import (
     FidelityReport,
     MetricComparison,
     analysis_lines,
@@ -26,8 +26,8 @@ from semsched.vllm.fidelity_report import (
     statistic,
     write_report,
 )
-from semsched.vllm.profiling import EngineSettings
-from tests.vllm.fidelity_factories import profile_info, replay_result, small_workload
+from semsched.calibrate.profiling import EngineSettings
+from tests.calibrate.fidelity_factories import profile_info, replay_result, small_workload
 
 
 def test_relative_error_is_sim_minus_real_over_real() -> None:
@@ -224,7 +224,7 @@ def test_with_repeats_the_table_the_lines_and_the_files_show_every_replay(
 def test_load_line_says_when_the_first_part_set_the_rate_off(
     first: float, full: float, expected: str | None
 ) -> None:
-    from semsched.vllm.fidelity_report import _load_line
+    from semsched.calibrate.fidelity_report import _load_line
 
     rate = 0.3 * first
     line = _load_line(
@@ -241,8 +241,8 @@ def test_load_line_says_when_the_first_part_set_the_rate_off(
 def test_the_written_steps_and_latencies_read_back_as_the_replays_had_them(
     repeated_report: FidelityReport, tmp_path: Path
 ) -> None:
-    from semsched.vllm.fidelity import real_latencies
-    from semsched.vllm.fidelity_report import read_real_latencies, read_steps_csv
+    from semsched.calibrate.fidelity import real_latencies
+    from semsched.calibrate.fidelity_report import read_real_latencies, read_steps_csv
 
     write_report(repeated_report, tmp_path)
     steps, latencies = read_steps_csv(tmp_path / "steps.csv"), read_real_latencies(tmp_path / "requests.csv")
@@ -260,7 +260,7 @@ def test_the_written_steps_and_latencies_read_back_as_the_replays_had_them(
 
 
 def test_a_file_that_is_not_a_steps_csv_is_refused_with_its_line(tmp_path: Path) -> None:
-    from semsched.vllm.fidelity_report import STEP_COLUMNS, read_steps_csv
+    from semsched.calibrate.fidelity_report import STEP_COLUMNS, read_steps_csv
 
     path = tmp_path / "steps.csv"
     path.write_text(",".join(STEP_COLUMNS) + "\nfcfs,0,0.1,0.2,0,0,0,0,0,12:0:5,1,10,0,0\n", encoding="utf-8")

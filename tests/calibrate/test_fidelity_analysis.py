@@ -1,4 +1,4 @@
-"""Tests for semsched/vllm/fidelity_analysis.py: the split of real engine time against a profile, on synthetic
+"""Tests for semsched/calibrate/fidelity_analysis.py: the split of real engine time against a profile, on synthetic
 steps (no engine)."""
 
 from __future__ import annotations
@@ -7,9 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from semsched.latency import EngineOverheads, LatencyModel, load_profile
-from semsched.latency.batch import BatchLatencyModel
-from semsched.vllm.fidelity_analysis import (
+from semsched.calibrate.fidelity_analysis import (
     ClassScaledLatency,
     ScaledLatency,
     batch_change_fits,
@@ -23,8 +21,10 @@ from semsched.vllm.fidelity_analysis import (
     step_class_fits,
     window_ratios,
 )
-from semsched.vllm.replay import ReplayResult
-from tests.vllm.fidelity_factories import BATCH, SCHEDULE_S, UPDATE_S, profile_info, step
+from semsched.calibrate.replay import ReplayResult
+from semsched.latency import EngineOverheads, LatencyModel, load_profile
+from semsched.latency.batch import BatchLatencyModel
+from tests.calibrate.fidelity_factories import BATCH, SCHEDULE_S, UPDATE_S, profile_info, step
 
 PER_STEP_SOURCES = {
     "step-time fit",
@@ -59,7 +59,7 @@ def test_per_step_sources_add_up_to_real_minus_predicted_engine_time(timing: str
 
 
 def test_arrival_sources_count_only_what_exceeds_the_profiled_intake() -> None:
-    from semsched.vllm.replay import RequestRecord
+    from semsched.calibrate.replay import RequestRecord
 
     steps = [step((), 1, 100, gap_s=0.003) for _ in range(4)]
     requests = [RequestRecord(str(i), 0.0, added_s=0.0, loop_delay_s=0.002, found_idle=i == 0) for i in range(4)]

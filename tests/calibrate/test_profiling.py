@@ -1,4 +1,4 @@
-"""Tests for semsched/vllm/profiling.py.
+"""Tests for semsched/calibrate/profiling.py.
 
 Most tests need no engine: the grid, the composition of vLLM-shaped scheduler outputs, the recorder, the choice of
 fit samples and the whole measure-and-fit pipeline on a fake engine (semsched's own vLLM-v1-style scheduler timed
@@ -21,14 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semsched.cli import main
-from semsched.core.plan import StepResult
-from semsched.core.scheduler import Scheduler, SchedulerConfig
-from semsched.latency import PROFILE_DIR_ENV, load_profile, load_profile_info, user_profile_path
-from semsched.latency.batch import BatchConfig, BatchLatencyModel, evaluate
-from semsched.latency.profiles import ProfiledEngine
-from semsched.policies import make_policy
-from semsched.vllm.profiling import (
+from semsched.calibrate.profiling import (
     INTAKE_DECODES,
     EngineSettings,
     MeasuredStep,
@@ -54,6 +47,13 @@ from semsched.vllm.profiling import (
     step_composition,
     wakeup_times_s,
 )
+from semsched.cli import main
+from semsched.core.plan import StepResult
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import PROFILE_DIR_ENV, load_profile, load_profile_info, user_profile_path
+from semsched.latency.batch import BatchConfig, BatchLatencyModel, evaluate
+from semsched.latency.profiles import ProfiledEngine
+from semsched.policies import make_policy
 from tests.support import make_request
 
 TRUE_CONFIG = BatchConfig(t_c=3e-3, a_p=2e-9, b_p=1e-8, c_p=8e-6, a_d=1e-7, b_d=1.5e-4)
@@ -582,8 +582,8 @@ def test_profile_command_writes_a_profile_that_simulate_loads_by_name(
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_the_profiler_samples_greedily_as_the_replay_does(tiny_model_dir: Path) -> None:
-    from semsched.vllm.profiling import VllmEngine, _in_process_core
-    from semsched.vllm.replay import ReplayRequest, _sampling_params
+    from semsched.calibrate.profiling import VllmEngine, _in_process_core
+    from semsched.calibrate.replay import ReplayRequest, _sampling_params
 
     settings = EngineSettings(
         model=str(tiny_model_dir), max_model_len=256, max_num_seqs=2, max_num_batched_tokens=64
@@ -625,7 +625,7 @@ class _FakeLLMEngine:
 
 @pytest.mark.vllm
 def test_in_process_engine_draws_seeded_prompts_and_shuts_down_once() -> None:
-    from semsched.vllm.profiling import FIRST_PROMPT_TOKEN_ID, InProcessEngine, ProfilingError
+    from semsched.calibrate.profiling import FIRST_PROMPT_TOKEN_ID, InProcessEngine, ProfilingError
 
     settings = EngineSettings(model="tiny", max_model_len=256, seed=3)
     draws = []
@@ -647,7 +647,7 @@ def test_in_process_engine_draws_seeded_prompts_and_shuts_down_once() -> None:
 
 @pytest.mark.vllm
 def test_in_process_engine_shuts_down_an_engine_it_cannot_describe() -> None:
-    from semsched.vllm.profiling import InProcessEngine
+    from semsched.calibrate.profiling import InProcessEngine
 
     fake = _FakeLLMEngine(block_size="not a number")
     with pytest.raises(ValueError, match="not a number"):

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, cast
 
 import numpy as np
 
+from semsched.core.errors import SemschedError
 from semsched.latency.base import BatchSample
 from semsched.latency.batch import CHUNK_FEATURE, FEATURE_NAMES, BatchLatencyModel, FitReport, evaluate, fit
 from semsched.latency.profiles import FitValue, ProfiledEngine, check_profile_name, save_profile
@@ -75,7 +76,7 @@ FIRST_PROMPT_TOKEN_ID = 10
 vocabularies). The profiler and the replay draw prompts the same way."""
 
 
-class ProfilingError(ValueError):
+class ProfilingError(SemschedError):
     """The engine could not be profiled as asked: bad settings, or it ran a batch the driver did not expect."""
 
 
@@ -783,7 +784,7 @@ def fit_steps(
 class InProcessEngine:
     """What the in-process engines that profile and replay share: a running ``LLMEngine`` stepped one step at a
     time, prompts of random token ids drawn from ``settings.seed``, abort, and shutdown. :class:`VllmEngine`
-    (the recording scheduler, for ``semsched profile``) and :class:`semsched.vllm.replay.ServedEngine` (the
+    (the recording scheduler, for ``semsched profile``) and :class:`semsched.calibrate.replay.ServedEngine` (the
     replay's engine, for ``semsched fidelity``) start their engines and time their steps differently. Use as a
     context manager, or call :meth:`close`."""
 
@@ -1049,7 +1050,7 @@ class ProfileResult:
 
     def save(self, path: str | Path, *, command: str = "") -> None:
         """Write the profile file (loadable by :func:`~semsched.latency.load_profile`)."""
-        source = f"Measured by `{command}`." if command else "Measured by semsched.vllm.profiling."
+        source = f"Measured by `{command}`." if command else "Measured by semsched.calibrate.profiling."
         save_profile(
             self.model,
             path,

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from semsched.calibrate.fidelity_analysis import WINDOW_S, ErrorSource, StepClassFit, StepTimes
+from semsched.calibrate.replay import ReplayResult, StepRecord
 from semsched.core.request import Request
 from semsched.metrics.request_metrics import request_metrics
-from semsched.vllm.fidelity_analysis import WINDOW_S, ErrorSource, StepClassFit, StepTimes
-from semsched.vllm.replay import ReplayResult, StepRecord
 
 TARGET_MEAN_ERROR = 0.10
 """The goal: every policy's TTFT and E2E means within 10 % of the real engine's."""

@@ -1,4 +1,4 @@
-"""semsched.vllm.tiny_model: spec validation, the files it writes, and reproducible weights."""
+"""semsched.calibrate.tiny_model: spec validation, the files it writes, and reproducible weights."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from semsched.vllm.tiny_model import TOKENIZER_FILES, TinyModelSpec, make_tiny_model, tokenizer_dir
+from semsched.calibrate.tiny_model import TOKENIZER_FILES, TinyModelSpec, make_tiny_model, tokenizer_dir
 
 SMALL = TinyModelSpec(num_layers=1, hidden_size=64, num_attention_heads=2, num_key_value_heads=1,
                       intermediate_size=96, max_position_embeddings=256)  # fmt: skip

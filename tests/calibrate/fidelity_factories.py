@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
+from semsched.calibrate.fidelity import scheduler_config, simulate
+from semsched.calibrate.fidelity_analysis import PROBE_FIT_KEY
+from semsched.calibrate.profiling import EngineSettings
+from semsched.calibrate.replay import ReplayResult, RequestRecord, StepRecord
 from semsched.latency import ProfileInfo
 from semsched.latency.batch import BatchConfig, BatchLatencyModel
 from semsched.latency.profiles import FitValue, ProfiledEngine
-from semsched.vllm.fidelity import scheduler_config, simulate
-from semsched.vllm.fidelity_analysis import PROBE_FIT_KEY
-from semsched.vllm.profiling import EngineSettings
-from semsched.vllm.replay import ReplayResult, RequestRecord, StepRecord
 from semsched.workloads import DEFAULT_TIERS, Workload, assign_tiers
 
 BATCH = BatchConfig(t_c=2e-3, a_p=0.0, b_p=1e-8, c_p=1e-5, a_d=5e-8, b_d=3e-4)
