@@ -116,11 +116,15 @@ def _add_run_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _policies(text: str) -> list[str]:
-    # ';' separates parameters inside one spec on the command line, ',' separates specs
-    specs = [s.strip().replace(";", ",") for s in text.split(",") if s.strip()]
+    # ',' separates specs, ';' the parameters inside one spec (name:key=value;key=value)
+    specs = [s.strip() for s in text.split(",") if s.strip()]
     if not specs:
         raise PolicyError("--policy: give at least one policy")
+    seen: set[str] = set()
     for spec in specs:
+        if spec in seen:
+            raise PolicyError(f"--policy: {spec!r} is given twice")
+        seen.add(spec)
         POLICIES.create(spec)  # validate all before running any
     return specs
 

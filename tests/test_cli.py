@@ -23,7 +23,7 @@ def test_simulate_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture[s
     )
     assert code == 0
     report = json.loads((tmp_path / "summary.json").read_text())
-    assert set(report["results"]) == {"fcfs", "edf:deadline=e2e,preempt=true"}
+    assert set(report["results"]) == {"fcfs", "edf:deadline=e2e;preempt=true"}
     rows = (tmp_path / "requests.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 2 * report["meta"]["num_requests"]
     assert (tmp_path / "comparison.png").stat().st_size > 0

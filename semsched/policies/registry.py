@@ -1,4 +1,7 @@
-"""Policy registry: one decorator, one lookup, and ``name:key=value,...`` spec parsing.
+"""Policy registry: one decorator, one lookup, and ``name:key=value;key=value`` spec parsing.
+
+The spec syntax is the same everywhere: on the command line (where ``,`` separates several specs), in
+``SEMSCHED_POLICY`` and in experiment configurations.
 
 Adding a policy means writing one file in this package with a ``@register_policy`` class; nothing else
 changes (the package ``__init__`` imports every module it finds).
@@ -48,7 +51,7 @@ class PolicyRegistry:
             raise PolicyError(f"unknown policy {name!r}; known: {', '.join(self.names())}") from None
 
     def create(self, spec: str, **overrides: Any) -> Policy:
-        """Build a policy from ``name`` or ``name:key=value,key=value`` plus keyword overrides."""
+        """Build a policy from ``name`` or ``name:key=value;key=value`` plus keyword overrides."""
         name, params = parse_spec(spec)
         cls = self.get(name)
         params.update(overrides)
@@ -68,13 +71,28 @@ def make_policy(spec: str, **overrides: Any) -> Policy:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``name:key=value;key=value`` into the name and its parameters (values still strings).
+
+    A parameter given twice is an error, never silently merged; ``,`` inside a spec is refused with a hint,
+    since it separates specs on the command line."""
     name, _, rest = spec.strip().partition(":")
+    name = name.strip()
+    if not name:
+        raise PolicyError(f"policy spec {spec!r}: the policy name is empty")
     params: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
+    for item in filter(None, (part.strip() for part in rest.split(";"))):
         key, sep, value = item.partition("=")
-        if not sep:
+        key = key.strip()
+        if not sep or not key:
             raise PolicyError(f"policy {name!r}: parameter {item!r} must look like key=value")
-        params[key.strip()] = value.strip()
+        if "," in value:
+            raise PolicyError(
+                f"policy {name!r}: parameter {key!r}: value {value.strip()!r} contains ','; "
+                "separate parameters with ';' (name:key=value;key=value)"
+            )
+        if key in params:
+            raise PolicyError(f"policy {name!r}: parameter {key!r} given twice")
+        params[key] = value.strip()
     return name, params
 
 

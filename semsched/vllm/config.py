@@ -4,7 +4,7 @@ vLLM builds the scheduler itself (``--scheduler-cls semsched.vllm.Scheduler``), 
 configuration from the engine process's environment, validated when the engine starts:
 
 * ``SEMSCHED_POLICY``: a policy spec, exactly as on semsched's command line (``priority-preempt``,
-  ``edf:deadline=ttft,preempt=true``, ...); or
+  ``edf:deadline=ttft;preempt=true``, ...); or
 * ``SEMSCHED_CONFIG``: the path of a YAML or JSON file with the keys
 
   - ``policy`` (required): the policy spec;
