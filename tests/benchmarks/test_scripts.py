@@ -118,9 +118,9 @@ def test_fidelity_runs_summarises_runs_and_recomputes_the_full_profile_load(tmp_
     """Two synthetic ``semsched fidelity --out`` directories, one from before the report carried the full
     profile's saturation rate and the errors on the machine's speed: the script reads both and recomputes what
     is missing from the profile and the old run's steps and requests (a machine 25 % slower throughout)."""
+    from semsched.calibrate import fidelity
     from semsched.calibrate.profiling import EngineSettings
     from semsched.latency import BatchConfig, BatchLatencyModel, save_profile
-    from semsched.calibrate import fidelity
     from semsched.workloads import find_data_file, rescale_to_rate
 
     model = BatchLatencyModel(BatchConfig(2e-3, 1e-5, 1e-8, 0.0, 2e-4, 1e-8), name="synthetic")
@@ -170,9 +170,9 @@ def _write_slow_replay(run: Path, workload: Any, settings: Any, model: Any, slow
     the simulator's latencies at that speed, and settled decode steps that took ``slowdown`` x their time."""
     import csv
 
+    from semsched.calibrate import fidelity
     from semsched.calibrate.fidelity_report import REQUEST_COLUMNS, STEP_COLUMNS
     from semsched.sim.speed import SpeedTrace
-    from semsched.calibrate import fidelity
 
     warm = range(1, settings.max_num_batched_tokens + 1)
     outcome = fidelity.simulate(workload, "fcfs", fidelity.scheduler_config(settings), model, warm_shapes=warm,
