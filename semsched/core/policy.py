@@ -106,6 +106,12 @@ class Policy:
         if not isinstance(self.config, self.config_cls):
             raise TypeError(f"{self.name}: config must be {self.config_cls.__name__}")
 
+    @property
+    def uses_predicted_lengths(self) -> bool:
+        """True when this policy's decisions read ``Request.predicted_output`` (its predicted output-length
+        distribution); without one a request's true length stands in, which the CLI points out."""
+        return False
+
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         """Sort key of a waiting request; smaller runs first. Called at enqueue (and at each re-key)."""

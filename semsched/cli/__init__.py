@@ -1,0 +1,46 @@
+"""Command line: ``semsched simulate | sweep | demo | reproduce | profile | fidelity | policies | profiles |
+workloads``, one module per command, each with ``register(subparsers)`` and a handler.
+
+Bad input (unknown policy, malformed trace row, negative rate, an output path that is a file, ...) prints one
+``error:`` line naming the field and the limit and exits with status 2, with no traceback. Only
+:class:`~semsched.core.errors.SemschedError` is treated so: any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+from semsched.cli import demo, fidelity, listing, profile, reproduce, simulate, sweep
+from semsched.core.errors import SemschedError
+
+COMMANDS = (simulate, sweep, demo, reproduce, profile, fidelity, listing)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # wide enough for the comparison table when output is piped to a file
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    try:
+        handler: Callable[[argparse.Namespace, Console], int] = args.handler
+        return handler(args, console)
+    except SemschedError as error:
+        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="semsched", description="Which LLM request runs next: simulate and compare scheduling policies."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

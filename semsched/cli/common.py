@@ -1,0 +1,228 @@
+"""What the commands share: the options of a simulation run, option checks, progress bars and output files.
+
+Every check that can be made before a simulation starts is made before it starts (``--out``, ``--metric``,
+policy specs, workload parameters and size), so that bad input never costs a run or leaves half a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from semsched.core.errors import SemschedError
+from semsched.core.scheduler import SchedulerConfig
+from semsched.metrics import Summary, print_comparison, write_json, write_requests_csv, write_summary_csv
+from semsched.metrics import request_metrics as metrics_of
+from semsched.metrics.plots import plot_class_bars
+from semsched.policies import POLICIES, PolicyError
+from semsched.sim.engine import ProgressCallback
+from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
+from semsched.workloads import Workload, build_workload
+
+
+class UsageError(SemschedError):
+    """A command-line option is invalid; the message names the option and the limit."""
+
+
+def command_line() -> str:
+    return " ".join(["semsched", *sys.argv[1:]])
+
+
+# ---- options -----------------------------------------------------------------------------------------------
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """The options of ``simulate`` and ``sweep``: policies, workload, cluster and output."""
+    defaults = SchedulerConfig()
+    parser.add_argument(
+        "--policy",
+        default="fcfs,priority,sjf",
+        help="comma-separated policy specs; parameters as name:key=value;key=value (see `semsched policies`)",
+    )
+    parser.add_argument(
+        "--workload",
+        default="azure-conv",
+        help="workload spec name:key=value;key=value (see `semsched workloads`) or a .csv/.jsonl trace path",
+    )
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds of arrivals (default 600)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, help="latency profile name or YAML/JSON path")
+    parser.add_argument("--instances", type=int, default=1, help="engine instances behind the router")
+    parser.add_argument("--router", default="round-robin", help="round-robin | least-outstanding")
+    parser.add_argument("--gpu-blocks", type=int, default=defaults.num_gpu_blocks)
+    parser.add_argument("--cpu-blocks", type=int, default=defaults.num_cpu_blocks, help="swap space in blocks")
+    parser.add_argument("--block-size", type=int, default=defaults.block_size)
+    parser.add_argument("--max-batched-tokens", type=int, default=defaults.max_num_batched_tokens)
+    parser.add_argument("--max-seqs", type=int, default=defaults.max_num_seqs)
+    parser.add_argument(
+        "--max-requests",
+        type=int,
+        default=None,
+        help="refuse a workload with more requests than this (default: the workload builder's limit)",
+    )
+    parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
+    parser.add_argument("--out", type=Path, default=None, help="write JSON/CSV/PNG here")
+
+
+def policy_specs(text: str, option: str = "--policy") -> list[str]:
+    """Comma-separated policy specs, each validated (and built once) before anything runs."""
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    if not specs:
+        raise PolicyError(f"{option}: give at least one policy")
+    seen: set[str] = set()
+    for spec in specs:
+        if spec in seen:
+            raise PolicyError(f"{option}: {spec!r} is given twice")
+        seen.add(spec)
+        POLICIES.create(spec)
+    return specs
+
+
+def float_list(text: str, option: str, *, positive: bool = True) -> list[float]:
+    """``"2,3,4"`` as floats; an empty list, a non-number, a non-finite or (with ``positive``) a value <= 0
+    names ``option`` and the bad item."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise UsageError(f"{option}: give at least one number (e.g. {option} 2,3,4)")
+    values = []
+    for item in items:
+        if not item:
+            raise UsageError(f"{option}: empty item in {text!r}")
+        try:
+            value = float(item)
+        except ValueError:
+            raise UsageError(f"{option}: {item!r} is not a number") from None
+        if not math.isfinite(value) or (positive and value <= 0):
+            raise UsageError(f"{option}: {item!r} must be a finite number{' > 0' if positive else ''}")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise UsageError(f"{option}: a value is given twice in {text!r}")
+    return values
+
+
+def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
+    scheduler = SchedulerConfig(  # names a bad field (max_num_seqs for --max-seqs) in an InvalidRequestError
+        max_num_batched_tokens=args.max_batched_tokens,
+        max_num_seqs=args.max_seqs,
+        block_size=args.block_size,
+        num_gpu_blocks=args.gpu_blocks,
+        num_cpu_blocks=args.cpu_blocks,
+    )
+    if args.instances < 1:
+        raise UsageError(f"--instances: must be >= 1 (got {args.instances})")
+    return ClusterSpec(args.profile, args.instances, args.router, scheduler)
+
+
+def workload_for(args: argparse.Namespace, rate: float) -> Workload:
+    if not (math.isfinite(rate) and rate > 0):
+        raise UsageError(f"--rate: must be a finite number > 0 (got {rate:g})")
+    if not (math.isfinite(args.duration) and args.duration > 0):
+        raise UsageError(f"--duration: must be a finite number > 0 (got {args.duration:g})")
+    extra: dict[str, Any] = {}
+    if args.max_requests is not None:
+        if args.max_requests < 1:
+            raise UsageError(f"--max-requests: must be >= 1 (got {args.max_requests})")
+        extra["max_requests"] = args.max_requests
+    return build_workload(args.workload, rate_per_s=rate, duration_s=args.duration, seed=args.seed, **extra)
+
+
+def prepared_out_dir(out: Path, option: str = "--out") -> Path:
+    """Create ``out`` (and its parents) now, before any run, or say why it cannot be."""
+    for parent in (out, *out.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option}: {parent} exists and is not a directory")
+            break
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"{option}: cannot create {out}: {error.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"{option}: cannot write to {out}")
+    return out
+
+
+# ---- running and showing -------------------------------------------------------------------------------------
+def run_all(
+    console: Console, workload: Workload, policies: Sequence[str], cluster: ClusterSpec, *, fast_forward: bool
+) -> dict[str, PolicyRun]:
+    """Every policy on the same workload, with a progress bar per policy."""
+    runs: dict[str, PolicyRun] = {}
+    with progress_bars(console) as bars:
+        for policy in policies:
+            advance = bars.start(policy, len(workload))
+            runs |= compare_policies(workload, [policy], cluster, fast_forward=fast_forward, progress=advance)
+    return runs
+
+
+class ProgressBars:
+    """rich progress bars, one per simulation (the :class:`semsched.experiments.RunProgress` protocol)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+
+    def start(self, label: str, total: int) -> ProgressCallback:
+        task = self._progress.add_task(label, total=total)
+
+        def advance(done: int, total: int) -> None:
+            self._progress.update(task, completed=done, total=total)
+
+        return advance
+
+
+@contextmanager
+def progress_bars(console: Console) -> Iterator[ProgressBars]:
+    progress = Progress(
+        TextColumn("{task.description:>28}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with progress:
+        yield ProgressBars(progress)
+
+
+def show(console: Console, runs: dict[str, PolicyRun], title: str) -> None:
+    console.print(f"[dim]{title}[/]")
+    print_comparison(console, {p: r.summary for p, r in runs.items()})
+
+
+def write_outputs(console: Console, out: Path, runs: dict[str, PolicyRun], meta: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Summary] = {p: r.summary for p, r in runs.items()}
+    meta = meta | {"wall_s": {p: round(r.wall_s, 3) for p, r in runs.items()}}
+    write_json(out / "summary.json", results, meta)
+    write_summary_csv(out / "summary.csv", results)
+    for index, (policy, run) in enumerate(runs.items()):
+        write_requests_csv(out / "requests.csv", [metrics_of(r) for r in run.requests], policy, append=index > 0)
+    plot_class_bars(results, out / "comparison.png")
+    console.print(
+        f"report: {out / 'summary.json'} (and summary.csv, requests.csv)\nplot:   {out / 'comparison.png'}"
+    )
+
+
+def run_meta(
+    args: argparse.Namespace, workload: Workload | None, cluster: ClusterSpec, rate: float | None
+) -> dict[str, Any]:
+    return {
+        "command": command_line(),
+        "workload": args.workload,
+        "num_requests": len(workload) if workload is not None else None,
+        "rate_per_s": rate,
+        "duration_s": args.duration,
+        "seed": args.seed,
+        "profile": cluster.profile,
+        "instances": cluster.num_instances,
+        "router": cluster.router,
+        "scheduler": vars(cluster.scheduler) if hasattr(cluster.scheduler, "__dict__") else str(cluster.scheduler),
+        "fast_forward": not args.per_iteration,
+    }

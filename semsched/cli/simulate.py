@@ -1,0 +1,42 @@
+"""``semsched simulate``: compare policies on one workload at one request rate."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from semsched.cli.common import (
+    add_run_args,
+    cluster_spec,
+    policy_specs,
+    prepared_out_dir,
+    run_all,
+    run_meta,
+    show,
+    workload_for,
+)
+from semsched.cli.predictions import warn_about_missing_predictions
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("simulate", help="compare policies on one workload at one request rate")
+    add_run_args(parser)
+    parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    policies, cluster = policy_specs(args.policy), cluster_spec(args)
+    if args.out is not None:
+        prepared_out_dir(args.out)
+    workload = workload_for(args, args.rate)
+    warn_about_missing_predictions(console, policies, workload)
+    runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
+    show(console, runs, f"{workload.name}: {len(workload)} requests at {args.rate:g}/s, profile {args.profile}")
+    if args.out is not None:
+        from semsched.cli.common import write_outputs
+
+        write_outputs(console, args.out, runs, run_meta(args, workload, cluster, rate=args.rate))
+    return 0

@@ -1,0 +1,55 @@
+"""``semsched sweep``: compare policies over several request rates and plot one metric against the rate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from semsched.cli.common import (
+    UsageError,
+    add_run_args,
+    cluster_spec,
+    float_list,
+    policy_specs,
+    prepared_out_dir,
+    run_all,
+    run_meta,
+    workload_for,
+)
+from semsched.cli.predictions import warn_about_missing_predictions
+from semsched.metrics import Summary, metric_names
+from semsched.metrics.plots import plot_latency_vs_rate
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("sweep", help="compare policies over several request rates and plot them")
+    add_run_args(parser)
+    parser.add_argument("--rates", default="2,3,4,5,6", help="comma-separated request rates (default 2,3,4,5,6)")
+    parser.add_argument("--metric", default="e2e_mean", help="metric to plot (e.g. e2e_mean, ttft_p90, tdg_ratio)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    policies, cluster = policy_specs(args.policy), cluster_spec(args)
+    rates = float_list(args.rates, "--rates")
+    if args.metric not in metric_names():
+        raise UsageError(f"--metric: unknown metric {args.metric!r}; known: {', '.join(metric_names())}")
+    out = prepared_out_dir(args.out or Path("runs/sweep"))
+    workloads = [workload_for(args, rate) for rate in rates]  # every size checked before the first run
+    warn_about_missing_predictions(console, policies, workloads[0])
+    sweep: dict[str, list[tuple[float, Summary]]] = {p: [] for p in policies}
+    for rate, workload in zip(rates, workloads, strict=True):
+        console.print(f"rate {rate:g}/s: {len(workload)} requests")
+        runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
+        for policy, policy_run in runs.items():
+            sweep[policy].append((rate, policy_run.summary))
+    plot_latency_vs_rate(sweep, out / f"sweep_{args.metric}.png", metric=args.metric)
+    meta = run_meta(args, None, cluster, rate=None) | {"rates": rates}
+    results = {p: [{"rate": r, **s.to_dict()} for r, s in points] for p, points in sweep.items()}
+    (out / "sweep.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str))
+    console.print(f"plot: {out / f'sweep_{args.metric}.png'}\nreport: {out / 'sweep.json'}")
+    return 0
