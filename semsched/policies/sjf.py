@@ -38,6 +38,10 @@ class SJF(Policy):
     stable_between_events: ClassVar[bool] = True
     config: LengthConfig
 
+    @property
+    def uses_predicted_lengths(self) -> bool:
+        return self.config.length == "predicted"
+
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (expected_output(request, self.config.length), request.arrival_time_s)
 

@@ -23,6 +23,10 @@ class SRPT(Policy):
     stable_between_events: ClassVar[bool] = True
     config: LengthConfig
 
+    @property
+    def uses_predicted_lengths(self) -> bool:
+        return self.config.length == "predicted"
+
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (expected_remaining(request, self.config.length), request.arrival_time_s)
 
