@@ -58,6 +58,7 @@ from semsched.calibrate.fidelity_analysis import (
 from semsched.calibrate.fidelity_report import (
     SENSITIVITY_FACTOR,
     ErrorAnalysis,
+    FidelityError,
     FidelityReport,
     GivenSpeed,
     MetricComparison,
@@ -118,7 +119,7 @@ def scale_lengths(workload: Workload, max_model_len: int) -> tuple[Workload, flo
     ``max_model_len``; lengths never grow (factor <= 1), stay >= 1, and each request's rounded total is at most
     ``max_model_len``. Returns the scaled workload and the factor."""
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
-        raise ValueError(f"max_model_len: must be an integer >= 2 (got {max_model_len!r})")
+        raise FidelityError(f"max_model_len: must be an integer >= 2 (got {max_model_len!r})")
     total = workload.prompt_tokens + workload.output_tokens
     scale = min(1.0, max_model_len / float(total.max()))
     output = np.clip(np.rint(workload.output_tokens * scale), 1, max_model_len - 1).astype(np.int64)
@@ -131,10 +132,10 @@ def load_slice(trace: str | Path, num_requests: int, *, max_model_len: int, seed
     (:func:`scale_lengths`) and tiers drawn with ``seed``; arrival times as in the trace. Returns the workload and
     the length scale."""
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 2:
-        raise ValueError(f"num_requests: must be an integer >= 2 (got {num_requests!r})")
+        raise FidelityError(f"num_requests: must be an integer >= 2 (got {num_requests!r})")
     workload = load_azure_csv(trace).head(num_requests)
     if len(workload) < num_requests:
-        raise ValueError(f"num_requests: {trace} has only {len(workload)} requests (asked for {num_requests})")
+        raise FidelityError(f"num_requests: {trace} has only {len(workload)} requests (asked for {num_requests})")
     workload, scale = scale_lengths(workload, max_model_len)
     workload = assign_tiers(workload, DEFAULT_TIERS, np.random.default_rng(seed))
     return workload, scale
@@ -145,7 +146,7 @@ def replay_requests(workload: Workload, *, vocab_size: int, seed: int) -> list[R
     random prompt token ids in ``[FIRST_PROMPT_TOKEN_ID, vocab_size)`` from ``seed``, the output length as
     ``max_tokens``, the priority, and the tier (the adapter reads it from ``extra_args``)."""
     if vocab_size <= FIRST_PROMPT_TOKEN_ID:
-        raise ValueError(f"vocab_size: must be > {FIRST_PROMPT_TOKEN_ID} (got {vocab_size})")
+        raise FidelityError(f"vocab_size: must be > {FIRST_PROMPT_TOKEN_ID} (got {vocab_size})")
     rng = np.random.default_rng([seed, 1])  # a stream of its own: tiers use default_rng(seed)
     return [
         ReplayRequest(
@@ -194,11 +195,11 @@ def read_model_facts(model_dir: str | Path) -> ModelFacts:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"model: cannot read {path} ({error})") from None
+        raise FidelityError(f"model: cannot read {path} ({error})") from None
     config = data.get("text_config", data) if isinstance(data, dict) else {}
     vocab = config.get("vocab_size", data.get("vocab_size") if isinstance(data, dict) else None)
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= FIRST_PROMPT_TOKEN_ID:
-        raise ValueError(f"model: {path} has no usable vocab_size (got {vocab!r})")
+        raise FidelityError(f"model: {path} has no usable vocab_size (got {vocab!r})")
     context = config.get("max_position_embeddings")
     return ModelFacts(vocab, context if isinstance(context, int) and context > 1 else None)
 
@@ -415,7 +416,7 @@ def _dtype(name: str) -> Dtype:
     for dtype in DTYPES:
         if dtype == name:
             return dtype
-    raise ValueError(f"profile: engine dtype {name!r} is not one vLLM accepts ({', '.join(DTYPES)})")
+    raise FidelityError(f"profile: engine dtype {name!r} is not one vLLM accepts ({', '.join(DTYPES)})")
 
 
 def profile_mismatches(profile: ProfileInfo, settings: EngineSettings) -> list[str]:
@@ -506,7 +507,7 @@ class ProfileSession:
         from semsched.calibrate.replay import ServedEngine
 
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"rounds: must be an integer >= 1 (got {rounds!r})")
+            raise FidelityError(f"rounds: must be an integer >= 1 (got {rounds!r})")
         started = time.perf_counter()
         grid = profile_grid(self.settings, repeats=rounds)
         with ServedEngine(self.settings, enable_prefix_caching=self.enable_prefix_caching) as engine:
@@ -626,15 +627,15 @@ class FidelityConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or not 1 <= self.repeats <= 20:
-            raise ValueError(f"repeats: must be an integer from 1 to 20 (got {self.repeats!r})")
+            raise FidelityError(f"repeats: must be an integer from 1 to 20 (got {self.repeats!r})")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise ValueError(f"threads: must be an integer >= 1 (got {self.threads!r})")
+            raise FidelityError(f"threads: must be an integer >= 1 (got {self.threads!r})")
         if self.rate_per_s is not None and (not math.isfinite(self.rate_per_s) or self.rate_per_s <= 0):
-            raise ValueError(f"rate: must be a finite number > 0 (got {self.rate_per_s!r})")
+            raise FidelityError(f"rate: must be a finite number > 0 (got {self.rate_per_s!r})")
         if not (math.isfinite(self.load) and 0 < self.load <= 1):
-            raise ValueError(f"load: must be in (0, 1] (got {self.load!r})")
+            raise FidelityError(f"load: must be in (0, 1] (got {self.load!r})")
         if not self.policies:
-            raise ValueError("policies: give at least one policy")
+            raise FidelityError("policies: give at least one policy")
         for policy in self.policies:
             make_policy(policy)  # validate every spec before any engine starts
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from semsched.calibrate.fidelity_analysis import WINDOW_S, ErrorSource, StepClassFit, StepTimes
 from semsched.calibrate.replay import ReplayResult, StepRecord
+from semsched.core.errors import SemschedError
 from semsched.core.request import Request
 from semsched.metrics.request_metrics import request_metrics
 
@@ -26,6 +27,10 @@ METRICS: tuple[tuple[str, str], ...] = (("ttft", "mean"), ("ttft", "p90"), ("e2e
 
 SENSITIVITY_FACTOR = 1.05
 """The report says how much the simulated latencies move when every step is this much longer."""
+
+
+class FidelityError(SemschedError):
+    """A fidelity setting, trace slice, model or earlier run's file is unusable; the message names which."""
 
 
 @dataclass(frozen=True)
@@ -432,7 +437,7 @@ def read_steps_csv(path: Path) -> dict[tuple[str, int], list[StepRecord]]:
                 )
                 key = (row["policy"], int(row["repeat"]))
             except (KeyError, TypeError, ValueError) as error:
-                raise ValueError(f"{path}:{line}: not a steps.csv row ({error})") from error
+                raise FidelityError(f"{path}:{line}: not a steps.csv row ({error})") from error
             steps.setdefault(key, []).append(record)
     return steps
 
@@ -449,7 +454,7 @@ def read_real_latencies(path: Path) -> dict[tuple[str, int], dict[str, list[floa
                     found["ttft"].append(float(row["real_ttft_s"] or 0.0))
                     found["e2e"].append(float(row["real_e2e_s"]))
             except (KeyError, ValueError) as error:
-                raise ValueError(f"{path}:{line}: not a requests.csv row ({error})") from error
+                raise FidelityError(f"{path}:{line}: not a requests.csv row ({error})") from error
     return latencies
 
 

@@ -675,7 +675,7 @@ def intake_times_s(
     engine, 0.16-0.24 ms: the step before leaves the caches cold. Every timed request is aborted before it runs;
     the decodes are aborted at the end."""
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise ValueError(f"num_requests: must be an integer >= 1 (got {num_requests!r})")
+        raise ProfilingError(f"num_requests: must be an integer >= 1 (got {num_requests!r})")
     if engine.has_unfinished():
         raise ProfilingError("intake_times_s: the engine still has requests; it must be idle to start")
     prompt_tokens = max(1, settings.max_num_batched_tokens // 2)
@@ -718,9 +718,9 @@ def wakeup_times_s(
     ``overheads.idle_wakeup_s``. On this CPU waking cost 1.4-1.7 ms after 20 to 500 ms of idleness and 0.6 ms
     after 2 ms (one run of ``benchmarks/idle_wakeup.py``, which sweeps ``idle_s``)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ValueError(f"trials: must be an integer >= 1 (got {trials!r})")
+        raise ProfilingError(f"trials: must be an integer >= 1 (got {trials!r})")
     if not (math.isfinite(idle_s) and idle_s > 0):
-        raise ValueError(f"idle_s: must be a number > 0 (got {idle_s!r})")
+        raise ProfilingError(f"idle_s: must be a number > 0 (got {idle_s!r})")
 
     def serve() -> None:
         engine.add_request(f"lone-{next(_lone_ids)}", prompt_tokens, 1)
