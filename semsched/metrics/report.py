@@ -13,6 +13,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from semsched.metrics.request_metrics import RequestMetrics
-from semsched.metrics.summary import STATISTICS, ClassSummary, Summary, metric_names
+from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, RequestMetrics
+from semsched.metrics.summary import SCALAR_METRICS, ClassSummary, Summary, metric_columns, short_metric_name
+from semsched.metrics.units import MISSING, time_unit_for
 
 PathLike = str | os.PathLike[str]
 
@@ -33,8 +35,21 @@ def write_json(path: PathLike, results: Mapping[str, Summary], meta: Mapping[str
     Path(path).write_text(text + "\n", encoding="utf-8")
 
 
-_REQUEST_COLUMNS = [f.name for f in dataclasses.fields(RequestMetrics) if f.name != "itl_s"]
-REQUEST_CSV_COLUMNS = ["policy", *_REQUEST_COLUMNS, "itl_max_s"]
+def _request_columns() -> list[str]:
+    """The :class:`RequestMetrics` fields as columns: ``attributes`` spread into one column per
+    :data:`REQUEST_ATTRIBUTES` entry, the ITL array reduced to its largest gap."""
+    columns: list[str] = []
+    for field in dataclasses.fields(RequestMetrics):
+        if field.name == "attributes":
+            columns.extend(REQUEST_ATTRIBUTES)
+        elif field.name == "itl_s":
+            columns.append("itl_max_s")
+        else:
+            columns.append(field.name)
+    return columns
+
+
+REQUEST_CSV_COLUMNS = ["policy", *_request_columns()]
 
 
 def write_requests_csv(
@@ -55,8 +70,9 @@ def write_requests_csv(
 
 
 def write_summary_csv(path: PathLike, results: Mapping[str, Summary]) -> None:
-    """One row per policy x class ("all" first, then each priority), one column per metric name."""
-    columns = ["policy", "class", "priority", "tiers", *metric_names()]
+    """One row per policy x class ("all" first, then each priority), one column per metric, named with its
+    unit (:func:`~semsched.metrics.summary.metric_column`)."""
+    columns = ["policy", "class", "priority", "tiers", *metric_columns()]
     with Path(path).open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
@@ -66,8 +82,13 @@ def write_summary_csv(path: PathLike, results: Mapping[str, Summary]) -> None:
 
 def _request_row(m: RequestMetrics, policy: str) -> dict[str, Any]:
     row: dict[str, Any] = {"policy": policy}
-    row.update({name: _csv_cell(getattr(m, name)) for name in _REQUEST_COLUMNS})
-    row["itl_max_s"] = float(m.itl_s.max()) if m.itl_s.size else ""
+    for field in dataclasses.fields(m):
+        if field.name == "attributes":
+            row.update({name: _csv_cell(value) for name, value in m.attributes.items()})
+        elif field.name == "itl_s":
+            row["itl_max_s"] = float(m.itl_s.max()) if m.itl_s.size else ""
+        else:
+            row[field.name] = _csv_cell(getattr(m, field.name))
     return row
 
 
@@ -96,68 +117,102 @@ def _json_safe(value: object) -> object:
 
 # ---- terminal tables --------------------------------------------------------------------------------
 
-Formatter = Callable[[float | None], str]
+
+class ColumnKind(enum.Enum):
+    """How a table column is shown: durations pick one unit per column (:mod:`.units`)."""
+
+    DURATION = "duration"  # seconds
+    DURATION_PER_TOKEN = "duration_per_token"  # seconds per output token
+    FRACTION = "fraction"  # shown as a percentage
+    COUNT = "count"
+    NUMBER = "number"
 
 
-def _fmt_ms(value_s: float | None) -> str:
-    return "-" if value_s is None else f"{value_s * 1e3:.1f}"
+@dataclass(frozen=True)
+class Column:
+    """One column of the comparison table: its header (a duration's unit is appended), the
+    :meth:`ClassSummary.metric` name it shows, and how."""
+
+    header: str
+    metric: str
+    kind: ColumnKind
 
 
-def _fmt_s(value_s: float | None) -> str:
-    return "-" if value_s is None else f"{value_s:.2f}"
-
-
-def _fmt_pct(fraction: float | None) -> str:
-    return "-" if fraction is None else f"{fraction * 100:.1f}%"
-
-
-def _fmt_num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _fmt_int(value: float | None) -> str:
-    return "-" if value is None else f"{int(value)}"
-
-
-# (column header, metric name, formatter)
-COMPARISON_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
-    ("TTFT mean (ms)", "ttft_mean", _fmt_ms),
-    ("TTFT p90 (ms)", "ttft_p90", _fmt_ms),
-    ("TPOT p90 (ms)", "tpot_p90", _fmt_ms),
-    ("E2E mean (s)", "e2e_mean", _fmt_s),
-    ("E2E p99 (s)", "e2e_p99", _fmt_s),
-    ("norm. lat. (ms/tok)", "normalized_latency_mean", _fmt_ms),
-    ("SLO attain.", "slo_attainment", _fmt_pct),
-    ("goodput (req/s)", "goodput", _fmt_num),
-    ("TDG ratio", "tdg_ratio", _fmt_pct),
-    ("preempt.", "preemptions", _fmt_int),
+COMPARISON_COLUMNS: tuple[Column, ...] = (
+    Column("rejected", "num_rejected", ColumnKind.COUNT),
+    Column("dropped", "num_dropped", ColumnKind.COUNT),
+    Column("TTFT mean", "ttft_mean", ColumnKind.DURATION),
+    Column("TTFT p90", "ttft_p90", ColumnKind.DURATION),
+    Column("TPOT p90", "tpot_p90", ColumnKind.DURATION),
+    Column("E2E mean", "e2e_mean", ColumnKind.DURATION),
+    Column("E2E p99", "e2e_p99", ColumnKind.DURATION),
+    Column("norm. lat.", "normalized_latency_mean", ColumnKind.DURATION_PER_TOKEN),
+    Column("SLO met", "slo_attainment", ColumnKind.FRACTION),
+    Column("goodput (req/s)", "goodput", ColumnKind.NUMBER),
+    Column("TDG ratio", "tdg_ratio", ColumnKind.FRACTION),
+    Column("preempt.", "preemptions", ColumnKind.COUNT),
 )
 
 
+def format_column(values: Sequence[float | None], kind: ColumnKind) -> tuple[str, list[str]]:
+    """The unit suffix for the header (``""`` when the header needs none) and one cell per value; missing
+    values show as :data:`~semsched.metrics.units.MISSING`."""
+    if kind in (ColumnKind.DURATION, ColumnKind.DURATION_PER_TOKEN):
+        unit = time_unit_for(values)
+        per_token = "/tok" if kind is ColumnKind.DURATION_PER_TOKEN else ""
+        return f" ({unit.symbol}{per_token})", [unit.format(v) for v in values]
+    return "", [_FORMATTERS[kind](v) for v in values]
+
+
+def _fmt_pct(fraction: float | None) -> str:
+    return MISSING if fraction is None else f"{fraction * 100:.1f}%"
+
+
+def _fmt_num(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.3g}"
+
+
+def _fmt_int(value: float | None) -> str:
+    return MISSING if value is None else f"{int(value)}"
+
+
+_FORMATTERS: dict[ColumnKind, Callable[[float | None], str]] = {
+    ColumnKind.FRACTION: _fmt_pct,
+    ColumnKind.COUNT: _fmt_int,
+    ColumnKind.NUMBER: _fmt_num,
+}
+
+
 def comparison_table(results: Mapping[str, Summary], *, title: str = "Policy comparison (all requests)") -> Table:
-    """Policies as rows, the headline metrics of :data:`COMPARISON_COLUMNS` (over all requests) as columns."""
+    """Policies as rows, the headline metrics of :data:`COMPARISON_COLUMNS` (over all requests) as columns;
+    each duration column in the unit that suits its largest value."""
     table = Table(title=title)
     table.add_column("policy", style="bold", no_wrap=True)
-    for header, _, _ in COMPARISON_COLUMNS:
-        table.add_column(header, justify="right")
-    for policy, summary in results.items():
-        cells = [fmt(summary.overall.metric(name)) for _, name, fmt in COMPARISON_COLUMNS]
-        table.add_row(policy, *cells)
+    cells_by_column = []
+    for column in COMPARISON_COLUMNS:
+        values = [summary.overall.metric(column.metric) for summary in results.values()]
+        unit, cells = format_column(values, column.kind)
+        table.add_column(column.header + unit, justify="right")
+        cells_by_column.append(cells)
+    for row, policy in enumerate(results):
+        table.add_row(policy, *(cells[row] for cells in cells_by_column))
     return table
 
 
 def class_table(results: Mapping[str, Summary], metric: str) -> Table:
-    """Policies as rows; ``all`` and each priority class seen in any result as columns; cells ``metric``."""
+    """Policies as rows; ``all`` and each priority class seen in any result as columns; cells ``metric``,
+    durations in one unit for the whole table (named in the title) so that classes compare at a glance."""
     priorities = sorted({p for s in results.values() for p in s.by_priority})
-    fmt = _formatter_for(metric)
-    table = Table(title=f"{metric} by priority class")
+    classes: list[int | None] = [None, *priorities]
+    values = [_class_metric(s.class_summary(p), metric) for s in results.values() for p in classes]
+    unit, cells = format_column(values, metric_kind(metric))
+    table = Table(title=f"{metric}{unit} by priority class")
     table.add_column("policy", style="bold", no_wrap=True)
     table.add_column("all", justify="right")
     for priority in priorities:
         table.add_column(_class_header(results.values(), priority), justify="right")
-    for policy, summary in results.items():
-        cells = [fmt(_class_metric(summary.class_summary(p), metric)) for p in [None, *priorities]]
-        table.add_row(policy, *cells)
+    for row, policy in enumerate(results):
+        table.add_row(policy, *cells[row * len(classes) : (row + 1) * len(classes)])
     return table
 
 
@@ -168,6 +223,20 @@ def print_comparison(console: Console, results: Mapping[str, Summary]) -> None:
     console.print(class_table(results, "tdg_ratio"))
 
 
+def metric_kind(metric: str) -> ColumnKind:
+    """How to show a :meth:`ClassSummary.metric` name (short or with its unit)."""
+    name = short_metric_name(metric)
+    if name.endswith("attainment") or name == "tdg_ratio":
+        return ColumnKind.FRACTION
+    if name.startswith("num_") or name in ("preemptions", "output_tokens"):
+        return ColumnKind.COUNT
+    if name in SCALAR_METRICS:
+        return ColumnKind.NUMBER
+    if name.startswith("normalized_latency"):
+        return ColumnKind.DURATION_PER_TOKEN
+    return ColumnKind.DURATION
+
+
 def _class_metric(summary: ClassSummary | None, metric: str) -> float | None:
     return None if summary is None else summary.metric(metric)
 
@@ -175,14 +244,3 @@ def _class_metric(summary: ClassSummary | None, metric: str) -> float | None:
 def _class_header(summaries: Iterable[Summary], priority: int) -> str:
     tiers = sorted({t for s in summaries if priority in s.by_priority for t in s.by_priority[priority].tiers})
     return f"p{priority} ({', '.join(tiers)})" if tiers else f"p{priority}"
-
-
-def _formatter_for(metric: str) -> Formatter:
-    for _, name, fmt in COMPARISON_COLUMNS:
-        if name == metric:
-            return fmt
-    if "attainment" in metric or metric == "tdg_ratio":
-        return _fmt_pct
-    if metric.split("_")[-1] in STATISTICS:
-        return _fmt_s if metric.startswith("e2e") else _fmt_ms
-    return _fmt_num

@@ -10,27 +10,52 @@ Definitions (all times in seconds, measured from the request's arrival):
 * normalized latency: E2E divided by the number of emitted tokens (seed 000's "normalized waiting time").
 
 SLO outcomes follow PROSERVE (seed 001, §5.1): a target is met only when the observed value is *strictly*
-below it. A request with no target for a quantity meets it trivially; a request that never finished
-(rejected, dropped, or still in flight when the run stopped) meets none.
+below it. Each outcome is ``None`` when the request has no such target (there is nothing to meet, and a
+request without targets must not count as a success), ``False`` when the request did not finish (rejected,
+dropped, or still in flight when the run stopped), else whether the observed value beat the target. A request
+meets its SLO (``slo_met``) when it finished and met every target it has: TTFT, TPOT and E2E.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from semsched.core.request import Request, RequestState
 
+AttributeValue = str | int | float | None
+
+#: What a figure may group or filter requests by, beyond ``priority`` and ``tier``: read from the request,
+#: carried by :class:`RequestMetrics` and written as one ``requests.csv`` column each (``None`` is an empty
+#: cell). A new request attribute is one line here.
+REQUEST_ATTRIBUTES: Mapping[str, Callable[[Request], AttributeValue]] = {
+    "max_output_tokens": lambda r: r.max_output_tokens,
+    "target_output_tokens": lambda r: r.target_output_tokens,
+    "urgency": lambda r: r.urgency,
+    "predicted_output_mean_tokens": lambda r: None if r.predicted_output is None else r.predicted_output.mean,
+    "ttft_slo_s": lambda r: r.ttft_slo_s,
+    "tpot_slo_s": lambda r: r.tpot_slo_s,
+    "e2e_slo_s": lambda r: r.e2e_slo_s,
+}
+
+_ENDED_WITHOUT_FINISHING = frozenset({RequestState.REJECTED, RequestState.DROPPED})
+
 
 @dataclass(frozen=True, eq=False)
 class RequestMetrics:
-    """Per-request serving metrics. Latencies are ``None`` where the event they measure never happened."""
+    """Per-request serving metrics. Latencies are ``None`` where the event they measure never happened; SLO
+    outcomes are ``None`` where the request has no target to meet (see the module docstring)."""
 
     request_id: str
     priority: int
     tier: str
     state: RequestState
+    #: why the request was rejected or dropped (the scheduler's reason); ``None`` for any other state
+    rejection_reason: str | None
+    #: :data:`REQUEST_ATTRIBUTES` of the request, in that order
+    attributes: Mapping[str, AttributeValue]
     prompt_tokens: int
     output_tokens: int
     arrival_time_s: float
@@ -41,10 +66,13 @@ class RequestMetrics:
     e2e_s: float | None
     normalized_latency_s_per_token: float | None
     num_preemptions: int
-    ttft_slo_met: bool
-    tpot_slo_met: bool
-    slo_met: bool
-    e2e_slo_met: bool
+    ttft_slo_met: bool | None
+    tpot_slo_met: bool | None
+    e2e_slo_met: bool | None
+    #: met its TTFT and TPOT targets (PROSERVE's notion; E2E left out); ``None`` without either target
+    ttft_tpot_slo_met: bool | None
+    #: finished and met every target it has; ``None`` without any target
+    slo_met: bool | None
 
     @property
     def finished(self) -> bool:
@@ -55,20 +83,23 @@ def request_metrics(req: Request) -> RequestMetrics:
     """Compute the metrics of ``req`` from its lifecycle fields and token record.
 
     Meant for requests in a terminal state; a request that is not FINISHED (including one still waiting or
-    running) gets its observed latencies but counts as missing every SLO.
+    running) gets its observed latencies but misses every target it has.
     """
     token_times_s = req.token_times_s()
     finished = req.state is RequestState.FINISHED
     ttft_s = _first_token_latency_s(token_times_s, req.arrival_time_s)
     tpot_s = _time_per_output_token_s(token_times_s)
     e2e_s = _elapsed_s(req.finish_time_s, req.arrival_time_s)
-    ttft_met = finished and _meets(ttft_s, req.ttft_slo_s, missing_ok=False)
-    tpot_met = finished and _meets(tpot_s, req.tpot_slo_s, missing_ok=True)
+    ttft_met = _outcome(finished, ttft_s, req.ttft_slo_s, missing_ok=False)
+    tpot_met = _outcome(finished, tpot_s, req.tpot_slo_s, missing_ok=True)
+    e2e_met = _outcome(finished, e2e_s, req.e2e_slo_s, missing_ok=False)
     return RequestMetrics(
         request_id=req.request_id,
         priority=req.priority,
         tier=req.tier,
         state=req.state,
+        rejection_reason=req.finish_reason if req.state in _ENDED_WITHOUT_FINISHING else None,
+        attributes={name: value_of(req) for name, value_of in REQUEST_ATTRIBUTES.items()},
         prompt_tokens=req.prompt_tokens,
         output_tokens=int(token_times_s.size),
         arrival_time_s=req.arrival_time_s,
@@ -81,9 +112,16 @@ def request_metrics(req: Request) -> RequestMetrics:
         num_preemptions=req.num_preemptions,
         ttft_slo_met=ttft_met,
         tpot_slo_met=tpot_met,
-        slo_met=ttft_met and tpot_met,
-        e2e_slo_met=finished and _meets(e2e_s, req.e2e_slo_s, missing_ok=False),
+        e2e_slo_met=e2e_met,
+        ttft_tpot_slo_met=all_met(ttft_met, tpot_met),
+        slo_met=all_met(ttft_met, tpot_met, e2e_met),
     )
+
+
+def all_met(*outcomes: bool | None) -> bool | None:
+    """Whether every target that exists was met: ``None`` when no outcome has a target."""
+    present = [o for o in outcomes if o is not None]
+    return all(present) if present else None
 
 
 def _elapsed_s(event_time_s: float | None, arrival_time_s: float) -> float | None:
@@ -103,11 +141,14 @@ def _per_token(e2e_s: float | None, output_tokens: int) -> float | None:
     return None if e2e_s is None or output_tokens == 0 else e2e_s / output_tokens
 
 
-def _meets(observed_s: float | None, slo_s: float | None, *, missing_ok: bool) -> bool:
-    """Strictly below target; no target is always met. ``missing_ok`` says whether an absent observation
-    passes: the TPOT of a one-token output has nothing to violate, a missing first token does."""
+def _outcome(finished: bool, observed_s: float | None, slo_s: float | None, *, missing_ok: bool) -> bool | None:
+    """``None`` without a target; a miss unless finished; then strictly below target. ``missing_ok`` says
+    whether an absent observation passes: the TPOT of a one-token output has nothing to violate, a missing
+    first token does."""
     if slo_s is None:
-        return True
+        return None
+    if not finished:
+        return False
     if observed_s is None:
         return missing_ok
     return observed_s < slo_s

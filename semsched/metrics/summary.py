@@ -6,16 +6,26 @@ Conventions:
   requests only: a rejected or dropped request has no complete latency, and it is accounted for in SLO
   attainment and TDG instead. ITL pools every inter-token gap of the class.
 * percentiles use numpy's default (linear interpolation between order statistics);
-* SLO attainment is a fraction of ALL requests of the class, rejected, dropped and unfinished ones included
-  (they count as misses), so a policy cannot raise it by shedding load;
+* SLO attainment is the fraction of the class's requests *that have a target* which finished and met every
+  target they have (TTFT, TPOT, E2E; see :mod:`.request_metrics`). Rejected, dropped and unfinished requests
+  with a target count as misses, so a policy cannot raise it by shedding load. A class none of whose requests
+  has a target has no attainment (``None``), never 100 %. ``ttft_tpot_attainment`` is the same over the TTFT
+  and TPOT targets only (PROSERVE's figure), and each per-target attainment is over the requests with that
+  target;
+* goodput is the rate of requests that met their SLO by that definition (``None`` when none has a target);
+* the TDG ratio (PROSERVE's eq. 3) is ``None`` for a class none of whose requests has a TTFT or TPOT target:
+  every token such a request emits is on time by construction, so the ratio would measure only shedding;
 * rates (throughput, goodput) divide by the run's duration, by default first arrival to last finish, the same
   duration for every class;
-* a statistic with no data is ``None``, never NaN, so :meth:`Summary.to_dict` is valid JSON.
+* a statistic with no data is ``None``, never NaN, so :meth:`Summary.to_dict` is valid JSON;
+* JSON and CSV name every quantity with its unit (:func:`metric_column`: ``ttft_p90_s``,
+  ``goodput_requests_per_s``); :meth:`ClassSummary.metric` accepts those names and the short ones
+  (``ttft_p90``, ``goodput``) that the CLI's ``--metric`` takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +88,7 @@ class ClassSummary:
     num_rejected: int
     num_dropped: int
     num_unfinished: int
+    num_with_slo: int
     output_tokens: int
     ttft_s: Distribution
     tpot_s: Distribution
@@ -89,6 +100,7 @@ class ClassSummary:
     throughput_requests_per_s: float | None
     output_tokens_per_s: float | None
     slo_attainment: float | None
+    ttft_tpot_attainment: float | None
     ttft_slo_attainment: float | None
     tpot_slo_attainment: float | None
     e2e_slo_attainment: float | None
@@ -106,7 +118,9 @@ class ClassSummary:
 
     def metric(self, name: str) -> float | None:
         """A scalar by name: ``"<distribution>_<statistic>"`` (e.g. ``"e2e_mean"``, ``"ttft_p90"``) or one of
-        :data:`SCALAR_METRICS` (e.g. ``"slo_attainment"``, ``"goodput"``, ``"tdg_ratio"``)."""
+        :data:`SCALAR_METRICS` (e.g. ``"slo_attainment"``, ``"goodput"``, ``"tdg_ratio"``), or the
+        :func:`metric_column` name of either (``"e2e_mean_s"``, ``"goodput_requests_per_s"``)."""
+        name = short_metric_name(name)
         if name in SCALAR_METRICS:
             return SCALAR_METRICS[name](self)
         dist_name, _, stat_name = name.rpartition("_")
@@ -115,13 +129,14 @@ class ClassSummary:
         return self.distribution(dist_name).stat(stat_name)
 
     def flat(self) -> dict[str, Any]:
-        """Every scalar of this class under its :meth:`metric` name, plus label, priority and tiers."""
+        """Every scalar of this class under its :func:`metric_column` name, plus label, priority and tiers."""
         row: dict[str, Any] = {"class": self.label, "priority": self.priority, "tiers": "|".join(self.tiers)}
-        row.update({name: _json_float(self.metric(name)) for name in metric_names()})
+        row.update({metric_column(name): _json_float(self.metric(name)) for name in metric_names()})
         return row
 
     def to_dict(self) -> dict[str, Any]:
-        scalars = {name: _json_float(getter(self)) for name, getter in SCALAR_METRICS.items()}
+        """Scalars under their :func:`metric_column` names, distributions under their field names."""
+        scalars = {metric_column(name): _json_float(getter(self)) for name, getter in SCALAR_METRICS.items()}
         dists = {field: self.distribution(name).to_dict() for name, field in _DISTRIBUTION_FIELDS.items()}
         return {"label": self.label, "priority": self.priority, "tiers": list(self.tiers), **scalars, **dists}
 
@@ -141,11 +156,13 @@ SCALAR_METRICS: dict[str, Callable[[ClassSummary], float | None]] = {
     "num_rejected": lambda c: c.num_rejected,
     "num_dropped": lambda c: c.num_dropped,
     "num_unfinished": lambda c: c.num_unfinished,
+    "num_with_slo": lambda c: c.num_with_slo,
     "output_tokens": lambda c: c.output_tokens,
     "preemptions": lambda c: c.num_preemptions,
     "throughput": lambda c: c.throughput_requests_per_s,
     "output_tokens_per_s": lambda c: c.output_tokens_per_s,
     "slo_attainment": lambda c: c.slo_attainment,
+    "ttft_tpot_attainment": lambda c: c.ttft_tpot_attainment,
     "ttft_slo_attainment": lambda c: c.ttft_slo_attainment,
     "tpot_slo_attainment": lambda c: c.tpot_slo_attainment,
     "e2e_slo_attainment": lambda c: c.e2e_slo_attainment,
@@ -156,10 +173,44 @@ SCALAR_METRICS: dict[str, Callable[[ClassSummary], float | None]] = {
 }
 
 
+# the unit suffix of scalars whose short name has none
+_SCALAR_COLUMNS = {
+    "throughput": "throughput_requests_per_s",
+    "goodput": "goodput_requests_per_s",
+    "preemptions": "num_preemptions",
+}
+_DISTRIBUTION_UNITS = {name: field.removeprefix(name) for name, field in _DISTRIBUTION_FIELDS.items()}
+
+
 def metric_names() -> list[str]:
-    """Every name :meth:`ClassSummary.metric` accepts."""
+    """Every short name :meth:`ClassSummary.metric` accepts (it accepts each :func:`metric_column` too)."""
     dist_names = [f"{d}_{s}" for d in DISTRIBUTIONS for s in STATISTICS]
     return [*SCALAR_METRICS, *dist_names]
+
+
+def metric_column(name: str) -> str:
+    """The name of metric ``name`` in JSON and CSV, with its unit: ``ttft_p90`` -> ``ttft_p90_s``,
+    ``normalized_latency_mean`` -> ``normalized_latency_mean_s_per_token``, ``goodput`` ->
+    ``goodput_requests_per_s``; fractions, counts and gains keep their name."""
+    if name in SCALAR_METRICS:
+        return _SCALAR_COLUMNS.get(name, name)
+    dist_name, _, stat_name = name.rpartition("_")
+    if dist_name not in DISTRIBUTIONS or stat_name not in STATISTICS:
+        raise KeyError(f"unknown metric {name!r}; see semsched.metrics.summary.metric_names()")
+    return f"{name}{_DISTRIBUTION_UNITS[dist_name]}"
+
+
+def metric_columns() -> list[str]:
+    """:func:`metric_column` of every :func:`metric_names` entry, in the same order."""
+    return [metric_column(name) for name in metric_names()]
+
+
+_METRIC_OF_COLUMN = {metric_column(name): name for name in metric_names()}
+
+
+def short_metric_name(name: str) -> str:
+    """The :func:`metric_names` entry of a :func:`metric_column` name; any other name unchanged."""
+    return _METRIC_OF_COLUMN.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -235,7 +286,8 @@ def _class_summary(
 ) -> ClassSummary:
     finished = [m for m in metrics if m.finished]
     output_tokens = sum(m.output_tokens for m in metrics)
-    num_slo_met = sum(m.slo_met for m in metrics)
+    num_with_slo = sum(m.slo_met is not None for m in metrics)
+    num_slo_met = sum(m.slo_met is True for m in metrics)
     return ClassSummary(
         label=label,
         priority=priority,
@@ -245,6 +297,7 @@ def _class_summary(
         num_rejected=_count_state(metrics, RequestState.REJECTED),
         num_dropped=_count_state(metrics, RequestState.DROPPED),
         num_unfinished=sum(not m.state.is_terminal for m in metrics),
+        num_with_slo=num_with_slo,
         output_tokens=output_tokens,
         ttft_s=_distribution(finished, lambda m: m.ttft_s),
         tpot_s=_distribution(finished, lambda m: m.tpot_s),
@@ -255,14 +308,15 @@ def _class_summary(
         num_preemptions=sum(m.num_preemptions for m in metrics),
         throughput_requests_per_s=_rate(len(finished), duration_s),
         output_tokens_per_s=_rate(output_tokens, duration_s),
-        slo_attainment=_fraction(num_slo_met, len(metrics)),
-        ttft_slo_attainment=_fraction(sum(m.ttft_slo_met for m in metrics), len(metrics)),
-        tpot_slo_attainment=_fraction(sum(m.tpot_slo_met for m in metrics), len(metrics)),
-        e2e_slo_attainment=_fraction(sum(m.e2e_slo_met for m in metrics), len(metrics)),
-        goodput_requests_per_s=_rate(num_slo_met, duration_s),
+        slo_attainment=_fraction(num_slo_met, num_with_slo),
+        ttft_tpot_attainment=_attainment(m.ttft_tpot_slo_met for m in metrics),
+        ttft_slo_attainment=_attainment(m.ttft_slo_met for m in metrics),
+        tpot_slo_attainment=_attainment(m.tpot_slo_met for m in metrics),
+        e2e_slo_attainment=_attainment(m.e2e_slo_met for m in metrics),
+        goodput_requests_per_s=_rate(num_slo_met, duration_s) if num_with_slo else None,
         tdg=tdg.gain,
         tdg_ideal=tdg.ideal_gain,
-        tdg_ratio=tdg.ratio,
+        tdg_ratio=tdg.ratio if any(m.ttft_tpot_slo_met is not None for m in metrics) else None,
     )
 
 
@@ -288,6 +342,12 @@ def _rate(count: float, duration_s: float | None) -> float | None:
 
 def _fraction(count: int, total: int) -> float | None:
     return count / total if total else None
+
+
+def _attainment(outcomes: Iterable[bool | None]) -> float | None:
+    """Share of met outcomes among those with a target; ``None`` when no request had the target."""
+    present = [o for o in outcomes if o is not None]
+    return _fraction(sum(present), len(present))
 
 
 def _json_float(value: float | None) -> float | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from semsched.core.request import Request, RequestState, TokenTimeline
+from semsched.core.request import LengthDistribution, Request, RequestState, TokenTimeline
 
 RequestFactory = Callable[..., Request]
 
@@ -25,6 +25,10 @@ def build_request(
     tpot_slo_s: float | None = None,
     e2e_slo_s: float | None = None,
     num_preemptions: int = 0,
+    max_output_tokens: int = 4096,
+    urgency: int | None = None,
+    predicted_output: LengthDistribution | None = None,
+    finish_reason: str | None = None,
 ) -> Request:
     """A request that emitted ``token_times_s`` on its own timeline.
 
@@ -35,7 +39,7 @@ def build_request(
     req = Request(
         request_id=request_id,
         prompt_tokens=prompt_tokens,
-        max_output_tokens=4096,
+        max_output_tokens=max_output_tokens,
         arrival_time_s=arrival_time_s,
         output_tokens=output_tokens if output_tokens is not None else max(len(token_times_s), 1),
         priority=priority,
@@ -43,9 +47,12 @@ def build_request(
         ttft_slo_s=ttft_slo_s,
         tpot_slo_s=tpot_slo_s,
         e2e_slo_s=e2e_slo_s,
+        urgency=urgency,
+        predicted_output=predicted_output,
     )
     req.state = state
     req.num_preemptions = num_preemptions
+    req.finish_reason = finish_reason
     req.first_scheduled_time_s = first_scheduled_time_s
     if req.first_scheduled_time_s is None and finished:
         req.first_scheduled_time_s = arrival_time_s

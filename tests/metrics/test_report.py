@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.table import Table
 
 from semsched.core.request import Request, RequestState
 from semsched.metrics.report import (
@@ -19,16 +20,21 @@ from semsched.metrics.report import (
     write_requests_csv,
     write_summary_csv,
 )
-from semsched.metrics.request_metrics import request_metrics
-from semsched.metrics.summary import Summary, metric_names, summarize
+from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, request_metrics
+from semsched.metrics.summary import Summary, metric_columns, summarize
+from semsched.metrics.units import MISSING
 from tests.metrics.factories import RequestFactory
+
+REJECTION = "prompt_tokens + max_output_tokens = 9000 exceeds the KV capacity of 8192 tokens"
 
 
 def _run(make_request: RequestFactory, late_s: float) -> list[Request]:
     return [
-        make_request([0.2, 0.4], request_id="a", priority=0, tier="premium", ttft_slo_s=1.0),
-        make_request([late_s, late_s + 0.1], request_id="b", priority=1, ttft_slo_s=1.0),
-        make_request([], request_id="c", state=RequestState.REJECTED, priority=1),
+        make_request([0.2, 0.4], request_id="a", priority=0, tier="premium", ttft_slo_s=1.0, urgency=3),
+        make_request([late_s, late_s + 0.1], request_id="b", priority=1, ttft_slo_s=1.0, max_output_tokens=64),
+        make_request(
+            [], request_id="c", state=RequestState.REJECTED, priority=1, output_tokens=700, finish_reason=REJECTION
+        ),
     ]
 
 
@@ -51,33 +57,66 @@ def test_json_round_trip_has_no_nan(tmp_path: Path, results: dict[str, Summary])
     assert data["results"]["fcfs"]["by_priority"]["1"]["ttft_s"]["count"] == 1
 
 
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def test_requests_csv_one_row_per_request(tmp_path: Path, make_request: RequestFactory) -> None:
     path = tmp_path / "requests.csv"
     metrics = [request_metrics(r) for r in _run(make_request, 2.0)]
     write_requests_csv(path, metrics, "fcfs")
     write_requests_csv(path, metrics, "edf", append=True)
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = _read_csv(path)
     assert list(rows[0]) == REQUEST_CSV_COLUMNS
     assert [(r["policy"], r["request_id"]) for r in rows] == [
         ("fcfs", "a"), ("fcfs", "b"), ("fcfs", "c"), ("edf", "a"), ("edf", "b"), ("edf", "c")
     ]  # fmt: skip
-    rejected = rows[2]
-    assert (rejected["state"], rejected["ttft_s"], rejected["slo_met"]) == ("rejected", "", "False")
+    late, rejected = rows[1], rows[2]
+    assert (late["ttft_slo_met"], late["slo_met"], late["tpot_slo_met"]) == ("False", "False", "")
+    assert (rejected["state"], rejected["ttft_s"], rejected["slo_met"]) == ("rejected", "", "")
     assert float(rows[0]["itl_max_s"]) == pytest.approx(0.2)
+
+
+def test_requests_csv_says_why_and_what_was_asked(tmp_path: Path, make_request: RequestFactory) -> None:
+    path = tmp_path / "requests.csv"
+    write_requests_csv(path, [request_metrics(r) for r in _run(make_request, 2.0)], "fcfs")
+    first, late, rejected = _read_csv(path)
+    assert (rejected["state"], rejected["rejection_reason"]) == ("rejected", REJECTION)
+    assert (first["state"], first["rejection_reason"]) == ("finished", "")
+    assert (rejected["max_output_tokens"], rejected["target_output_tokens"]) == ("4096", "700")
+    assert (late["max_output_tokens"], late["target_output_tokens"]) == ("64", "2")
+    assert (first["priority"], first["tier"], first["urgency"], late["urgency"]) == ("0", "premium", "3", "")
+    assert (first["ttft_slo_s"], first["e2e_slo_s"]) == ("1.0", "")
+    assert set(REQUEST_ATTRIBUTES) <= set(first)
+
+
+def test_csv_duration_columns_are_seconds(
+    tmp_path: Path, make_request: RequestFactory, results: dict[str, Summary]
+) -> None:
+    write_summary_csv(tmp_path / "summary.csv", results)
+    write_requests_csv(tmp_path / "requests.csv", [request_metrics(r) for r in _run(make_request, 2.0)], "fcfs")
+    summary_columns = list(_read_csv(tmp_path / "summary.csv")[0])
+    request_columns = list(_read_csv(tmp_path / "requests.csv")[0])
+    durations = ("ttft", "tpot", "e2e", "queueing_delay", "itl", "arrival_time")
+    for column in (*summary_columns, *request_columns):
+        if column.startswith(durations) and not column.endswith(("_met", "attainment")):
+            assert column.endswith(("_s", "_s_per_token")), column
+    assert "ttft_p90_s" in summary_columns and "goodput_requests_per_s" in summary_columns
 
 
 def test_summary_csv_one_row_per_policy_and_class(tmp_path: Path, results: dict[str, Summary]) -> None:
     path = tmp_path / "summary.csv"
     write_summary_csv(path, results)
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = _read_csv(path)
     assert [(r["policy"], r["class"]) for r in rows] == [
         ("fcfs", "all"), ("fcfs", "p0"), ("fcfs", "p1"), ("edf", "all"), ("edf", "p0"), ("edf", "p1")
     ]  # fmt: skip
-    assert set(metric_names()) <= set(rows[0])
-    assert float(rows[0]["slo_attainment"]) == pytest.approx(1 / 3)
-    assert float(rows[3]["slo_attainment"]) == pytest.approx(2 / 3)
+    assert set(metric_columns()) <= set(rows[0])
+    # the rejected request c has no target: attainment is over a and b only
+    assert float(rows[0]["slo_attainment"]) == pytest.approx(1 / 2)
+    assert float(rows[3]["slo_attainment"]) == pytest.approx(2 / 2)
+    assert float(rows[0]["ttft_mean_s"]) == pytest.approx((0.2 + 2.0) / 2)
 
 
 def _render(table: object) -> str:
@@ -91,13 +130,68 @@ def test_comparison_table(results: dict[str, Summary]) -> None:
     assert table.row_count == 2
     text = _render(table)
     assert "fcfs" in text and "edf" in text
-    assert "33.3%" in text and "66.7%" in text
+    assert "50.0%" in text and "100.0%" in text
+
+
+def test_comparison_table_shows_rejected_and_dropped(make_request: RequestFactory) -> None:
+    requests = [
+        make_request([0.5], request_id="a"),
+        make_request([], request_id="b", state=RequestState.REJECTED),
+        make_request([], request_id="c", state=RequestState.REJECTED),
+        make_request([], request_id="d", state=RequestState.DROPPED),
+    ]
+    table = comparison_table({"fcfs": summarize(requests)})
+    headers = [str(c.header) for c in table.columns]
+    assert _cells(table, headers.index("rejected")) == ["2"]
+    assert _cells(table, headers.index("dropped")) == ["1"]
+    assert _cells(table, headers.index("SLO met")) == [MISSING]  # no request has a target
+
+
+def _cells(table: Table, column: int) -> list[str]:
+    return [str(cell) for cell in table.columns[column].cells]
+
+
+def _latency_run(make_request: RequestFactory, ttft_s: float) -> Summary:
+    return summarize([make_request([ttft_s, ttft_s + 0.05], e2e_slo_s=60.0)])
+
+
+def test_duration_columns_pick_one_unit_by_their_largest_value(make_request: RequestFactory) -> None:
+    results = {
+        "fast": _latency_run(make_request, 0.25),
+        "slow": _latency_run(make_request, 4351.3954),  # was printed as 4351395.4 ms
+    }
+    table = comparison_table(results)
+    headers = [str(c.header) for c in table.columns]
+    ttft = headers.index("TTFT mean (min)")
+    assert _cells(table, ttft) == ["0.0", "72.5"]
+    assert _cells(table, headers.index("TPOT p90 (ms)")) == ["50.0", "50.0"]
+    assert "E2E mean (min)" in headers and "norm. lat. (min/tok)" in headers
 
 
 def test_class_table_has_a_column_per_class(results: dict[str, Summary]) -> None:
     table = class_table(results, "slo_attainment")
     assert [c.header for c in table.columns] == ["policy", "all", "p0 (premium)", "p1 (default)"]
     assert table.row_count == 2
+    # p1 holds b (target, late under fcfs) and the rejected c (no target)
+    assert _cells(table, 3) == ["0.0%", "100.0%"]
+
+
+def test_class_table_of_a_class_without_targets_shows_a_dash(make_request: RequestFactory) -> None:
+    requests = [
+        make_request([0.1], request_id="s", priority=0),
+        make_request([0.1], request_id="p", priority=1, ttft_slo_s=1.0),
+    ]
+    table = class_table({"fcfs": summarize(requests)}, "slo_attainment")
+    assert [_cells(table, k)[0] for k in (1, 2, 3)] == ["100.0%", MISSING, "100.0%"]
+
+
+def test_class_table_names_its_unit(results: dict[str, Summary], make_request: RequestFactory) -> None:
+    table = class_table(results, "ttft_p90")
+    assert table.title == "ttft_p90 (ms) by priority class"  # the largest, fcfs's p1, is 2.0 s
+    assert _cells(table, 1)[1] == "470.0"  # edf, all: p90 of 0.2 and 0.5 s
+    slow = class_table({"fcfs": _latency_run(make_request, 30.0)}, "ttft_p90_s")
+    assert slow.title == "ttft_p90_s (s) by priority class"
+    assert _cells(slow, 1) == ["30.00"]
 
 
 def test_print_comparison(results: dict[str, Summary]) -> None:

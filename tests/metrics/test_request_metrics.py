@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semsched.core.request import Request, RequestState, TokenTimeline
-from semsched.metrics.request_metrics import request_metrics
+from semsched.core.request import LengthDistribution, Request, RequestState, TokenTimeline
+from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, all_met, request_metrics
 from tests.metrics.factories import RequestFactory
 
 
@@ -42,9 +42,28 @@ def test_slow_decode_misses_tpot(make_request: RequestFactory) -> None:
     assert not m.slo_met
 
 
-def test_missing_slos_count_as_met(make_request: RequestFactory) -> None:
+def test_no_target_means_no_outcome_not_a_success(make_request: RequestFactory) -> None:
     m = request_metrics(make_request([5.0, 100.0]))
-    assert m.ttft_slo_met and m.tpot_slo_met and m.slo_met and m.e2e_slo_met
+    assert (m.ttft_slo_met, m.tpot_slo_met, m.e2e_slo_met) == (None, None, None)
+    assert (m.ttft_tpot_slo_met, m.slo_met) == (None, None)
+
+
+def test_meeting_ttft_and_tpot_but_missing_e2e_misses_the_slo(make_request: RequestFactory) -> None:
+    # first token at 0.1 s (< 0.2), gaps 0.02 s (< 0.03), last token at 4.1 s, not below the 4 s E2E target
+    times_s = [0.1 + 0.02 * i for i in range(201)]
+    m = request_metrics(make_request(times_s, ttft_slo_s=0.2, tpot_slo_s=0.03, e2e_slo_s=4.0))
+    assert m.ttft_slo_met and m.tpot_slo_met and m.ttft_tpot_slo_met
+    assert m.e2e_slo_met is False
+    assert m.slo_met is False
+
+
+def test_only_the_targets_a_request_has_are_judged(make_request: RequestFactory) -> None:
+    # a BACKGROUND-like request: an E2E target only, first token late by any TTFT standard
+    met = request_metrics(make_request([30.0, 40.0], e2e_slo_s=60.0))
+    assert (met.ttft_slo_met, met.tpot_slo_met, met.ttft_tpot_slo_met) == (None, None, None)
+    assert met.e2e_slo_met is True and met.slo_met is True
+    missed = request_metrics(make_request([161.0, 170.0], e2e_slo_s=60.0))
+    assert missed.slo_met is False
 
 
 def test_single_token_has_no_tpot_and_meets_tpot_slo(make_request: RequestFactory) -> None:
@@ -59,13 +78,65 @@ def test_e2e_slo(make_request: RequestFactory) -> None:
     assert not request_metrics(make_request([1.0, 2.0], e2e_slo_s=2.0)).e2e_slo_met
 
 
-@pytest.mark.parametrize("state", [RequestState.REJECTED, RequestState.DROPPED, RequestState.WAITING])
-def test_unfinished_requests_miss_every_slo(make_request: RequestFactory, state: RequestState) -> None:
-    m = request_metrics(make_request([], state=state))
+_ENDED_EARLY = [RequestState.REJECTED, RequestState.DROPPED, RequestState.WAITING]
+
+
+@pytest.mark.parametrize("state", _ENDED_EARLY)
+def test_unfinished_requests_miss_every_target_they_have(
+    make_request: RequestFactory, state: RequestState
+) -> None:
+    m = request_metrics(make_request([], state=state, ttft_slo_s=1.0, tpot_slo_s=0.1, e2e_slo_s=9.0))
     assert (m.ttft_s, m.tpot_s, m.e2e_s, m.queueing_delay_s) == (None, None, None, None)
     assert m.normalized_latency_s_per_token is None
-    assert not (m.ttft_slo_met or m.tpot_slo_met or m.slo_met or m.e2e_slo_met)
+    outcomes = (m.ttft_slo_met, m.tpot_slo_met, m.e2e_slo_met, m.ttft_tpot_slo_met, m.slo_met)
+    assert outcomes == (False, False, False, False, False)
     assert m.state is state
+
+
+@pytest.mark.parametrize("state", _ENDED_EARLY)
+def test_unfinished_requests_without_targets_have_no_outcome(
+    make_request: RequestFactory, state: RequestState
+) -> None:
+    m = request_metrics(make_request([], state=state))
+    assert (m.ttft_slo_met, m.tpot_slo_met, m.e2e_slo_met, m.ttft_tpot_slo_met, m.slo_met) == (None,) * 5
+
+
+def test_rejection_reason_only_for_rejected_and_dropped(make_request: RequestFactory) -> None:
+    reason = "prompt_tokens + max_output_tokens = 9000 exceeds the KV capacity"
+    rejected = make_request([], state=RequestState.REJECTED, finish_reason=reason)
+    dropped = make_request([], state=RequestState.DROPPED, finish_reason="never schedulable")
+    finished = make_request([1.0], finish_reason="length")
+    assert request_metrics(rejected).rejection_reason == reason
+    assert request_metrics(dropped).rejection_reason == "never schedulable"
+    assert request_metrics(finished).rejection_reason is None
+
+
+def test_attributes_of_the_request(make_request: RequestFactory) -> None:
+    prediction = LengthDistribution((10, 30), (0.5, 0.5))
+    req = make_request(
+        [1.0],
+        output_tokens=50,
+        max_output_tokens=40,
+        urgency=2,
+        predicted_output=prediction,
+        ttft_slo_s=0.5,
+        e2e_slo_s=15.0,
+    )
+    assert request_metrics(req).attributes == {
+        "max_output_tokens": 40,
+        "target_output_tokens": 40,  # the true length 50, capped by max_output_tokens
+        "urgency": 2,
+        "predicted_output_mean_tokens": 20.0,
+        "ttft_slo_s": 0.5,
+        "tpot_slo_s": None,
+        "e2e_slo_s": 15.0,
+    }
+    assert list(request_metrics(req).attributes) == list(REQUEST_ATTRIBUTES)
+
+
+def test_attributes_absent_from_the_request_are_none(make_request: RequestFactory) -> None:
+    attributes = request_metrics(make_request([1.0])).attributes
+    assert attributes["urgency"] is None and attributes["predicted_output_mean_tokens"] is None
 
 
 def test_dropped_request_keeps_observed_latencies(make_request: RequestFactory) -> None:
@@ -89,3 +160,9 @@ def test_tokens_from_non_contiguous_steps_of_a_shared_timeline() -> None:
     assert m.ttft_s == pytest.approx(1.1 - 0.5)
     np.testing.assert_allclose(m.itl_s, [0.1, 0.2, 0.1])
     assert m.tpot_s == pytest.approx((1.5 - 1.1) / 3)
+
+
+def test_all_met() -> None:
+    assert all_met(None, None) is None
+    assert all_met(True, None) is True
+    assert all_met(True, False, None) is False
