@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from semsched.metrics.report import ColumnKind, metric_kind
 from semsched.metrics.summary import ClassSummary, Summary
+from semsched.metrics.units import MISSING
 
 PathLike = str | os.PathLike[str]
 Sweep = Mapping[str, Sequence[tuple[float, Summary]]]
@@ -27,21 +30,30 @@ _PANEL_SIZE_IN = (4.0, 3.2)
 
 
 def plot_latency_vs_rate(sweep: Sweep, path: PathLike, metric: str = "e2e_mean") -> None:
+    """Write :func:`latency_vs_rate_figure` as a PNG."""
+    _save(latency_vs_rate_figure(sweep, metric), path)
+
+
+def latency_vs_rate_figure(sweep: Sweep, metric: str = "e2e_mean") -> Figure:
     """One panel for all requests and one per priority class; in each, one line per policy of ``metric``
-    (any :meth:`ClassSummary.metric` name) against request rate (req/s). Missing values leave gaps."""
+    (any :meth:`ClassSummary.metric` name) against request rate (req/s). Missing values leave gaps; a policy
+    with no value in a panel has no line there, and a panel with no value at all says so."""
     summaries = [s for points in sweep.values() for _, s in points]
     classes: list[int | None] = [None, *_priorities(summaries)]
+    colours = _colours(sweep)
     figure, axes = _panels(len(classes))
     for ax, priority in zip(axes, classes, strict=True):
         for policy, points in sweep.items():
             rates, values = _series(points, priority, metric)
-            ax.plot(rates, values, marker="o", label=policy)
+            if _has_data(values):
+                ax.plot(rates, values, marker="o", label=policy, color=colours[policy])
+        _note_if_empty(ax)
         ax.set_title(_class_title(summaries, priority))
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(metric_label(metric))
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    _save(figure, path)
+    _legend(axes)
+    return figure
 
 
 def metric_label(metric: str) -> str:
@@ -58,26 +70,43 @@ def metric_label(metric: str) -> str:
 def plot_class_bars(
     results: Mapping[str, Summary], path: PathLike, metrics: Sequence[str] = DEFAULT_BAR_METRICS
 ) -> None:
-    """One panel per metric; bars grouped by class ("all", then each priority), one bar per policy."""
+    """Write :func:`class_bars_figure` as a PNG."""
+    _save(class_bars_figure(results, metrics), path)
+
+
+def class_bars_figure(results: Mapping[str, Summary], metrics: Sequence[str] = DEFAULT_BAR_METRICS) -> Figure:
+    """One panel per metric; bars grouped by class ("all", then each priority), one bar per policy. A missing
+    value leaves its bar out; a panel with no value at all (no request finished, no class with a target) says
+    so instead of failing, and so does the figure when there are no metrics or no results."""
     summaries = list(results.values())
     classes: list[int | None] = [None, *_priorities(summaries)]
-    figure, axes = _panels(len(metrics))
+    colours = _colours(results)
+    figure, axes = _panels(max(len(metrics), 1))
     bar_width = 0.8 / max(len(results), 1)
     positions = np.arange(len(classes), dtype=np.float64)
-    for ax, metric in zip(axes, metrics, strict=True):
-        for k, (policy, summary) in enumerate(results.items()):
-            values = [_value(summary.class_summary(p), metric) for p in classes]
-            ax.bar(positions + k * bar_width, values, width=bar_width, label=policy)
+    for ax, metric in zip(axes, metrics, strict=False):
+        values_by_policy = {
+            policy: [_value(summary.class_summary(p), metric) for p in classes]
+            for policy, summary in results.items()
+        }
+        for k, (policy, values) in enumerate(values_by_policy.items()):
+            if _has_data(values):
+                ax.bar(positions + k * bar_width, values, width=bar_width, label=policy, color=colours[policy])
         ax.set_xticks(positions + bar_width * (len(results) - 1) / 2)
         ax.set_xticklabels(
             [_class_title(summaries, p) for p in classes], fontsize="small", rotation=30, ha="right"
         )
+        ax.set_xlim(-bar_width, positions[-1] + len(results) * bar_width)  # room for every bar, drawn or not
         ax.set_title(metric_label(metric))
-        if metric_label(metric).endswith("(s)"):
-            ax.set_yscale("log")  # latencies of different policies span orders of magnitude
+        _scale_y(ax, metric, [v for values in values_by_policy.values() for v in values])
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize="small")
-    _save(figure, path)
+        if ax.has_data():
+            _mark_missing(ax, values_by_policy, positions, bar_width, colours)
+        _note_if_empty(ax)
+    if not metrics:
+        _note_if_empty(axes[0], "no metric to plot")
+    _legend(axes)
+    return figure
 
 
 def _series(
@@ -92,6 +121,67 @@ def _series(
 def _value(summary: ClassSummary | None, metric: str) -> float:
     value = None if summary is None else summary.metric(metric)
     return math.nan if value is None else float(value)
+
+
+def _scale_y(ax: Axes, metric: str, values: Sequence[float]) -> None:
+    if metric_kind(metric) is ColumnKind.FRACTION:
+        ax.set_ylim(0.0, 1.05)
+    elif metric_label(metric).endswith("(s)") and any(v > 0 for v in values):
+        ax.set_yscale("log")  # latencies of different policies span orders of magnitude
+
+
+def _mark_missing(
+    ax: Axes,
+    values_by_policy: Mapping[str, Sequence[float]],
+    positions: np.ndarray,
+    bar_width: float,
+    colours: Mapping[str, str],
+) -> None:
+    """A dash at the foot of every bar that has no value (a class without a target, nothing finished), so
+    that it does not read as a bar of height zero."""
+    foot = ax.get_xaxis_transform()  # x in data, y in axes coordinates: right on a log scale too
+    for k, (policy, values) in enumerate(values_by_policy.items()):
+        for position, value in zip(positions + k * bar_width, values, strict=True):
+            if not math.isfinite(value):
+                ax.text(
+                    position,
+                    0.01,
+                    MISSING,
+                    transform=foot,
+                    ha="center",
+                    va="bottom",
+                    color=colours[policy],
+                    fontweight="bold",
+                )
+
+
+def _has_data(values: Sequence[float]) -> bool:
+    return any(math.isfinite(v) for v in values)
+
+
+def _colours(policies: Iterable[str]) -> dict[str, str]:
+    """One colour per policy, the same in every panel even where a policy has nothing to draw."""
+    return {policy: f"C{k % 10}" for k, policy in enumerate(policies)}
+
+
+NO_DATA = "no data"
+
+
+def _note_if_empty(ax: Axes, note: str = NO_DATA) -> None:
+    """Write ``note`` across an axes that holds no plotted data, so an empty panel reads as empty on purpose."""
+    if not ax.has_data():
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="grey")
+
+
+def _legend(axes: Sequence[Axes]) -> None:
+    """One legend, on the first panel, naming every policy drawn in any panel."""
+    entries: dict[str, Artist] = {}
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for handle, label in zip(handles, labels, strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        axes[0].legend(list(entries.values()), list(entries), fontsize="small")
 
 
 def _priorities(summaries: Sequence[Summary]) -> list[int]:

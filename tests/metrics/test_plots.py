@@ -2,9 +2,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from semsched.core.request import Request
-from semsched.metrics.plots import plot_class_bars, plot_latency_vs_rate
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from semsched.core.request import Request, RequestState
+from semsched.metrics.plots import (
+    NO_DATA,
+    class_bars_figure,
+    latency_vs_rate_figure,
+    plot_class_bars,
+    plot_latency_vs_rate,
+)
 from semsched.metrics.summary import Summary, summarize
+from semsched.metrics.units import MISSING
 from tests.metrics.factories import RequestFactory
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -39,3 +49,71 @@ def test_class_bars(tmp_path: Path, make_request: RequestFactory) -> None:
     path = tmp_path / "bars.png"
     plot_class_bars(results, path)  # edf has no priority-1 class: its bar is left empty
     _assert_png(path)
+
+
+def _nothing_finished(make_request: RequestFactory) -> Summary:
+    return summarize(
+        [
+            make_request([], request_id="a", state=RequestState.REJECTED, priority=0, ttft_slo_s=0.5),
+            make_request([], request_id="b", state=RequestState.DROPPED, priority=1),
+        ]
+    )
+
+
+def _notes(figure: Figure) -> list[list[str]]:
+    return [[text.get_text() for text in ax.texts] for ax in figure.axes]
+
+
+def test_class_bars_when_no_request_finishes(tmp_path: Path, make_request: RequestFactory) -> None:
+    results = {"fcfs": _nothing_finished(make_request), "edf": _nothing_finished(make_request)}
+    figure = class_bars_figure(results)  # latencies are all missing: no log scale over nothing
+    # ttft_p90 and e2e_mean: no value; slo_attainment and tdg_ratio: 0 for p0 and all, none for p1 (no target)
+    notes = _notes(figure)
+    assert notes[:2] == [[NO_DATA], [NO_DATA]]
+    assert [sorted(set(texts)) for texts in notes[2:]] == [[MISSING], [MISSING]]
+    assert [len(texts) for texts in notes[2:]] == [2, 2]  # p1 of each policy
+    plot_class_bars(results, tmp_path / "bars.png")
+    _assert_png(tmp_path / "bars.png")
+
+
+def test_class_bars_without_results_or_metrics(tmp_path: Path, make_request: RequestFactory) -> None:
+    assert _notes(class_bars_figure({}, ["e2e_mean", "slo_attainment"])) == [[NO_DATA], [NO_DATA]]
+    assert _notes(class_bars_figure({"fcfs": summarize(_run(make_request, 1.0))}, [])) == [["no metric to plot"]]
+    assert _notes(class_bars_figure({"fcfs": summarize([])})) == [[NO_DATA]] * 4
+    plot_class_bars({}, tmp_path / "empty.png")
+    _assert_png(tmp_path / "empty.png")
+
+
+def test_latency_vs_rate_skips_series_without_data(tmp_path: Path, make_request: RequestFactory) -> None:
+    sweep: dict[str, list[tuple[float, Summary]]] = {
+        "fcfs": [(1.0, summarize(_run(make_request, 1.0))), (2.0, _nothing_finished(make_request))],
+        "edf": [(1.0, _nothing_finished(make_request)), (2.0, _nothing_finished(make_request))],
+    }
+    figure = latency_vs_rate_figure(sweep, "e2e_mean")
+    overall = figure.axes[0]
+    assert [line.get_label() for line in overall.get_lines()] == ["fcfs"]  # edf never has an E2E
+    assert list(overall.texts) == []
+    legend = overall.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["fcfs"]
+    plot_latency_vs_rate(sweep, tmp_path / "sweep.png", metric="e2e_mean")
+    _assert_png(tmp_path / "sweep.png")
+
+
+def test_latency_vs_rate_when_nothing_finishes(tmp_path: Path, make_request: RequestFactory) -> None:
+    sweep = {"fcfs": [(1.0, _nothing_finished(make_request))]}
+    assert _notes(latency_vs_rate_figure(sweep, "ttft_p90")) == [[NO_DATA], [NO_DATA], [NO_DATA]]
+    assert _notes(latency_vs_rate_figure({}, "ttft_p90")) == [[NO_DATA]]
+    plot_latency_vs_rate(sweep, tmp_path / "sweep.png", metric="ttft_p90")
+    _assert_png(tmp_path / "sweep.png")
+
+
+def test_a_policy_keeps_its_colour_in_every_panel(make_request: RequestFactory) -> None:
+    results = {"edf": _nothing_finished(make_request), "fcfs": summarize(_run(make_request, 1.0))}
+    figure = class_bars_figure(results, ["ttft_p90", "slo_attainment"])  # edf draws only in the second
+
+    def colours(ax: Axes) -> dict[str, tuple[float, ...]]:
+        return {bars.get_label(): tuple(bars.patches[0].get_facecolor()) for bars in ax.containers}
+
+    latency, attainment = (colours(ax) for ax in figure.axes)
+    assert list(latency) == ["fcfs"] and list(attainment) == ["edf", "fcfs"]
+    assert latency["fcfs"] == attainment["fcfs"] != attainment["edf"]
