@@ -148,20 +148,20 @@ COMPARISON_COLUMNS: tuple[Column, ...] = (
     Column("E2E p99", "e2e_p99", ColumnKind.DURATION),
     Column("norm. lat.", "normalized_latency_mean", ColumnKind.DURATION_PER_TOKEN),
     Column("SLO met", "slo_attainment", ColumnKind.FRACTION),
-    Column("goodput (req/s)", "goodput", ColumnKind.NUMBER),
+    Column("goodput\n(req/s)", "goodput", ColumnKind.NUMBER),
     Column("TDG ratio", "tdg_ratio", ColumnKind.FRACTION),
     Column("preempt.", "preemptions", ColumnKind.COUNT),
 )
 
 
-def format_column(values: Sequence[float | None], kind: ColumnKind) -> tuple[str, list[str]]:
-    """The unit suffix for the header (``""`` when the header needs none) and one cell per value; missing
-    values show as :data:`~semsched.metrics.units.MISSING`."""
+def format_column(values: Sequence[float | None], kind: ColumnKind) -> tuple[str | None, list[str]]:
+    """The unit the cells are in (``"ms"``, ``"s/tok"``, ...; ``None`` where the header names it or there is
+    none) and one cell per value; missing values show as :data:`~semsched.metrics.units.MISSING`."""
     if kind in (ColumnKind.DURATION, ColumnKind.DURATION_PER_TOKEN):
         unit = time_unit_for(values)
         per_token = "/tok" if kind is ColumnKind.DURATION_PER_TOKEN else ""
-        return f" ({unit.symbol}{per_token})", [unit.format(v) for v in values]
-    return "", [_FORMATTERS[kind](v) for v in values]
+        return f"{unit.symbol}{per_token}", [unit.format(v) for v in values]
+    return None, [_FORMATTERS[kind](v) for v in values]
 
 
 def _fmt_pct(fraction: float | None) -> str:
@@ -192,7 +192,8 @@ def comparison_table(results: Mapping[str, Summary], *, title: str = "Policy com
     for column in COMPARISON_COLUMNS:
         values = [summary.overall.metric(column.metric) for summary in results.values()]
         unit, cells = format_column(values, column.kind)
-        table.add_column(column.header + unit, justify="right")
+        # the unit on a line of its own keeps the columns narrow enough for one screen
+        table.add_column(column.header if unit is None else f"{column.header}\n({unit})", justify="right")
         cells_by_column.append(cells)
     for row, policy in enumerate(results):
         table.add_row(policy, *(cells[row] for cells in cells_by_column))
@@ -206,7 +207,7 @@ def class_table(results: Mapping[str, Summary], metric: str) -> Table:
     classes: list[int | None] = [None, *priorities]
     values = [_class_metric(s.class_summary(p), metric) for s in results.values() for p in classes]
     unit, cells = format_column(values, metric_kind(metric))
-    table = Table(title=f"{metric}{unit} by priority class")
+    table = Table(title=f"{metric} by priority class" if unit is None else f"{metric} ({unit}) by priority class")
     table.add_column("policy", style="bold", no_wrap=True)
     table.add_column("all", justify="right")
     for priority in priorities:
