@@ -78,6 +78,8 @@ class ClassSummary:
     """Metrics of one priority class (``priority`` set) or of all requests (``priority is None``).
 
     Latencies are in seconds (normalized latency in seconds per output token); rates are per second.
+    ``num_with_slo`` requests have at least one target: they are what ``slo_attainment`` divides by, and an
+    attainment, goodput or TDG ratio is ``None`` when its targets are absent (see the module docstring).
     """
 
     label: str

@@ -24,6 +24,8 @@ from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, request_metrics
 from semsched.metrics.summary import Summary, metric_columns, summarize
 from semsched.metrics.units import MISSING
 from tests.metrics.factories import RequestFactory
+from tests.support import make_request as support_request
+from tests.support import make_scheduler
 
 REJECTION = "prompt_tokens + max_output_tokens = 9000 exceeds the KV capacity of 8192 tokens"
 
@@ -203,3 +205,17 @@ def test_print_comparison(results: dict[str, Summary]) -> None:
     print_comparison(console, results)
     text = console.export_text()
     assert "Policy comparison" in text and "tdg_ratio by priority class" in text
+
+
+def test_a_scheduler_rejection_reaches_requests_csv(tmp_path: Path) -> None:
+    scheduler = make_scheduler("fcfs", num_gpu_blocks=4, block_size=16)  # 64 tokens of KV in all
+    too_large = support_request("big", prompt=100, output=8, ttft_slo_s=1.0)
+    assert not scheduler.add_request(too_large, now_s=0.0).accepted
+    path = tmp_path / "requests.csv"
+    write_requests_csv(path, [request_metrics(too_large)], "fcfs")
+    (row,) = _read_csv(path)
+    assert row["state"] == "rejected"
+    assert "exceeds the KV capacity" in row["rejection_reason"]
+    assert (row["max_output_tokens"], row["target_output_tokens"], row["slo_met"]) == ("8", "8", "False")
+    summary = summarize([too_large])
+    assert (summary.overall.num_rejected, summary.overall.slo_attainment) == (1, 0.0)
