@@ -3,14 +3,14 @@ service tiers with seed 003's SLOs) at ~90 % load on the A100/Qwen1.5-4B profile
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.experiments.framework import ExperimentContext, Figure, Table
 from semsched.experiments.plots import bar_chart
 from semsched.experiments.registry import Experiment, register_experiment
-from semsched.metrics import ClassSummary, Summary
+from semsched.metrics import MISSING, ClassSummary, Summary, TimeUnit, time_unit_for
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec
 from semsched.workloads import build_workload
 
@@ -62,18 +62,6 @@ class Demo(Experiment):
 
 
 def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, object], command: str) -> Figure:
-    columns = (
-        "policy",
-        "finished",
-        "rejected",
-        "TTFT p90",
-        "E2E mean",
-        "E2E p90",
-        "SLO met",
-        "goodput (req/s)",
-        "preemptions",
-    )
-    rows = []
     ours: dict[str, dict[str, float | int | None]] = {}
     for policy, summary in summaries.items():
         overall = summary.overall
@@ -88,20 +76,31 @@ def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, objec
             "goodput_requests_per_s": overall.metric("goodput"),
             "num_preemptions": overall.num_preemptions,
         }
-        row = ours[policy]
-        rows.append(
-            (
-                policy,
-                str(row["num_finished"]),
-                str(row["num_rejected"]),
-                _seconds(row["ttft_p90_s"]),
-                _seconds(row["e2e_mean_s"]),
-                _seconds(row["e2e_p90_s"]),
-                _percent(row["slo_attainment"]),
-                _number(row["goodput_requests_per_s"]),
-                str(row["num_preemptions"]),
-            )
+    time_keys = ("ttft_p90_s", "e2e_mean_s", "e2e_p90_s")
+    units = {key: _unit(ours[p][key] for p in ours) for key in time_keys}
+    columns = (
+        "policy",
+        "finished",
+        "rejected",
+        f"TTFT p90 ({units['ttft_p90_s'].symbol})",
+        f"E2E mean ({units['e2e_mean_s'].symbol})",
+        f"E2E p90 ({units['e2e_p90_s'].symbol})",
+        "SLO met",
+        "goodput (req/s)",
+        "preemptions",
+    )
+    rows = [
+        (
+            policy,
+            str(row["num_finished"]),
+            str(row["num_rejected"]),
+            *(units[key].format(_float(row[key])) for key in time_keys),
+            _percent(row["slo_attainment"]),
+            _number(row["goodput_requests_per_s"]),
+            str(row["num_preemptions"]),
         )
+        for policy, row in ours.items()
+    ]
     ratios = {
         f"E2E p90, {BASELINE} / {policy}": _ratio(ours[BASELINE]["e2e_p90_s"], ours[policy]["e2e_p90_s"])
         for policy in summaries
@@ -135,8 +134,6 @@ def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, objec
 def _tier_figure(summaries: Mapping[str, Summary], config: Mapping[str, object], command: str) -> Figure:
     priorities = sorted({p for s in summaries.values() for p in s.by_priority})
     labels = [_tier_label(summaries, p) for p in priorities]
-    columns = ("policy", *(f"{label} SLO met" for label in labels), *(f"{label} TTFT p90" for label in labels))
-    rows = []
     ours: dict[str, dict[str, dict[str, float | None]]] = {}
     for policy, summary in summaries.items():
         per_tier: dict[str, dict[str, float | None]] = {}
@@ -148,13 +145,20 @@ def _tier_figure(summaries: Mapping[str, Summary], config: Mapping[str, object],
                 "e2e_p90_s": _metric(cls, "e2e_p90"),
             }
         ours[policy] = per_tier
-        rows.append(
-            (
-                policy,
-                *(_percent(per_tier[label]["slo_attainment"]) for label in labels),
-                *(_seconds(per_tier[label]["ttft_p90_s"]) for label in labels),
-            )
+    ttft = _unit(ours[p][label]["ttft_p90_s"] for p in ours for label in labels)
+    columns = (
+        "policy",
+        *(f"{label} SLO met" for label in labels),
+        *(f"{label} TTFT p90 ({ttft.symbol})" for label in labels),
+    )
+    rows = [
+        (
+            policy,
+            *(_percent(per_tier[label]["slo_attainment"]) for label in labels),
+            *(ttft.format(per_tier[label]["ttft_p90_s"]) for label in labels),
         )
+        for policy, per_tier in ours.items()
+    ]
     top = labels[1] if len(labels) > 1 else labels[0]  # PREMIUM: the most important tier with SLO targets
     ratios = {
         f"{top} SLO met, {policy} / {BASELINE}": _ratio(
@@ -224,22 +228,17 @@ def _ratio(numerator: float | int | None, denominator: float | int | None) -> fl
     return float(numerator) / float(denominator)
 
 
-def _seconds(value: float | int | None) -> str:
-    if value is None:
-        return "—"
-    value = float(value)
-    if value < 10:
-        return f"{value * 1e3:.0f} ms"
-    if value < 600:
-        return f"{value:.1f} s"
-    if value < 3 * 3600:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
+def _unit(values_s: Iterable[float | int | None]) -> TimeUnit:
+    return time_unit_for(_float(v) for v in values_s)
+
+
+def _float(value: float | int | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _percent(value: float | int | None) -> str:
-    return "—" if value is None else f"{float(value):.1%}"
+    return MISSING if value is None else f"{float(value):.1%}"
 
 
 def _number(value: float | int | None) -> str:
-    return "—" if value is None else f"{float(value):.3g}"
+    return MISSING if value is None else f"{float(value):.3g}"
