@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from semsched.core.displacement import Need, Release, Room, best_class, excluded, fits, victims_to_displace
 from semsched.core.kv import BlockManager, Reservation, blocks_for
 from semsched.core.plan import (
     Admission,
@@ -135,6 +136,7 @@ class Scheduler:
         self._waiting = _WaitingQueue()
         self._running: list[Request] = []
         self._running_sorted = True  # in ascending victim_key order (removals keep it; admissions clear it)
+        self._static_victim_order = static_victim_order(policy)
         self._requests: dict[str, Request] = {}
         self._class_counts: Counter[int] = Counter()
         self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
@@ -238,7 +240,7 @@ class Scheduler:
         running, block_size = RequestState.RUNNING, self.block_size
         lookahead = self.config.num_lookahead_tokens
         order = self.policy.running_order(self._running, self, now_s)
-        if order is None and not (self._running_sorted and self.policy.static_victim_key):
+        if order is None and not (self._running_sorted and self._static_victim_order):
             # most protected first: the budget goes to them first and KV-pressure victims come from the back,
             # the order the vLLM adapter gives vLLM's running list every step
             self._running.sort(key=self.policy.victim_key)
@@ -281,7 +283,7 @@ class Scheduler:
                 return
             if id(candidate) in step.preempted:
                 return  # do not re-admit what this step just displaced
-            if min_class is not None and self.policy.exclusive_class(candidate) != min_class:
+            if excluded(self.policy.exclusive_class(candidate), min_class):
                 return
             if not self._fit_waiting(candidate, plan, step, now_s):
                 return
@@ -293,51 +295,51 @@ class Scheduler:
             self._add_chunk(plan, step, candidate, num_new)
 
     def _fit_waiting(self, candidate: Request, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
-        """Whether ``candidate`` fits now, displacing running work if the policy allows it."""
+        """Whether ``candidate`` fits now, displacing running work if the policy allows it (the rule is
+        :mod:`semsched.core.displacement`'s, shared with the vLLM adapter)."""
         if self._fits(candidate, step):
             return True
         victims = self.policy.victims_for(candidate, self._running, self, now_s)
-        if not victims or not self._victims_suffice(candidate, victims, plan, step):
+        if not victims:
             return False
-        for victim in victims:
-            if self._fits(candidate, step):
-                break
+        count = victims_to_displace(self._need(candidate), self._room(candidate, step),
+                                    self._releases(victims, plan))
+        if not count:
+            return False
+        for victim in victims[:count]:
             self._preempt(victim, PreemptionReason.PRIORITY, plan, step, now_s)
         return self._fits(candidate, step)
 
     def _fits(self, candidate: Request, step: _StepState) -> bool:
-        if len(self._running) >= step.max_seqs:  # every scheduled request is running
-            return False
-        return self._blocks_short(candidate, step) <= 0
+        return fits(self._need(candidate), self._room(candidate, step))
 
     def _slots(self, request: Request, num_new: int) -> int:
         """KV slots a chunk of ``num_new`` tokens needs: a decode also reserves the speculative lookahead."""
         return 1 + self.config.num_lookahead_tokens if _is_decode(request, num_new) else num_new
 
-    def _blocks_short(self, candidate: Request, step: _StepState) -> int:
-        """GPU blocks still missing for ``candidate`` to run this step (swap-in plus its new tokens)."""
-        num_new = min(candidate.num_uncomputed_tokens, step.tokens)
-        swapped = self.kv.swapped_blocks_of(candidate)
-        needed = blocks_for(candidate.num_computed_tokens + self._slots(candidate, num_new), self.block_size)
-        if self.config.reserve_full_prompt and swapped == 0:
-            whole = candidate.prompt_tokens + candidate.num_output_tokens
-            needed = max(needed, blocks_for(whole, self.block_size))
-        if swapped == 0:
-            needed -= self.kv.gpu_blocks_of(candidate)
-        return needed - self.kv.available_for(candidate, admission=True)
+    def _need(self, candidate: Request) -> Need:
+        """What ``candidate`` needs to start: swap-in plus its first chunk (a decode, one token, also reserves
+        the lookahead; with ``reserve_full_prompt`` its whole sequence unless it was swapped out)."""
+        computed, uncomputed = candidate.num_computed_tokens, candidate.num_uncomputed_tokens
+        decode = uncomputed == 1 and computed >= candidate.prompt_tokens
+        swapped = self.kv.swapped_blocks_of(candidate) > 0
+        whole = self.config.reserve_full_prompt and not swapped
+        return Need(
+            computed, uncomputed, self.block_size,
+            extra_slots=self.config.num_lookahead_tokens if decode else 0,
+            whole_tokens=candidate.prompt_tokens + candidate.num_output_tokens if whole else 0,
+            held_blocks=0 if swapped else self.kv.gpu_blocks_of(candidate),
+        )
 
-    def _victims_suffice(
-        self, candidate: Request, victims: Sequence[Request], plan: BatchPlan, step: _StepState
-    ) -> bool:
-        freed_blocks = sum(self.kv.gpu_blocks_of(v) for v in victims)
+    def _room(self, candidate: Request, step: _StepState) -> Room:
+        """What is left for ``candidate`` now (running requests already hold this step's blocks)."""
+        return Room(self.kv.available_for(candidate, admission=True), step.max_seqs - len(self._running),
+                    step.tokens)
+
+    def _releases(self, victims: Sequence[Request], plan: BatchPlan) -> list[Release]:
         scheduled = {id(c.request): c.num_tokens for c in plan.prefill}
         scheduled.update((id(r), 1) for r in plan.decode)
-        freed_tokens = sum(scheduled.get(id(v), 0) for v in victims)
-        if step.tokens + freed_tokens <= 0:
-            return False
-        if len(self._running) - len(victims) >= step.max_seqs:
-            return False
-        return self._blocks_short(candidate, step) <= freed_blocks
+        return [Release(self.kv.gpu_blocks_of(v), scheduled.get(id(v), 0)) for v in victims]
 
     # ---- state transitions ------------------------------------------------------------------------------
     def _start_running(self, request: Request, plan: BatchPlan, now_s: float) -> None:
@@ -418,12 +420,11 @@ class Scheduler:
         min_class = self._min_class()
         if min_class is None:
             return
-        for request in [r for r in self._running if self.policy.exclusive_class(r) != min_class]:
+        for request in [r for r in self._running if excluded(self.policy.exclusive_class(r), min_class)]:
             self._preempt(request, PreemptionReason.PRIORITY, plan, step, now_s)
 
     def _min_class(self) -> int | None:
-        counts = self._class_counts
-        return min((c for c, n in counts.items() if n > 0), default=None) if counts else None
+        return best_class(self._class_counts) if self._class_counts else None
 
     # ---- step results ------------------------------------------------------------------------------------
     def update(self, plan: BatchPlan, result: StepResult) -> list[Request]:
@@ -571,6 +572,17 @@ class Scheduler:
                 finished.append(request)
         if finished:
             self._finish(finished, now_s)
+
+
+def static_victim_order(policy: Policy) -> bool:
+    """Whether ``policy``'s ``victim_key`` stays put while requests run, so a sorted running list stays sorted
+    until the next admission: its ``static_victim_key`` promise, if the class that makes it also defines the
+    ``victim_key`` in use (or derives from the one that does). A subclass that overrides ``victim_key`` does not
+    inherit its parent's promise (``priority-preempt``'s key reads progress; ``priority``'s does not)."""
+    mro = type(policy).__mro__
+    promised_by = next(i for i, cls in enumerate(mro) if "static_victim_key" in vars(cls))
+    defined_by = next(i for i, cls in enumerate(mro) if "victim_key" in vars(cls))
+    return bool(policy.static_victim_key) and promised_by <= defined_by
 
 
 def _is_decode(request: Request, num_new: int) -> bool:

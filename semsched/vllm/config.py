@@ -13,11 +13,18 @@ configuration from the engine process's environment, validated when the engine s
   - ``metrics_host`` (optional, default ``127.0.0.1``).
 
 Set at most one of them. With neither, the policy is ``fcfs`` (vLLM's default order). Any error names the
-variable or the file, the key and the allowed values, and stops the engine before it serves anything.
+variable or the file, the key and the allowed values.
+
+When is it checked? vLLM resolves ``--scheduler-cls`` only once the engine has loaded the weights and sized the KV
+cache, so the scheduler's own check comes late. :func:`check_config` is the early one: semsched registers it as
+a vLLM general plug-in (entry point group ``vllm.general_plugins``), which vLLM runs while it parses the server's
+arguments and again first thing in each engine process, before anything is allocated; a bad configuration then
+stops the server with one line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -69,6 +76,33 @@ def load_adapter_config(environ: Mapping[str, str] | None = None) -> AdapterConf
         config = AdapterConfig()
     config.make_policy()
     return config
+
+
+def describe_policy(policy: Policy) -> str:
+    """The policy as a spec with every parameter, e.g. ``priority-preempt:exclusive=false;mode=recompute``."""
+    params = ";".join(f"{item.name}={_spec_value(getattr(policy.config, item.name))}"
+                      for item in dataclasses.fields(policy.config))
+    return f"{policy.name}:{params}" if params else policy.name
+
+
+def _spec_value(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_config(environ: Mapping[str, str] | None = None) -> None:
+    """Validate the adapter's configuration if any is set, and stop the process with one line if it is bad.
+
+    The vLLM general plug-in entry point: vLLM calls it while it parses the server's arguments and at the start
+    of each engine process, long before it resolves ``--scheduler-cls`` (after loading weights). It does
+    nothing when neither variable is set (vLLM loads general plug-ins in every process, whatever the scheduler).
+    """
+    env = os.environ if environ is None else environ
+    if not env.get(POLICY_ENV, "").strip() and not env.get(CONFIG_ENV, "").strip():
+        return
+    try:
+        load_adapter_config(env)
+    except AdapterConfigError as error:
+        raise SystemExit(f"semsched: {error}") from None
 
 
 def _from_file(path: Path) -> AdapterConfig:

@@ -4,21 +4,53 @@ The scheduler runs in vLLM's engine process. Its metrics reach a scrape in one o
 
 * in-process engines (``vllm.LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the default registry;
 * ``vllm serve`` with ``PROMETHEUS_MULTIPROC_DIR`` set: prometheus-client's multiprocess mode, so vLLM's
-  ``/metrics`` endpoint shows them beside ``vllm:*``;
+  ``/metrics`` endpoint shows them beside ``vllm:*``. vLLM 0.32 sets the variable itself only for
+  ``--api-server-count`` > 1; its one-API-server default keeps metrics per process, and the API server's
+  ``/metrics`` cannot see the engine process's. The adapter then says so, once, at start
+  (:func:`unexported_metrics_note`);
 * ``metrics_port`` in the adapter config: a small exporter served by the engine process itself.
 
-Label ``priority`` is the request's vLLM priority (lower is more important), the class the adapter reports on.
-Latencies here are measured in the engine (arrival stamp to the step that produced the token); they exclude
-detokenisation and network time, which vLLM's own ``vllm:time_to_first_token_seconds`` includes.
+Label ``priority`` is the request's vLLM priority (lower is more important), the class the adapter reports on;
+per-request families also carry ``tier`` (:func:`tier_label`). Latencies here are measured in the engine (arrival
+stamp to the step that produced the token); they exclude detokenisation and network time, which vLLM's own
+``vllm:time_to_first_token_seconds`` includes.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
+from collections.abc import Mapping
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from semsched.core.tiers import DEFAULT_TIERS
+from semsched.vllm.xargs import NO_TIER, RequestOptions
+
 PREEMPTION_REASONS = ("kv_pressure", "priority", "exclusive")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_TIER_LABELS = {tier.name.lower(): tier.name for tier in DEFAULT_TIERS}
+
+
+def tier_label(options: RequestOptions) -> str:
+    """The ``tier`` label of a request: a tier of the default table by its name (``PREMIUM``), ``other`` for any
+    other label (clients choose tiers freely; the label keeps the number of series bounded), ``none`` without."""
+    if options.tier == NO_TIER:
+        return "none"
+    return _TIER_LABELS.get(options.tier.lower(), "other")
+
+
+def unexported_metrics_note(environ: Mapping[str, str] | None = None) -> str | None:
+    """What to tell the operator when this process's ``semsched_*`` metrics reach no scrape: in a vLLM engine
+    process (a child process) without prometheus-client's multiprocess directory, vLLM's ``/metrics`` cannot
+    show them. ``None`` when they are exported (or the engine runs in the caller's process)."""
+    env = os.environ if environ is None else environ
+    if env.get(MULTIPROC_ENV) or multiprocessing.parent_process() is None:
+        return None
+    return (f"the semsched_* metrics are not on vLLM's /metrics: {MULTIPROC_ENV} is not set. To export them, "
+            f"start the server with {MULTIPROC_ENV} set to an empty directory, or set metrics_port in "
+            "SEMSCHED_CONFIG for an endpoint of their own")
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -42,21 +74,22 @@ class AdapterMetrics:
             multiprocess_mode="livesum",
         )
         self.finished = Counter(
-            "semsched_requests_finished", "Requests finished, per priority class", ["priority"], registry=registry
+            "semsched_requests_finished", "Requests finished, per priority class and tier", ["priority", "tier"],
+            registry=registry,
         )
         self.slo = Counter(
             "semsched_slo_requests",
-            "Finished requests with an SLO, per priority class, SLO kind (ttft, tpot, e2e) and outcome "
+            "Finished requests with an SLO, per priority class, tier, SLO kind (ttft, tpot, e2e) and outcome "
             "(met, missed)",
-            ["priority", "slo", "outcome"], registry=registry,
+            ["priority", "tier", "slo", "outcome"], registry=registry,
         )
         self.ttft = Histogram(
-            "semsched_ttft_seconds", "Engine-side time to first token, per priority class", ["priority"],
-            buckets=_LATENCY_BUCKETS_S, registry=registry,
+            "semsched_ttft_seconds", "Engine-side time to first token, per priority class and tier",
+            ["priority", "tier"], buckets=_LATENCY_BUCKETS_S, registry=registry,
         )
         self.e2e = Histogram(
-            "semsched_e2e_seconds", "Engine-side end-to-end latency, per priority class", ["priority"],
-            buckets=_LATENCY_BUCKETS_S, registry=registry,
+            "semsched_e2e_seconds", "Engine-side end-to-end latency, per priority class and tier",
+            ["priority", "tier"], buckets=_LATENCY_BUCKETS_S, registry=registry,
         )
 
 

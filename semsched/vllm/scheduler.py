@@ -48,14 +48,34 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request as VllmRequest
 from vllm.v1.request import RequestStatus
 
+from semsched.core.displacement import (
+    Need,
+    Release,
+    Room,
+    best_class,
+    excluded,
+    fits,
+    release,
+    take,
+    victims_to_displace,
+)
+from semsched.core.kv import blocks_for
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, SortKey, StepBudget
 from semsched.core.request import InvalidRequestError, Request, RequestState
-from semsched.vllm.config import AdapterConfig, load_adapter_config
-from semsched.vllm.metrics import AdapterMetrics, adapter_metrics, serve_metrics
-from semsched.vllm.xargs import parse_request_options
+from semsched.core.scheduler import static_victim_order
+from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
+from semsched.vllm.metrics import (
+    AdapterMetrics,
+    adapter_metrics,
+    serve_metrics,
+    tier_label,
+    unexported_metrics_note,
+)
+from semsched.vllm.xargs import INVALID_REQUEST_PREFIX, REJECTED_PREFIX, parse_request_options
 
-logger = logging.getLogger("semsched.vllm")
+# a child of vLLM's logger, so its lines reach vLLM's log handler and format in every vLLM process
+logger = logging.getLogger("vllm.semsched")
 
 SUPPORTED_VLLM_SERIES = ("0.32",)
 
@@ -76,10 +96,6 @@ def check_vllm_version(version: str) -> None:
 
 
 check_vllm_version(vllm.__version__)
-
-
-def _blocks(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size)
 
 
 class PolicyQueue(RequestQueue):
@@ -185,13 +201,16 @@ class PolicyQueue(RequestQueue):
             heapq.heappop(heap)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Tracked:
-    """What the adapter keeps per vLLM request: the request itself and the policy's shadow of it."""
+    """What the adapter keeps per vLLM request: the request itself, the policy's shadow of it (its progress
+    counters refreshed from vLLM's only when a hook is about to read them), and what metrics need."""
 
     request: VllmRequest
     shadow: Request
+    tier_label: str
     first_token_s: float | None = None
+    reported_tokens: int = 0  # output tokens already reported to ``on_tokens``
 
 
 @dataclass
@@ -204,17 +223,18 @@ class _Rejection:
 
 @dataclass
 class _StepEstimate:
-    """Resources left for waiting requests this step, after running requests take their share."""
+    """What waiting requests may take this step once running requests have their share (vLLM serves them
+    first), and what each running request would give back if displaced."""
 
-    free_blocks: int
-    tokens: int
-    seqs: int
+    room: Room
     running_tokens: dict[str, int] = field(default_factory=dict)
     running_blocks: dict[str, int] = field(default_factory=dict)  # blocks each running request's share adds
 
-    def freed_by(self, request: VllmRequest, block_size: int) -> int:
-        """Blocks displacing ``request`` gives back: what it holds plus the share it would have taken."""
-        return _blocks(request.num_computed_tokens, block_size) + self.running_blocks.get(request.request_id, 0)
+    def release_of(self, request: VllmRequest, block_size: int) -> Release:
+        """Displacing ``request`` gives back what it holds, plus the share it would have taken."""
+        request_id = request.request_id
+        blocks = blocks_for(request.num_computed_tokens, block_size) + self.running_blocks.get(request_id, 0)
+        return Release(blocks, self.running_tokens.get(request_id, 0))
 
 
 class _EngineView:
@@ -252,10 +272,22 @@ class _EngineView:
         return self._scheduler.running_shadows()
 
 
+def _overrides(policy: Policy, hook: str) -> bool:
+    return getattr(type(policy), hook) is not getattr(Policy, hook)
+
+
+_LAST: SortKey = (float("inf"),)  # sort key of a request the adapter does not track (last, first victim)
+
+
 class Scheduler(_VllmScheduler):
     """vLLM's v1 scheduler driven by a semsched policy (see the module docstring for what is steered how).
 
     Under ``async_scheduling`` vLLM gets :class:`AsyncScheduler`, the same adapter on vLLM's async scheduler.
+
+    The per-step cost is kept to what the policy asks for: hooks a policy does not override are not called,
+    shadows are refreshed only for the hooks that read them, ``running`` is re-sorted only when its order can
+    have changed (every step for a ``victim_key`` that reads progress, after admissions for a static one), and
+    nothing loops over the batch after a step unless the policy overrides ``on_tokens``.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Scheduler:
@@ -265,7 +297,7 @@ class Scheduler(_VllmScheduler):
         return super().__new__(target)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        config = load_adapter_config()  # fail before vLLM allocates anything
+        config = load_adapter_config()  # fail before the scheduler takes anything
         super().__init__(*args, **kwargs)
         self.adapter_config: AdapterConfig = config
         self.semsched_policy: Policy = config.make_policy()
@@ -275,37 +307,54 @@ class Scheduler(_VllmScheduler):
         self.kv_holding_waiting = PolicyQueue(self._waiting_key)
         self.metrics: AdapterMetrics = adapter_metrics()
         self._view = _EngineView(self)
-        self._custom_running_order = type(self.semsched_policy).running_order is not Policy.running_order
+        policy = self.semsched_policy
+        self._custom_running_order = _overrides(policy, "running_order")
+        self._displaces = _overrides(policy, "victims_for")
+        self._on_tokens = policy.on_tokens if _overrides(policy, "on_tokens") else None
+        self._victim_key = policy.victim_key
+        self._static_victim_order = static_victim_order(policy)
+        self._running_sorted = False  # ``running`` in victim_key order since the last admission
         self._tracked: dict[str, _Tracked] = {}
         self._rejections: list[_Rejection] = []
         self._class_counts: Counter[int] = Counter()
+        self._awaiting_first_token: set[str] = set()  # scheduled, no output token yet
+        self._finishing: list[VllmRequest] = []  # freed by vLLM, not yet retired here
         self._next_rekey_s = float("-inf")
         self._now_s = time.time()
         self._gauge_labels: set[tuple[str, str]] = set()
+        self._gauges_stale = True
         self._configured = StepBudget(int(self.max_num_scheduled_tokens), int(self.max_num_active_reqs))
+        self._start_logs(config)
+
+    def _start_logs(self, config: AdapterConfig) -> None:
+        """One plain line naming the active policy, and what the operator should know about it."""
+        logger.info("semsched: scheduling with policy %s (from %s)", describe_policy(self.semsched_policy),
+                    config.source)
         if config.metrics_port is not None:
             serve_metrics(config.metrics_host, config.metrics_port)
+        elif (note := unexported_metrics_note()) is not None:
+            logger.warning("semsched: %s", note)
         if getattr(self.semsched_policy.config, "mode", None) == PreemptionMode.SWAP.value:
             logger.warning("semsched: policy %s asks for swap preemption; vLLM preempts by recompute only",
                            config.policy_spec)
-        logger.info("semsched scheduler: policy %s (from %s)", self.semsched_policy.describe(), config.source)
 
     # ---- shadows -----------------------------------------------------------------------------------------
-    def running_shadows(self) -> list[Request]:
-        tracked = self._tracked
-        return [tracked[r.request_id].shadow for r in self.running if r.request_id in tracked]
-
-    def _shadow(self, request: VllmRequest) -> Request:
-        """The request's shadow, refreshed from vLLM's progress counters."""
-        shadow = self._tracked[request.request_id].shadow
+    @staticmethod
+    def _refresh(entry: _Tracked) -> Request:
+        """The request's shadow with vLLM's progress counters."""
+        shadow, request = entry.shadow, entry.request
         shadow.num_computed_tokens = request.num_computed_tokens
         shadow.num_output_tokens = request.num_output_tokens
         return shadow
 
-    def _make_shadow(self, request: VllmRequest) -> Request:
+    def running_shadows(self) -> list[Request]:
+        tracked, refresh = self._tracked, self._refresh
+        return [refresh(tracked[r.request_id]) for r in self.running if r.request_id in tracked]
+
+    def _make_shadow(self, request: VllmRequest) -> tuple[Request, str]:
         params = request.sampling_params
         options = parse_request_options(request.priority, params.extra_args if params is not None else None)
-        return Request(
+        shadow = Request(
             request_id=request.request_id,
             prompt_tokens=max(int(request.num_prompt_tokens), 1),
             max_output_tokens=max(int(request.max_tokens or 1), 1),
@@ -318,12 +367,13 @@ class Scheduler(_VllmScheduler):
             e2e_slo_s=options.e2e_slo_s,
             predicted_output=options.predicted_output,
         )
+        return shadow, tier_label(options)
 
     def _waiting_key(self, request: VllmRequest) -> SortKey:
-        tracked = self._tracked.get(request.request_id)
-        if tracked is None:  # not admitted through add_request (cannot happen via the engine): FCFS
+        entry = self._tracked.get(request.request_id)
+        if entry is None:  # not admitted through add_request (cannot happen via the engine): FCFS
             return (float(request.arrival_time),)
-        shadow = self._shadow(request)
+        shadow = self._refresh(entry)
         shadow.state = RequestState.WAITING if shadow.num_preemptions == 0 else RequestState.PREEMPTED_RECOMPUTE
         return self.semsched_policy.waiting_key(shadow, self._now_s)
 
@@ -334,20 +384,20 @@ class Scheduler(_VllmScheduler):
             return
         now = self._now_s = time.time()
         try:
-            shadow = self._make_shadow(request)
+            shadow, tier = self._make_shadow(request)
         except InvalidRequestError as error:
-            self._reject(request, "invalid_request", f"semsched: invalid request: {error}")
+            self._reject(request, "invalid_request", f"{INVALID_REQUEST_PREFIX}{error}")
             return
         decision = self.semsched_policy.admit(shadow, self._view, now)
         if not decision.accepted:
-            policy_name = self.semsched_policy.name
-            self._reject(request, "policy", f"semsched: rejected by {policy_name}: {decision.reason}")
+            self._reject(request, "policy", f"{REJECTED_PREFIX}{self.semsched_policy.name}: {decision.reason}")
             return
-        self._tracked[request.request_id] = _Tracked(request, shadow)
+        self._tracked[request.request_id] = _Tracked(request, shadow, tier)
         cls = self.semsched_policy.exclusive_class(shadow)
         if cls is not None:
             self._class_counts[cls] += 1
         self.semsched_policy.on_arrival(shadow, now)
+        self._gauges_stale = True
         super().add_request(request)
 
     def _reject(self, request: VllmRequest, reason: str, message: str) -> None:
@@ -361,14 +411,14 @@ class Scheduler(_VllmScheduler):
     # ---- scheduling ----------------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self._now_s = time.time()
-        self._sync_running()
         self._maybe_rekey(now)
         displaced: dict[str, str] = {}
-        best = self._best_class()
+        best = best_class(self._class_counts) if self._class_counts else None
         if best is not None:
             self._enforce_exclusive(best, displaced)
             self.waiting.gate = self._class_gate(best)  # type: ignore[attr-defined]
-        self._displace_for_waiting(displaced, now)
+        if self._displaces:
+            self._displace_for_waiting(displaced, now)
         held_back = self._order_running(now)
         self._apply_step_budget(now, len(held_back))
         try:
@@ -377,18 +427,11 @@ class Scheduler(_VllmScheduler):
             self.waiting.gate = None  # type: ignore[attr-defined]
             self.max_num_scheduled_tokens = self._configured.max_num_batched_tokens
             self.max_num_active_reqs = self._configured.max_num_seqs
-            self.running.extend(held_back)
+            if held_back:
+                self.running.extend(held_back)
+                self._running_sorted = False
         self._after_schedule(output, displaced, now)
         return output
-
-    def _sync_running(self) -> None:
-        tracked = self._tracked
-        for request in self.running:
-            entry = tracked.get(request.request_id)
-            if entry is not None:
-                entry.shadow.num_computed_tokens = request.num_computed_tokens
-                entry.shadow.num_output_tokens = request.num_output_tokens
-                entry.shadow.state = RequestState.RUNNING
 
     def _maybe_rekey(self, now: float) -> None:
         interval = self.semsched_policy.rekey_interval_s
@@ -398,74 +441,87 @@ class Scheduler(_VllmScheduler):
         self.waiting.rekey()  # type: ignore[attr-defined]
         self.kv_holding_waiting.rekey()  # type: ignore[attr-defined]
 
-    def _best_class(self) -> int | None:
-        """The most important class among unfinished requests under class-exclusive batching, else None."""
-        return min((c for c, n in self._class_counts.items() if n > 0), default=None)
-
     def _class_gate(self, best: int) -> Callable[[VllmRequest], bool]:
         policy, tracked = self.semsched_policy, self._tracked
 
         def admissible(request: VllmRequest) -> bool:
             entry = tracked.get(request.request_id)
-            return entry is None or policy.exclusive_class(entry.shadow) == best
+            return entry is None or not excluded(policy.exclusive_class(entry.shadow), best)
 
         return admissible
 
     def _enforce_exclusive(self, best: int, displaced: dict[str, str]) -> None:
         """Class-exclusive batching (seed 000 eq. 2): preempt running requests of a less important class than
         the best unfinished one; the waiting queue's gate keeps such requests from being admitted."""
-        policy = self.semsched_policy
-        for request in [r for r in self.running if r.request_id in self._tracked]:
-            if policy.exclusive_class(self._tracked[request.request_id].shadow) != best:
+        policy, tracked = self.semsched_policy, self._tracked
+        for request in [r for r in self.running if r.request_id in tracked]:
+            if excluded(policy.exclusive_class(tracked[request.request_id].shadow), best):
                 self._displace(request, "exclusive", displaced)
 
     def _displace_for_waiting(self, displaced: dict[str, str], now: float) -> None:
-        """Let waiting requests that do not fit displace the running requests the policy names.
+        """Let waiting requests that do not fit displace the running requests the policy names, by the core's
+        rule (:mod:`semsched.core.displacement`).
 
         As in the core scheduler, only KV blocks and sequence slots are reasons to displace: a candidate is
         considered only while running requests leave token budget this step, and one that finds the budget spent
-        waits for the next step instead of costing a running request its computed tokens (a recompute)."""
+        waits for the next step instead of costing a running request its computed tokens (a recompute). When no
+        sequence slot is free, the head of the queue can run only by displacement: it is asked for victims
+        first, so a step where the policy names none costs no estimate."""
         if not self.waiting or self.kv_holding_waiting:
             return
-        estimate = self._estimate_step()
-        if estimate.free_blocks < 0:
-            return  # running requests alone overflow the KV cache: vLLM preempts for them and admits nothing
+        estimate: _StepEstimate | None = None
         with closing(self.waiting.in_order()) as candidates:  # type: ignore[attr-defined]
             gate = self.waiting.gate  # type: ignore[attr-defined]
             for candidate in candidates:
-                if estimate.tokens <= 0 or (gate is not None and not gate(candidate)):
+                if gate is not None and not gate(candidate):
                     return
-                if not self._make_room(candidate, estimate, displaced, now):
+                if candidate.request_id not in self._tracked or candidate.request_id in displaced:
+                    return  # (nothing displaced this step runs again in it)
+                victims = None
+                if estimate is None:
+                    if len(self.running) >= self.max_num_active_reqs:
+                        victims = self._victims(candidate, now)
+                        if not victims:
+                            return
+                    estimate = self._estimate_step()
+                    if estimate is None:
+                        return  # running requests alone overflow the KV cache: vLLM preempts for them
+                if estimate.room.tokens <= 0 or not self._make_room(candidate, estimate, displaced, now, victims):
                     return
 
-    def _make_room(self, candidate: VllmRequest, estimate: _StepEstimate, displaced: dict[str, str],
-                   now: float) -> bool:
-        """Whether ``candidate`` runs this step, displacing running work if the policy allows it."""
-        policy = self.semsched_policy
-        if candidate.request_id not in self._tracked or candidate.request_id in displaced:
-            return False
-        if self._fits(candidate, estimate):
-            return True
-        shadow = self._shadow(candidate)
-        running = self.running_shadows()
-        victims = [v for v in policy.victims_for(shadow, running, self._view, now) if v.request_id in
-                   self._tracked and self._tracked[v.request_id].request in self.running]
-        if not victims or not self._victims_suffice(candidate, victims, estimate):
-            return False
-        for victim in victims:
-            if self._fits(candidate, estimate):
-                break
-            request = self._tracked[victim.request_id].request
-            estimate.free_blocks += estimate.freed_by(request, self.block_size)
-            estimate.running_blocks.pop(request.request_id, None)
-            estimate.tokens += estimate.running_tokens.pop(request.request_id, 0)
-            estimate.seqs += 1
-            self._displace(request, "priority", displaced)
-        return self._fits(candidate, estimate)
+    def _make_room(self, candidate: VllmRequest, estimate: _StepEstimate, displaced: dict[str, str], now: float,
+                   victims: list[VllmRequest] | None) -> bool:
+        """Whether ``candidate`` runs this step (taking its share from ``estimate``), displacing running work if
+        the policy names victims that make room."""
+        need = self._need(candidate)
+        if not fits(need, estimate.room):
+            if victims is None:
+                victims = self._victims(candidate, now)
+            releases = [estimate.release_of(victim, self.block_size) for victim in victims]
+            count = victims_to_displace(need, estimate.room, releases)
+            if not count:
+                return False
+            for victim, freed in zip(victims[:count], releases, strict=False):
+                estimate.room = release(estimate.room, freed)
+                self._displace(victim, "priority", displaced)
+        estimate.room = take(need, estimate.room)
+        return True
 
-    def _estimate_step(self) -> _StepEstimate:
+    def _victims(self, candidate: VllmRequest, now: float) -> list[VllmRequest]:
+        """The running requests the policy lets ``candidate`` displace, most expendable first."""
+        tracked = self._tracked
+        shadow = self._refresh(tracked[candidate.request_id])
+        named = self.semsched_policy.victims_for(shadow, self.running_shadows(), self._view, now)
+        if not named:
+            return []
+        running = {r.request_id for r in self.running}
+        return [tracked[v.request_id].request for v in named
+                if v.request_id in running and v.request_id in tracked]
+
+    def _estimate_step(self) -> _StepEstimate | None:
         """Blocks, tokens and slots left once running requests take this step's share (as vLLM serves them
-        first). Prefix-cache hits are ignored, so a candidate's need is an upper bound."""
+        first), or None when they alone overflow the KV cache. Prefix-cache hits are ignored, so a candidate's
+        need is an upper bound."""
         block_size, lookahead = self.block_size, self.num_lookahead_tokens
         tokens = self.max_num_scheduled_tokens
         free = int(self.kv_cache_manager.block_pool.get_num_free_blocks())
@@ -473,50 +529,29 @@ class Scheduler(_VllmScheduler):
         running_blocks: dict[str, int] = {}
         for request in self.running:
             computed = request.num_computed_tokens
-            new = min(request.num_tokens_with_spec + request.num_output_placeholders - computed, max(tokens, 0))
+            new = request.num_tokens_with_spec + request.num_output_placeholders - computed
+            if new > tokens:
+                new = tokens
             if new <= 0:
                 continue
+            share = blocks_for(computed + new + lookahead, block_size) - blocks_for(computed, block_size)
             running_tokens[request.request_id] = new
-            running_blocks[request.request_id] = share = (
-                _blocks(computed + new + lookahead, block_size) - _blocks(computed, block_size)
-            )
+            running_blocks[request.request_id] = share
             tokens -= new
             free -= share
-        seqs = self.max_num_active_reqs - len(self.running)
-        return _StepEstimate(free, tokens, seqs, running_tokens, running_blocks)
+        if free < 0:
+            return None
+        watermark = int(self.kv_cache_manager.watermark_blocks)
+        room = Room(free - watermark, self.max_num_active_reqs - len(self.running), tokens)
+        return _StepEstimate(room, running_tokens, running_blocks)
 
-    def _candidate_need(self, candidate: VllmRequest, tokens: int) -> tuple[int, int]:
-        """(tokens, blocks) the candidate takes if admitted now with ``tokens`` of budget left."""
-        new = min(candidate.num_tokens - candidate.num_computed_tokens, max(tokens, 1))
-        blocks = _blocks(candidate.num_computed_tokens + new + self.num_lookahead_tokens, self.block_size)
-        if self.scheduler_reserve_full_isl:  # vLLM admits only what fits whole
-            blocks = max(blocks, _blocks(min(candidate.num_tokens, self.max_model_len), self.block_size))
-        return new, blocks + int(self.kv_cache_manager.watermark_blocks)
-
-    def _fits(self, candidate: VllmRequest, estimate: _StepEstimate) -> bool:
-        """Whether ``candidate`` gets a slot and its blocks (taking them from ``estimate`` if so). Called only
-        while ``estimate.tokens > 0``."""
-        if estimate.seqs <= 0:
-            return False
-        new, blocks = self._candidate_need(candidate, estimate.tokens)
-        if blocks > estimate.free_blocks:
-            return False
-        estimate.seqs -= 1
-        estimate.tokens -= new
-        estimate.free_blocks -= blocks - int(self.kv_cache_manager.watermark_blocks)
-        return True
-
-    def _victims_suffice(
-        self, candidate: VllmRequest, victims: Sequence[Request], estimate: _StepEstimate
-    ) -> bool:
-        """Whether displacing all of ``victims`` would give ``candidate`` a slot and its blocks (the core
-        scheduler's test: the candidate's chunk is sized by the budget left now)."""
-        requests = [self._tracked[v.request_id].request for v in victims]
-        if estimate.seqs + len(requests) <= 0:
-            return False
-        freed = sum(estimate.freed_by(r, self.block_size) for r in requests)
-        _, blocks = self._candidate_need(candidate, estimate.tokens)
-        return blocks <= estimate.free_blocks + freed
+    def _need(self, candidate: VllmRequest) -> Need:
+        """What ``candidate`` needs to start, by vLLM's admission: its first chunk plus the lookahead, and with
+        ``scheduler_reserve_full_isl`` (vLLM 0.32's default) its whole sequence."""
+        computed = candidate.num_computed_tokens
+        whole = min(candidate.num_tokens, self.max_model_len) if self.scheduler_reserve_full_isl else 0
+        return Need(computed, candidate.num_tokens - computed, self.block_size,
+                    extra_slots=self.num_lookahead_tokens, whole_tokens=whole)
 
     def _displace(self, request: VllmRequest, reason: str, displaced: dict[str, str]) -> None:
         self.running.remove(request)
@@ -526,21 +561,23 @@ class Scheduler(_VllmScheduler):
     def _order_running(self, now: float) -> list[VllmRequest]:
         """Order ``running`` for this step (budget from the front, KV victims from the back); returns the
         requests the policy holds back this step (removed from ``running`` until vLLM has scheduled)."""
-        policy, tracked = self.semsched_policy, self._tracked
-        order = None
         if self._custom_running_order and self.running:
-            order = policy.running_order(self.running_shadows(), self._view, now)
-        if order is None:
-            if len(self.running) < 2:
-                return []
-            self.running.sort(key=lambda r: policy.victim_key(tracked[r.request_id].shadow)
-                              if r.request_id in tracked else (float("inf"),))
-            return []
-        chosen = {s.request_id for s in order}
-        held_back = [r for r in self.running if r.request_id not in chosen]
-        by_id = {r.request_id: r for r in self.running}
-        self.running = [by_id[s.request_id] for s in order if s.request_id in by_id]
-        return held_back
+            order = self.semsched_policy.running_order(self.running_shadows(), self._view, now)
+            if order is not None:
+                chosen = {s.request_id for s in order}
+                held_back = [r for r in self.running if r.request_id not in chosen]
+                by_id = {r.request_id: r for r in self.running}
+                self.running = [by_id[s.request_id] for s in order if s.request_id in by_id]
+                self._running_sorted = False
+                return held_back
+        if len(self.running) > 1 and not (self._running_sorted and self._static_victim_order):
+            self.running.sort(key=self._victim_sort_key)
+        self._running_sorted = True
+        return []
+
+    def _victim_sort_key(self, request: VllmRequest) -> SortKey:
+        entry = self._tracked.get(request.request_id)
+        return _LAST if entry is None else self._victim_key(self._refresh(entry))
 
     def _apply_step_budget(self, now: float, held_back: int) -> None:
         configured = self._configured
@@ -559,19 +596,32 @@ class Scheduler(_VllmScheduler):
             entry = tracked.get(request_id)
             if entry is None:
                 continue
-            shadow = entry.shadow
+            shadow = self._refresh(entry)
             shadow.num_preemptions += 1
-            shadow.num_computed_tokens = 0
             shadow.state = RequestState.PREEMPTED_RECOMPUTE
             self.metrics.preemptions.labels(displaced.get(request_id, "kv_pressure")).inc()
             policy.on_preempt(shadow, now)
-        for new in output.scheduled_new_reqs:
-            entry = tracked.get(new.req_id)
-            if entry is not None and entry.shadow.first_scheduled_time_s is None:
+        resumed = output.scheduled_cached_reqs.resumed_req_ids
+        for request_id in itertools.chain((new.req_id for new in output.scheduled_new_reqs), resumed):
+            entry = tracked.get(request_id)
+            if entry is None:
+                continue
+            entry.shadow.state = RequestState.RUNNING
+            if entry.shadow.first_scheduled_time_s is None:
                 entry.shadow.first_scheduled_time_s = now
+                self._awaiting_first_token.add(request_id)
+        if output.scheduled_new_reqs or resumed:
+            self._running_sorted = False
+            self._gauges_stale = True
+        if output.preempted_req_ids:
+            self._gauges_stale = True
         self._update_gauges()
 
     def _update_gauges(self) -> None:
+        """Queue depth and running requests per priority, recomputed only after something changed them."""
+        if not self._gauges_stale:
+            return
+        self._gauges_stale = False
         depth: Counter[int] = Counter()
         for queue in (self.waiting, self.kv_holding_waiting):
             depth.update(queue.priority_counts)  # type: ignore[attr-defined]
@@ -590,36 +640,64 @@ class Scheduler(_VllmScheduler):
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> dict[int, EngineCoreOutputs]:
         outputs: dict[int, EngineCoreOutputs] = super().update_from_output(scheduler_output, model_runner_output)
         now = self._now_s = time.time()
-        tracked, policy = self._tracked, self.semsched_policy
-        for request_id in scheduler_output.num_scheduled_tokens:
+        if self._on_tokens is not None:
+            self._report_tokens(scheduler_output.num_scheduled_tokens, now)
+        if self._awaiting_first_token:
+            self._note_first_tokens(now)
+        if self._finishing:
+            self._retire_finished(now)
+        if self._rejections:
+            self._flush_rejections(outputs)
+        self._update_gauges()
+        return outputs
+
+    def _report_tokens(self, scheduled: Iterable[str], now: float) -> None:
+        """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it)."""
+        tracked, on_tokens = self._tracked, self._on_tokens
+        assert on_tokens is not None
+        for request_id in scheduled:
             entry = tracked.get(request_id)
             if entry is None:
                 continue
-            request, shadow = entry.request, entry.shadow
-            emitted = request.num_output_tokens - shadow.num_output_tokens
+            emitted = entry.request.num_output_tokens - entry.reported_tokens
             if emitted > 0:
-                if entry.first_token_s is None:
-                    entry.first_token_s = now
-                shadow.num_output_tokens = request.num_output_tokens
-                policy.on_tokens(shadow, emitted, now)
-            shadow.num_computed_tokens = request.num_computed_tokens
-            if request.is_finished():
-                self._retire(request_id, now, request.status)
-        self._flush_rejections(outputs)
-        return outputs
+                entry.reported_tokens += emitted
+                on_tokens(self._refresh(entry), emitted, now)
+
+    def _note_first_tokens(self, now: float) -> None:
+        tracked = self._tracked
+        done = [request_id for request_id in self._awaiting_first_token
+                if request_id not in tracked or tracked[request_id].request.num_output_tokens > 0]
+        for request_id in done:
+            self._awaiting_first_token.discard(request_id)
+            entry = tracked.get(request_id)
+            if entry is not None:
+                entry.first_token_s = now
+
+    def _free_request(self, request: VllmRequest, delay_free_blocks: bool = False) -> Any:
+        """vLLM frees every request that ends here (finished, aborted or failed): the adapter retires it once
+        the step's tokens are reported (:meth:`_retire_finished`)."""
+        freed = super()._free_request(request, delay_free_blocks)
+        self._finishing.append(request)
+        return freed
 
     def finish_requests(self, request_ids: Any, finished_status: RequestStatus) -> list[VllmRequest]:
         finished: list[VllmRequest] = super().finish_requests(request_ids, finished_status)
-        now = time.time()
-        for request in finished:
-            self._retire(request.request_id, now, finished_status)
+        self._retire_finished(time.time())
         return finished
+
+    def _retire_finished(self, now: float) -> None:
+        finishing, self._finishing = self._finishing, []
+        for request in finishing:
+            self._retire(request.request_id, now, request.status)
 
     def _retire(self, request_id: str, now: float, status: RequestStatus) -> None:
         entry = self._tracked.pop(request_id, None)
         if entry is None:
             return
-        shadow = entry.shadow
+        self._awaiting_first_token.discard(request_id)
+        self._gauges_stale = True
+        shadow = self._refresh(entry)
         completed = status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
         shadow.state = RequestState.FINISHED if completed else RequestState.DROPPED
         shadow.finish_time_s = now
@@ -633,20 +711,20 @@ class Scheduler(_VllmScheduler):
 
     def _record_finish(self, entry: _Tracked, now: float) -> None:
         shadow, metrics = entry.shadow, self.metrics
-        priority = str(shadow.priority)
-        metrics.finished.labels(priority).inc()
+        labels = (str(shadow.priority), entry.tier_label)
+        metrics.finished.labels(*labels).inc()
         e2e_s = now - shadow.arrival_time_s
-        metrics.e2e.labels(priority).observe(e2e_s)
+        metrics.e2e.labels(*labels).observe(e2e_s)
         ttft_s = None if entry.first_token_s is None else entry.first_token_s - shadow.arrival_time_s
         if ttft_s is not None:
-            metrics.ttft.labels(priority).observe(ttft_s)
+            metrics.ttft.labels(*labels).observe(ttft_s)
         tpot_s = None
         if entry.first_token_s is not None and shadow.num_output_tokens > 1:
             tpot_s = (now - entry.first_token_s) / (shadow.num_output_tokens - 1)
         for slo, target, value in (("ttft", shadow.ttft_slo_s, ttft_s), ("tpot", shadow.tpot_slo_s, tpot_s),
                                    ("e2e", shadow.e2e_slo_s, e2e_s)):
             if target is not None and value is not None:
-                metrics.slo.labels(priority, slo, "met" if value <= target else "missed").inc()
+                metrics.slo.labels(*labels, slo, "met" if value <= target else "missed").inc()
 
     def _flush_rejections(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         for rejection in self._rejections:

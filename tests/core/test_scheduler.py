@@ -206,3 +206,14 @@ def test_request_that_only_fits_in_reserved_blocks_is_rejected_not_livelocked() 
     assert scheduler.add_request(high, 0.0).accepted
     run_checked(scheduler, [])
     assert high.state is RequestState.FINISHED
+
+
+def test_a_static_victim_order_is_promised_by_the_class_that_defines_the_key() -> None:
+    from semsched.core.scheduler import static_victim_order
+    from semsched.policies import make_policy
+
+    assert static_victim_order(make_policy("fcfs"))  # Policy's arrival-order key, promised by FCFS
+    assert static_victim_order(make_policy("priority"))
+    # priority-preempt inherits priority's promise but its own key reads progress: re-sorted every step
+    assert not static_victim_order(make_policy("priority-preempt"))
+    assert not static_victim_order(make_policy("sjf"))

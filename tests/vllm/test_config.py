@@ -53,3 +53,44 @@ def test_errors_name_the_source_and_key(tmp_path: Path, env: dict[str, str], fil
 def test_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(AdapterConfigError, match="SEMSCHED_CONFIG=.*missing.yaml: cannot read"):
         load_adapter_config({"SEMSCHED_CONFIG": str(tmp_path / "missing.yaml")})
+
+
+def test_the_active_policy_is_described_as_a_full_spec() -> None:
+    from semsched.policies import make_policy
+    from semsched.vllm.config import describe_policy
+
+    assert describe_policy(make_policy("priority-preempt:exclusive=true")) == (
+        "priority-preempt:exclusive=true;mode=recompute"
+    )
+    assert describe_policy(make_policy("fcfs")) == "fcfs"
+
+
+def test_check_config_stops_the_process_with_one_line() -> None:
+    from semsched.vllm.config import check_config
+
+    check_config({})  # nothing set: nothing to check (vLLM runs general plug-ins whatever the scheduler)
+    check_config({"SEMSCHED_POLICY": "edf:deadline=ttft;preempt=true"})
+    with pytest.raises(SystemExit) as info:
+        check_config({"SEMSCHED_POLICY": "priority-preempt:mode=teleport"})
+    assert str(info.value).startswith("semsched: SEMSCHED_POLICY: policy 'priority-preempt:mode=teleport': ")
+    assert "\n" not in str(info.value)
+
+
+def test_vllm_runs_check_config_as_a_general_plugin_before_anything_else(tmp_path: Path) -> None:
+    """vLLM calls its general plug-ins while it parses a server's arguments and first thing in an engine process.
+    A distribution that declares ``semsched.vllm.config:check_config`` under ``vllm.general_plugins`` (as
+    semsched's own metadata should) makes a bad ``SEMSCHED_POLICY`` stop that call with one line."""
+    import os
+    import subprocess
+    import sys
+
+    info = tmp_path / "semsched_check-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: semsched-check\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nsemsched = semsched.vllm.config:check_config\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]), SEMSCHED_POLICY="teleport")
+    code = "from vllm.plugins import load_general_plugins; load_general_plugins(); print('not stopped')"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "not stopped" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("semsched: SEMSCHED_POLICY: policy 'teleport': unknown")
+    assert "Traceback" not in result.stderr

@@ -70,3 +70,23 @@ def test_other_routes_methods_and_malformed_json_pass_through() -> None:
     assert _call("/v1/completions", {"vllm_xargs": {"ttft_slo_ms": -5}}, method="GET")[0] == 200
     status, _, app = _call("/v1/completions", b"{not json")
     assert status == 200 and app.bodies == [b"{not json"]
+
+
+def test_huge_integers_get_400_naming_the_field_and_the_limit() -> None:
+    huge = b"1" + b"0" * 400
+    status, body, _ = _call("/v1/completions", b'{"prompt": "hi", "vllm_xargs": {"ttft_slo_ms": ' + huge + b"}}")
+    error = json.loads(body)["error"]
+    assert status == 400 and error["param"] == "vllm_xargs.ttft_slo_ms" and "<= 86400000 ms" in error["message"]
+
+
+def test_invocations_and_other_generation_routes_are_checked() -> None:
+    for path in ("/invocations", "/v1/messages", "/v1/responses", "/v1/chat/completions/batch"):
+        status, body, app = _call(path, {"prompt": "hi", "vllm_xargs": {"ttft_slo": 200}})
+        assert status == 400 and app.bodies == [], path
+        assert "did you mean 'ttft_slo_ms'" in json.loads(body)["error"]["message"]
+
+
+def test_a_body_python_cannot_parse_is_left_to_vllm() -> None:
+    over_digit_limit = b'{"priority": ' + b"9" * 5000 + b"}"  # json raises ValueError, not JSONDecodeError
+    status, _, app = _call("/v1/completions", over_digit_limit)
+    assert status == 200 and app.bodies == [over_digit_limit]

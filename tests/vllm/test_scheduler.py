@@ -143,10 +143,15 @@ def test_displacement_is_counted_as_priority_preemption(tiny_model_dir: Path, as
 
 
 LOCKSTEP_CONFIG = HarnessConfig(num_blocks=25, block_size=32, max_num_seqs=8, max_num_batched_tokens=128)
+"""KV-bound: the workload needs more blocks than there are, so displacement frees blocks."""
+LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs=4, max_num_batched_tokens=128)
+"""Sequence-slot-bound: blocks for everything, four slots, so displacement frees slots."""
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt"]
 
+Workload = list[tuple[int, str, int, int, int]]
 
-def _random_workload(rng: random.Random) -> list[tuple[int, str, int, int, int]]:
+
+def _random_workload(rng: random.Random) -> Workload:
     """24 requests as (arrival step, id, prompt tokens, output tokens, priority): more than the lockstep KV
     cache holds at once."""
     return sorted(
@@ -155,13 +160,11 @@ def _random_workload(rng: random.Random) -> list[tuple[int, str, int, int, int]]
     )
 
 
-def _lockstep(model_dir: Path, policy: str, seed: int) -> tuple[list[tuple], list[tuple]]:
-    """One random mixed-priority workload, more than the KV cache holds, through the adapter inside vLLM's
-    scheduler and through semsched's core scheduler, step by step with the same arrivals at the same steps.
-    Returns each side's steps as (scheduled tokens per request, preempted request ids)."""
-    config = LOCKSTEP_CONFIG
-    rng = random.Random(seed)
-    workload = _random_workload(rng)
+def _lockstep(model_dir: Path, policy: str, workload: Workload, rng: random.Random,
+              config: HarnessConfig = LOCKSTEP_CONFIG) -> tuple[list[tuple], list[tuple]]:
+    """A workload through the adapter inside vLLM's scheduler and through semsched's core scheduler, step by
+    step with the same arrivals at the same steps. Returns each side's steps as (scheduled tokens per request,
+    preempted request ids)."""
     harness = _harness(model_dir, policy, **dataclasses.asdict(config))
     core = CoreScheduler(
         CoreSchedulerConfig(
@@ -195,21 +198,38 @@ def _lockstep(model_dir: Path, policy: str, seed: int) -> tuple[list[tuple], lis
     return real, simulated
 
 
+def _first_difference(real: list[tuple], simulated: list[tuple]) -> int | None:
+    different = (i for i, (a, b) in enumerate(zip(real, simulated, strict=False)) if a != b)
+    return next(different, None if len(real) == len(simulated) else min(len(real), len(simulated)))
+
+
+@pytest.mark.parametrize("config", [LOCKSTEP_CONFIG, LOCKSTEP_SLOT_CONFIG], ids=["kv-bound", "slot-bound"])
 @pytest.mark.parametrize("policy", LOCKSTEP_POLICIES)
-def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: str) -> None:
+def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: str, config: HarnessConfig) -> None:
     """The simulator's fidelity starts here: on the same workload the adapter inside vLLM and the core scheduler
-    schedule the same tokens and preempt the same requests at every step."""
+    schedule the same tokens and preempt the same requests at every step, whether KV blocks or sequence slots
+    run out."""
+    preemptions = 0
     for seed in range(3):
-        real, simulated = _lockstep(tiny_model_dir, policy, seed)
-        preemptions = sum(len(p) for _, p in real)
-        first_difference = next((i for i, (a, b) in enumerate(zip(real, simulated, strict=False)) if a != b), None)
-        assert first_difference is None, (
-            f"seed {seed}, step {first_difference}: vLLM+adapter {real[first_difference]} vs core "
-            f"{simulated[first_difference]}"
+        rng = random.Random(seed)
+        real, simulated = _lockstep(tiny_model_dir, policy, _random_workload(rng), rng, config)
+        preemptions += sum(len(p) for _, p in real)
+        first = _first_difference(real, simulated)
+        assert first is None, (
+            f"seed {seed}, step {first}: vLLM+adapter {real[first:first + 1]} vs core {simulated[first:first + 1]}"
         )
-        assert len(real) == len(simulated)
-        if policy.startswith(("priority-preempt", "srpt")):
-            assert preemptions > 0  # the workload exercises displacement
+    if policy.startswith(("priority-preempt", "srpt")):
+        assert preemptions > 0  # the workloads exercise displacement
+
+
+def test_urgent_arrivals_displace_as_many_running_requests_as_they_need_in_one_step(tiny_model_dir: Path) -> None:
+    """Four low-priority requests hold the four sequence slots; four urgent ones arrive at step 20. Each takes
+    the slot of one displaced request, all in that step (the adapter once displaced one per step)."""
+    rng = random.Random(7)
+    workload = [(0, f"r{i}", 40, 200, 5) for i in range(4)] + [(20, f"r{4 + i}", 40, 10, 0) for i in range(4)]
+    real, simulated = _lockstep(tiny_model_dir, "priority-preempt", workload, rng, LOCKSTEP_SLOT_CONFIG)
+    assert _first_difference(real, simulated) is None
+    assert real[20] == ({"r4": 40, "r5": 40, "r6": 40, "r7": 8}, {"r0", "r1", "r2", "r3"})  # budget 128
 
 
 @SCHEDULING
@@ -312,8 +332,7 @@ def test_policy_queue_orders_by_key_and_removes_lazily() -> None:
         queue.pop_request()
 
 
-def _run_workload(h: SchedulerHarness, workload: list[tuple[int, str, int, int, int]], rng: random.Random
-                  ) -> tuple[list[Finished], int]:
+def _run_workload(h: SchedulerHarness, workload: Workload, rng: random.Random) -> tuple[list[Finished], int]:
     """Add each request at its arrival step and run to the end. Returns what finished, in order, and the
     number of preemptions."""
     pending = list(workload)

@@ -64,9 +64,42 @@ def test_predictions_point_and_distribution() -> None:
         (0, {"predicted_lengths": list(range(1, 100)), "predicted_probs": [0.01] * 99},
          "vllm_xargs.predicted_lengths"),
         (0, ["not", "a", "dict"], "vllm_xargs"),
+        # integers of any size are range errors, never OverflowError
+        (10**400, None, "priority"),
+        (0, {"ttft_slo_ms": 10**400}, "vllm_xargs.ttft_slo_ms"),
+        (0, {"urgency": -(10**400)}, "vllm_xargs.urgency"),
+        (0, {"predicted_output_tokens": 10**400}, "vllm_xargs.predicted_output_tokens"),
+        (0, {"predicted_lengths": [1, 10**400], "predicted_probs": [0.5, 0.5]}, "vllm_xargs.predicted_lengths"),
+        (0, {"predicted_lengths": [1, 2], "predicted_probs": [10**400, 0]}, "vllm_xargs.predicted_probs"),
+        (0, {"predicted_lengths": [10, 10], "predicted_probs": [0.5, 0.5]}, "vllm_xargs.predicted_lengths"),
+        # near misses of semsched's keys
+        (0, {"ttft_slo": 200}, "vllm_xargs.ttft_slo"),
+        (0, {"TTFT_SLO_MS": 200}, "vllm_xargs.TTFT_SLO_MS"),
+        (0, {"predicted_length": [5]}, "vllm_xargs.predicted_length"),
+        (0, {"tiers": "PREMIUM"}, "vllm_xargs.tiers"),
     ],
 )
 def test_bad_values_name_their_field(priority: object, xargs: object, field: str) -> None:
     with pytest.raises(InvalidRequestError) as info:
         parse_request_options(priority, xargs)  # type: ignore[arg-type]
     assert str(info.value).startswith(field + ":")
+
+
+def test_limits_are_stated_without_printing_huge_numbers() -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        parse_request_options(0, {"e2e_slo_ms": 10**400})
+    message = str(info.value)
+    assert f"<= {MAX_SLO_MS:.0f} ms" in message and len(message) < 120
+
+
+def test_lengths_must_be_strictly_ascending() -> None:
+    with pytest.raises(InvalidRequestError, match="strictly ascending, each length once .got 10 followed by 10"):
+        parse_request_options(0, {"predicted_lengths": [5, 10, 10], "predicted_probs": [0.2, 0.4, 0.4]})
+
+
+def test_a_near_miss_names_the_key_it_probably_meant() -> None:
+    with pytest.raises(InvalidRequestError, match="did you mean 'ttft_slo_ms'"):
+        parse_request_options(0, {"ttft_slo": 200})
+    # keys far from semsched's pass through for other plug-ins
+    others = {"repetition_detection": True, "lora_hint": "x"}
+    assert parse_request_options(0, others) == parse_request_options(0, None)
