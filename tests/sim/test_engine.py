@@ -11,6 +11,8 @@ from semsched.core.request import Request, RequestState
 from semsched.latency import EngineOverheads
 from semsched.metrics import summarize
 from semsched.policies import POLICIES
+from semsched.sim.engine import Simulation
+from semsched.sim.executor import ModelExecutor
 from tests.support import make_request, random_requests, simulate
 
 SPECS = [
@@ -215,7 +217,13 @@ def test_a_profiles_overheads_reach_every_simulated_instance(tmp_path: Path) -> 
     path = tmp_path / "with-intake.yaml"
     measured = {"arrival_s": 0.002, "new_shape_s": 0.003, "idle_wakeup_s": 0.004}
     save_profile(load_profile("a100-qwen1.5-7b-batch"), path, overheads=measured)
+
+    def overheads(simulation: Simulation) -> list[EngineOverheads]:
+        executors = [i.executor for i in simulation.instances]
+        assert all(isinstance(e, ModelExecutor) for e in executors)
+        return [e.overheads for e in executors]  # type: ignore[attr-defined]
+
     simulation = build_simulation("fcfs", ClusterSpec(profile=str(path), num_instances=2))
-    assert [i.overheads for i in simulation.instances] == [EngineOverheads(**measured)] * 2
+    assert overheads(simulation) == [EngineOverheads(**measured)] * 2
     plain = build_simulation("fcfs", ClusterSpec(profile="a100-qwen1.5-7b-batch"))
-    assert [i.overheads for i in plain.instances] == [EngineOverheads()]
+    assert overheads(plain) == [EngineOverheads()]

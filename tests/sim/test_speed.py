@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from semsched.core.request import Request
-from semsched.latency import EngineOverheads
+from semsched.latency import EngineOverheads, load_profile
 from semsched.sim.engine import Instance
 from semsched.sim.speed import SpeedTrace
 from tests.support import make_request, make_scheduler, random_requests, simulate
@@ -43,7 +43,7 @@ def test_bad_traces_are_refused_naming_the_field(window: float, factors: tuple[f
 
 def test_an_instance_refuses_a_speed_that_is_not_a_trace() -> None:
     with pytest.raises(TypeError, match="speed: expected SpeedTrace or None, got float"):
-        Instance(make_scheduler("fcfs"), None, speed=1.2)  # type: ignore[arg-type]
+        Instance(make_scheduler("fcfs"), load_profile("a100-qwen1.5-4b"), speed=1.2)  # type: ignore[arg-type]
 
 
 def _token_times(requests: list[Request]) -> list[float]:

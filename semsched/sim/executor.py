@@ -1,0 +1,158 @@
+"""The simulated GPU: an executor runs a scheduler's plan and reports when it ended.
+
+The simulation drives each instance as nano-vllm's ``LLMEngine.step()`` does: the scheduler forms a plan, the
+executor runs it (:meth:`Executor.execute` returns the :class:`~semsched.core.plan.StepResult`), the scheduler
+applies the result. Here the executor is a model of the engine, :class:`ModelExecutor`: a step lasts what the
+latency model says plus the engine time outside it (:class:`~semsched.latency.EngineOverheads`), all of it
+scaled by the machine's speed (:class:`~semsched.sim.speed.SpeedTrace`); with speculative decoding a
+:class:`DraftAcceptance` says how many tokens each decode emitted.
+
+Fast-forward: when the scheduler says a decode-only plan would repeat unchanged for ``k`` steps, the executor
+prices all of them at once (:meth:`Executor.execute_repeated`), bit for bit as ``k`` calls of ``execute`` would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from semsched.core.errors import SemschedError
+from semsched.core.plan import BatchPlan, StepResult
+from semsched.latency.base import LatencyModel
+from semsched.latency.profiles import EngineOverheads
+from semsched.sim.speed import SpeedTrace
+
+
+class SimulationError(SemschedError):
+    """The simulation cannot go on: e.g. a latency profile gave a step a time that is not a finite number."""
+
+
+class DraftAcceptance(Protocol):
+    """Speculative decoding's yield (seed 004): how many tokens each decode of a step emitted.
+
+    Each value is 1 (no draft accepted) to ``1 + num_lookahead_tokens`` (every draft plus the bonus token);
+    requests left out emitted one. The scheduler applies them (``StepResult.accepted_tokens``).
+    """
+
+    def accepted_tokens(self, plan: BatchPlan, end_time_s: float) -> Mapping[str, int]: ...
+
+
+class Executor(Protocol):
+    """What a simulated instance needs from the engine under its scheduler.
+
+    Promises: ``execute`` returns a result ending no earlier than ``now_s``; ``execute_repeated`` returns the
+    end times that the same number of ``execute`` calls would give for repetitions of a decode-only plan, or
+    None when it cannot price them at once (the simulation then calls ``execute`` for one step).
+    """
+
+    def take_arrival(self, *, engine_idle: bool) -> None:
+        """An arrival was accepted (``engine_idle``: the instance had nothing to run); its intake delays the
+        next step."""
+        ...
+
+    def execute(self, plan: BatchPlan, now_s: float) -> StepResult:
+        """Run ``plan``, starting at ``now_s``."""
+        ...
+
+    def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
+        """Cheap check before fast-forward: repetitions of decode-only ``plan`` cost the same per step, and a
+        second one could start before ``until_s`` (the next arrival)."""
+        ...
+
+    def execute_repeated(self, plan: BatchPlan, now_s: float, steps: int, until_s: float) -> np.ndarray | None:
+        """End times of up to ``steps`` repetitions of decode-only ``plan`` from ``now_s``, each ending
+        before ``until_s`` (the next arrival is then handled between steps); None when fewer than two do."""
+        ...
+
+
+class ModelExecutor:
+    """An engine as a latency model: a step's engine time is the request intake charged since the last step
+    (``overheads.arrival_s`` per accepted arrival, plus ``idle_wakeup_s`` for one that found the engine idle),
+    ``overheads.new_shape_s`` the first time a batch size (scheduled tokens) runs unless it is in
+    ``warm_shapes``, and the latency model's step time (plus swap time); ``speed`` multiplies all of it by the
+    machine's factor at the step's start. ``drafts``, when given, decides each step's speculative yield."""
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        *,
+        overheads: EngineOverheads | None = None,
+        warm_shapes: Iterable[int] = (),
+        speed: SpeedTrace | None = None,
+        drafts: DraftAcceptance | None = None,
+    ) -> None:
+        overheads = EngineOverheads() if overheads is None else overheads
+        if not isinstance(overheads, EngineOverheads):
+            raise TypeError(f"overheads: expected EngineOverheads, got {type(overheads).__name__}")
+        if speed is not None and not isinstance(speed, SpeedTrace):
+            raise TypeError(f"speed: expected SpeedTrace or None, got {type(speed).__name__}")
+        if not isinstance(latency, LatencyModel):
+            raise TypeError(f"latency: expected a LatencyModel, got {type(latency).__name__}")
+        self.latency = latency
+        self.overheads = overheads
+        #: batch sizes this engine has run (or warmed up): they cost no ``new_shape_s``
+        self.warm_shapes = set(warm_shapes)
+        self.speed = speed
+        self.drafts = drafts
+        #: intake time of arrivals since the last step started, charged to the next step
+        self.pending_s = 0.0
+
+    def take_arrival(self, *, engine_idle: bool) -> None:
+        self.pending_s += self.overheads.arrival_s
+        if engine_idle:  # an engine loop that slept meets cold caches
+            self.pending_s += self.overheads.idle_wakeup_s
+
+    def execute(self, plan: BatchPlan, now_s: float) -> StepResult:
+        engine_s = self.pending_s + self._shape_cost_s(plan) + self.step_time_s(plan)
+        self.pending_s = 0.0
+        end_s = now_s + (engine_s if self.speed is None else engine_s * self.speed.factor_at(now_s))
+        if not now_s <= end_s < math.inf:
+            raise SimulationError(
+                f"{self.latency.name}: a step of {plan.num_tokens} tokens starting at {now_s!r} s would end at "
+                f"{end_s!r} s; the latency model and overheads must give every step a finite time >= 0"
+            )
+        if self.drafts is None:
+            return StepResult(end_s)
+        return StepResult(end_s, accepted_tokens=self.drafts.accepted_tokens(plan, end_s))
+
+    def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
+        if self.pending_s or self.speed is not None or self.drafts is not None:
+            return False  # an intake to charge; a factor, or a yield, that may change from one step to the next
+        if self.overheads.new_shape_s and plan.num_tokens not in self.warm_shapes:
+            return False  # its first step costs extra; the steps after it can repeat
+        return now_s + self.step_time_s(plan) < until_s
+
+    def execute_repeated(self, plan: BatchPlan, now_s: float, steps: int, until_s: float) -> np.ndarray | None:
+        durations = self.latency.decode_times_s(len(plan.decode), plan.decode_context_tokens, steps)
+        # accumulated left to right, as consecutive execute() calls add them
+        ends = np.add.accumulate(np.concatenate(([now_s], durations)))[1:]
+        fitting = int(np.searchsorted(ends, until_s, side="left"))  # the steps that end before until_s
+        if fitting < 2:
+            return None
+        if not now_s <= ends[fitting - 1] < math.inf:
+            raise SimulationError(
+                f"{self.latency.name}: decode steps starting at {now_s!r} s would end at {ends[fitting - 1]!r} s; "
+                "the latency model must give every step a finite time >= 0"
+            )
+        return ends[:fitting]
+
+    def step_time_s(self, plan: BatchPlan) -> float:
+        """What the latency model charges for ``plan`` (its swap traffic included), overheads excluded."""
+        latency = self.latency
+        prefill = [(c.num_tokens, c.context_tokens) for c in plan.prefill]
+        duration = latency.step_time_s(prefill, len(plan.decode), plan.decode_context_tokens)
+        swap_tokens = plan.swap_in_tokens + plan.swap_out_tokens
+        if swap_tokens:
+            duration += latency.swap_time_s(swap_tokens)
+        return duration
+
+    def _shape_cost_s(self, plan: BatchPlan) -> float:
+        """``new_shape_s`` if ``plan`` is the first step of its batch size (which it marks as run), else 0."""
+        cost = self.overheads.new_shape_s
+        if not cost or plan.num_tokens in self.warm_shapes:
+            return 0.0
+        self.warm_shapes.add(plan.num_tokens)
+        return cost

@@ -1,0 +1,133 @@
+"""Tests for semsched/sim/executor.py: a step's engine time, fast-forward pricing, the speculative seam."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from semsched.core.plan import BatchPlan, ScheduledChunk
+from semsched.latency import EngineOverheads, load_profile
+from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
+from semsched.sim.engine import Instance, Simulation
+from semsched.sim.executor import ModelExecutor, SimulationError
+from semsched.sim.router import make_router
+from semsched.sim.speed import SpeedTrace
+from tests.support import make_request, make_scheduler
+
+LATENCY = load_profile("a100-qwen1.5-4b")
+
+
+def _decode_plan(num_decode: int = 4, context: int = 400) -> BatchPlan:
+    requests = [make_request(str(i), prompt=100, output=50) for i in range(num_decode)]
+    return BatchPlan(time_s=0.0, decode=requests, decode_context_tokens=context)
+
+
+def _prefill_plan(tokens: int = 64) -> BatchPlan:
+    request = make_request("p", prompt=tokens)
+    return BatchPlan(time_s=0.0, prefill=[ScheduledChunk(request, tokens, 0)])
+
+
+def test_a_step_lasts_the_model_time_plus_the_intake_charged_since_the_last_step() -> None:
+    executor = ModelExecutor(LATENCY, overheads=EngineOverheads(arrival_s=0.01, idle_wakeup_s=0.1))
+    plan = _prefill_plan()
+    step_s = LATENCY.step_time_s([(64, 0)], 0, 0)
+    executor.take_arrival(engine_idle=True)
+    executor.take_arrival(engine_idle=False)
+    assert executor.execute(plan, 5.0).end_time_s == pytest.approx(5.0 + 0.01 + 0.1 + 0.01 + step_s)
+    assert executor.execute(plan, 6.0).end_time_s == 6.0 + step_s  # charged once
+
+
+def test_a_new_batch_size_costs_new_shape_s_once_and_warm_sizes_never() -> None:
+    executor = ModelExecutor(LATENCY, overheads=EngineOverheads(new_shape_s=0.5), warm_shapes=(4,))
+    step_s = executor.step_time_s(_prefill_plan())
+    assert executor.execute(_prefill_plan(), 0.0).end_time_s == pytest.approx(0.5 + step_s)
+    assert executor.execute(_prefill_plan(), 0.0).end_time_s == step_s
+    assert executor.execute(_decode_plan(4), 0.0).end_time_s == executor.step_time_s(_decode_plan(4))
+
+
+def test_the_machine_speed_scales_the_whole_engine_time() -> None:
+    overheads = EngineOverheads(arrival_s=0.01)
+    slow = ModelExecutor(LATENCY, overheads=overheads, speed=SpeedTrace(10.0, (1.0, 3.0)))
+    step_s = slow.step_time_s(_prefill_plan())
+    slow.take_arrival(engine_idle=False)
+    assert slow.execute(_prefill_plan(), 12.0).end_time_s == pytest.approx(12.0 + 3.0 * (0.01 + step_s))
+    assert not slow.can_repeat(_decode_plan(), 0.0, np.inf)  # its factor may change between steps
+
+
+def test_repeated_decode_steps_end_exactly_where_single_steps_would() -> None:
+    plan, steps = _decode_plan(num_decode=3, context=300), 40
+    stepped, now_s = ModelExecutor(LATENCY), 2.5
+    singles = []
+    for i in range(steps):
+        step = BatchPlan(0.0, decode=plan.decode, decode_context_tokens=300 + 3 * i)
+        now_s = stepped.execute(step, now_s).end_time_s
+        singles.append(now_s)
+    repeated = ModelExecutor(LATENCY).execute_repeated(plan, 2.5, steps, np.inf)
+    assert repeated is not None and repeated.tolist() == singles
+    # only steps that end before the next arrival join the stretch; fewer than two: none
+    cut = ModelExecutor(LATENCY).execute_repeated(plan, 2.5, steps, singles[9])
+    assert cut is not None and cut.tolist() == singles[:9]
+    assert ModelExecutor(LATENCY).execute_repeated(plan, 2.5, steps, singles[1]) is None
+
+
+def test_an_intake_or_a_new_shape_to_charge_stops_fast_forward() -> None:
+    executor = ModelExecutor(LATENCY, overheads=EngineOverheads(arrival_s=0.01, new_shape_s=0.1))
+    plan = _decode_plan(4)
+    executor.take_arrival(engine_idle=False)
+    assert not executor.can_repeat(plan, 0.0, np.inf)
+    executor.execute(plan, 0.0)  # charges the intake and warms the size
+    assert executor.can_repeat(plan, 0.0, np.inf)
+    assert not executor.can_repeat(plan, 0.0, executor.step_time_s(plan))  # a second step would start too late
+
+
+@pytest.mark.parametrize("gamma2", [1e308, float("nan")])
+def test_a_step_time_that_is_not_a_finite_number_is_a_simulation_error(gamma2: float) -> None:
+    class Absurd(AnalyticLatencyModel):
+        def step_time_s(self, prefill: object, num_decode: int, decode_context_tokens: int) -> float:
+            return gamma2 * 2
+
+    absurd = Absurd(AnalyticConfig(0.0, 0.0, 0.0, 0.0, 0.0), "absurd")
+    with pytest.raises(SimulationError, match=r"absurd: a step of 64 tokens starting at 1.0 s would end at"):
+        ModelExecutor(absurd).execute(_prefill_plan(), 1.0)
+
+
+def test_an_absurd_overhead_is_a_simulation_error_not_an_endless_loop() -> None:
+    instance = Instance(make_scheduler(), LATENCY, overheads=EngineOverheads(arrival_s=1e308))
+    requests = [make_request("a", arrival=1e308), make_request("b", arrival=1e308)]
+    with pytest.raises(SimulationError, match="finite time"):
+        Simulation([instance], make_router("round-robin")).run(requests)
+
+
+class _AcceptAll:
+    """Every draft accepted: each decode emits 1 + lookahead tokens."""
+
+    def __init__(self, lookahead: int) -> None:
+        self.lookahead = lookahead
+        self.calls = 0
+
+    def accepted_tokens(self, plan: BatchPlan, end_time_s: float) -> Mapping[str, int]:
+        self.calls += 1
+        return {r.request_id: 1 + self.lookahead for r in plan.decode}
+
+
+def test_draft_acceptance_decides_how_many_tokens_a_decode_emits() -> None:
+    drafts = _AcceptAll(lookahead=2)
+    request = make_request("x", prompt=64, output=10)
+    executor = ModelExecutor(LATENCY, drafts=drafts)
+    instance = Instance(make_scheduler("fcfs", num_lookahead_tokens=2), executor=executor)
+    result = Simulation([instance], make_router("round-robin")).run([request])
+    times = request.token_times_s().tolist()
+    # the prompt's step emits one token, then three decode steps emit three each
+    assert len(times) == 10 and result.num_steps == 4 and drafts.calls == 4
+    assert times[1] == times[2] == times[3] < times[4] == times[5] == times[6] < times[7] == times[9]
+
+
+def test_an_instance_takes_a_latency_model_or_an_executor() -> None:
+    with pytest.raises(TypeError, match="give a latency model or an executor"):
+        Instance(make_scheduler())
+    with pytest.raises(TypeError, match="not both"):
+        Instance(make_scheduler(), LATENCY, executor=ModelExecutor(LATENCY))
+    with pytest.raises(TypeError, match="latency: expected a LatencyModel, got str"):
+        ModelExecutor("a100")  # type: ignore[arg-type]
