@@ -101,12 +101,17 @@ def router_names() -> list[str]:
     return sorted(ROUTERS)
 
 
-def make_router(name: str) -> Router:
-    """A fresh router registered as ``name``."""
+def router_class(name: str) -> type[Router]:
+    """The class registered as ``name``; :class:`RouterError` listing the known names if there is none."""
     cls = ROUTERS.get(name)
     if cls is None:
         raise RouterError(f"unknown router {name!r}; known routers: {', '.join(router_names())}")
-    return cls()
+    return cls
+
+
+def make_router(name: str) -> Router:
+    """A fresh router registered as ``name``."""
+    return router_class(name)()
 
 
 @register_router

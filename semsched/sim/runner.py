@@ -17,7 +17,7 @@ from semsched.latency import load_profile_info
 from semsched.metrics import Summary, TDGWeights, summarize
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
-from semsched.sim.router import make_router
+from semsched.sim.router import make_router, router_class
 from semsched.workloads import Workload
 
 DEFAULT_PROFILE = "a100-qwen1.5-4b"
@@ -35,6 +35,7 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         if self.num_instances < 1:
             raise ValueError(f"num_instances: must be >= 1 (got {self.num_instances})")
+        router_class(self.router)  # an unknown name fails here, before anything runs
 
 
 @dataclass

@@ -21,6 +21,7 @@ from semsched.sim.router import (
     register_router,
     router_names,
 )
+from semsched.sim.runner import ClusterSpec
 from tests.support import make_request, make_scheduler, random_requests
 
 
@@ -63,6 +64,8 @@ def test_an_unknown_name_is_a_semsched_error_listing_the_known_ones() -> None:
     ):
         make_router("random")
     assert issubclass(RouterError, SemschedError)
+    with pytest.raises(RouterError, match="unknown router 'random'"):
+        ClusterSpec(router="random")  # before any simulation
 
 
 def test_a_name_registered_twice_is_refused(recording: type[_Recording]) -> None:
