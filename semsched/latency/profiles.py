@@ -67,6 +67,14 @@ _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 FitValue = int | float | str | bool
 """A value of a profile's ``fit`` section: a number or a short text."""
 
+MAX_SECONDS = 3600.0
+"""The largest coefficient (seconds per token, per token², or per step) or overhead (seconds) a profile may give:
+an hour. No engine step, request intake or per-token cost comes near it; a larger number is a typo, and one near
+the float limit (``1e308``) would overflow simulated time."""
+
+MAX_ENGINE_INT = 2**31 - 1
+"""The largest integer in a profile's ``engine`` section (vLLM counts tokens and blocks in 32-bit integers)."""
+
 
 class ProfileError(SemschedError):
     """A profile cannot be found, read or validated; the message names the file and the offending field."""
@@ -90,11 +98,7 @@ class EngineOverheads:
 
     def __post_init__(self) -> None:
         for spec in fields(self):
-            value = getattr(self, spec.name)
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not number or not math.isfinite(value) or value < 0:
-                raise ValueError(f"overheads.{spec.name} must be a number >= 0 (seconds), got {value!r}")
-            object.__setattr__(self, spec.name, float(value))
+            object.__setattr__(self, spec.name, _seconds(f"overheads.{spec.name}", getattr(self, spec.name)))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -125,10 +129,12 @@ class ProfiledEngine:
         for spec in fields(self):
             value = getattr(self, spec.name)
             if spec.type in ("int", int):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"ProfiledEngine.{spec.name} must be an integer >= 1, got {value!r}")
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENGINE_INT:
+                    raise ProfileError(
+                        f"ProfiledEngine.{spec.name} must be an integer from 1 to {MAX_ENGINE_INT}, got {value!r}"
+                    )
             elif not isinstance(value, str) or not value:
-                raise ValueError(f"ProfiledEngine.{spec.name} must be a non-empty string, got {value!r}")
+                raise ProfileError(f"ProfiledEngine.{spec.name} must be a non-empty string, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +279,8 @@ def profile_info_from_dict(data: object, origin: str = "<dict>") -> ProfileInfo:
         raise ProfileError(f"{origin}: a profile must be a mapping, got {type(data).__name__}")
     _check_top_level(data, origin)
     kind = data["kind"]
+    if not isinstance(kind, str):
+        raise ProfileError(f"{origin}: field 'kind' must be one name of {', '.join(_KINDS)}, got {kind!r}")
     if kind not in _KINDS:
         raise ProfileError(f"{origin}: unknown kind {kind!r}; expected one of {', '.join(_KINDS)}")
     name = data["name"]
@@ -373,7 +381,7 @@ def _read_overheads(data: object, origin: str) -> EngineOverheads:
         raise ProfileError(f"{origin}: 'overheads' must be a mapping, got {type(data).__name__}")
     try:
         return _overheads_from(data)
-    except ValueError as error:
+    except ProfileError as error:
         raise ProfileError(f"{origin}: {error}") from None
 
 
@@ -381,7 +389,7 @@ def _overheads_from(data: dict[Any, Any]) -> EngineOverheads:
     known = EngineOverheads.field_names()
     unknown = sorted(str(key) for key in data if key not in known)
     if unknown:
-        raise ValueError(f"unknown field(s) in 'overheads': {', '.join(unknown)} (known: {', '.join(known)})")
+        raise ProfileError(f"unknown field(s) in 'overheads': {', '.join(unknown)} (known: {', '.join(known)})")
     return EngineOverheads(**data)
 
 
@@ -441,19 +449,24 @@ def _read_coefficients(
     missing = [name for name in required if name not in raw]
     if missing:
         raise ProfileError(f"{origin}: missing coefficient {missing[0]!r}")
-    return {key: _coefficient(key, value, origin) for key, value in raw.items()}
+    return {key: _seconds(f"{origin}: coefficient {key!r}", value) for key, value in raw.items()}
 
 
-def _coefficient(field_name: str, value: object, origin: str) -> float:
-    """A finite non-negative float; numeric strings such as ``"1e-9"`` (YAML 1.1 reads those as text) pass."""
+def _seconds(what: str, value: object) -> float:
+    """``value`` as a float from 0 to :data:`MAX_SECONDS`, else :class:`ProfileError` naming ``what`` and the
+    limit. Numeric strings such as ``"1e-9"`` (YAML 1.1 reads those as text) pass; NaN, infinities and
+    booleans do not."""
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:24]}... ({len(repr(value))} characters)"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ProfileError(f"{origin}: coefficient {field_name!r} must be a number, got {value!r}")
+        raise ProfileError(f"{what} must be a number, got {shown}")
     try:
         number = float(value)
     except ValueError:
-        raise ProfileError(f"{origin}: coefficient {field_name!r} must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0:
-        raise ProfileError(f"{origin}: coefficient {field_name!r} must be finite and >= 0, got {value!r}")
+        raise ProfileError(f"{what} must be a number, got {shown}") from None
+    except OverflowError:  # an integer beyond the float range
+        number = math.inf
+    if not 0 <= number <= MAX_SECONDS:
+        raise ProfileError(f"{what} must be a number from 0 to {MAX_SECONDS:g}, got {shown}")
     return number
 
 
@@ -469,7 +482,7 @@ def _read_engine(raw: object, origin: str) -> ProfiledEngine:
         raise ProfileError(f"{origin}: missing engine field {missing[0]!r}")
     try:
         return ProfiledEngine(**raw)
-    except ValueError as error:
+    except ProfileError as error:
         raise ProfileError(f"{origin}: engine: {error}") from None
 
 

@@ -24,6 +24,7 @@ from semsched.latency.profiles import (
     load_profile_info,
     packaged_profiles,
     profile_from_dict,
+    profile_info_from_dict,
     profile_to_dict,
     save_profile,
     user_profile_dir,
@@ -147,6 +148,21 @@ def test_yaml_file_with_bad_coefficient_names_field_and_value(tmp_path: Path) ->
         (analytic_dict(alpha1=float("nan")), r"'alpha1'"),
         (analytic_dict(delta=1.0), r"unknown coefficient 'delta'"),
         ({**analytic_dict(), "kind": "neural"}, r"unknown kind 'neural'"),
+        (
+            {**analytic_dict(), "kind": ["analytic"]},
+            r"field 'kind' must be one name of analytic, batch, got \['analytic'\]",
+        ),
+        ({**analytic_dict(), "kind": None}, r"field 'kind' must be one name of analytic, batch, got None"),
+        ({**analytic_dict(), "kind": {"a": 1}}, r"field 'kind' must be one name of"),
+        (analytic_dict(gamma2=1e308), r"coefficient 'gamma2' must be a number from 0 to 3600, got 1e\+308"),
+        (analytic_dict(gamma2=3600.001), r"coefficient 'gamma2' must be a number from 0 to 3600, got 3600.001"),
+        (
+            analytic_dict(alpha1=10**400),
+            r"coefficient 'alpha1' must be a number from 0 to 3600, got 1000.*\.\.\. ",
+        ),
+        (analytic_dict(alpha1=float("inf")), r"coefficient 'alpha1' must be a number from 0 to 3600, got inf"),
+        (analytic_dict(alpha1="-1e-9"), r"coefficient 'alpha1' must be a number from 0 to 3600, got '-1e-9'"),
+        (analytic_dict(alpha1=[1e-9]), r"coefficient 'alpha1' must be a number, got \[1e-09\]"),
         ({**analytic_dict(), "colour": "red"}, r"unknown field 'colour'"),
         ({k: v for k, v in analytic_dict().items() if k != "kind"}, r"missing field 'kind'"),
         ({**analytic_dict(), "name": ""}, r"'name'"),
@@ -294,7 +310,7 @@ def test_saving_bad_overheads_fails_before_writing(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     with pytest.raises(ValueError, match=r"unknown field\(s\) in 'overheads': per_step_s"):
         save_profile(batch_model("p"), path, overheads={"per_step_s": 1.0})
-    with pytest.raises(ValueError, match=r"overheads.idle_wakeup_s must be a number >= 0"):
+    with pytest.raises(ProfileError, match=r"overheads.idle_wakeup_s must be a number from 0 to 3600"):
         save_profile(batch_model("p"), path, overheads={"idle_wakeup_s": -1.0})
     assert not path.exists()
 
@@ -302,12 +318,19 @@ def test_saving_bad_overheads_fails_before_writing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overheads", "pattern"),
     [
-        ({"arrival_s": -1.0}, r"overheads.arrival_s must be a number >= 0 \(seconds\), got -1.0"),
-        ({"arrival_s": "fast"}, r"overheads.arrival_s must be a number"),
-        ({"arrival_s": float("nan")}, r"overheads.arrival_s"),
-        ({"new_shape_s": -0.5}, r"overheads.new_shape_s must be a number >= 0 \(seconds\), got -0.5"),
-        ({"new_shape_s": True}, r"overheads.new_shape_s must be a number"),
-        ({"idle_wakeup_s": float("inf")}, r"overheads.idle_wakeup_s must be a number >= 0"),
+        ({"arrival_s": -1.0}, r"overheads.arrival_s must be a number from 0 to 3600, got -1.0"),
+        ({"arrival_s": "fast"}, r"overheads.arrival_s must be a number, got 'fast'"),
+        ({"arrival_s": float("nan")}, r"overheads.arrival_s must be a number from 0 to 3600, got nan"),
+        ({"arrival_s": 1e308}, r"overheads.arrival_s must be a number from 0 to 3600, got 1e\+308"),
+        (
+            {"arrival_s": 10**400},
+            r"overheads.arrival_s must be a number from 0 to 3600, got 1000.*\(401 characters\)",
+        ),
+        ({"arrival_s": [0.001]}, r"overheads.arrival_s must be a number, got \[0.001\]"),
+        ({"new_shape_s": -0.5}, r"overheads.new_shape_s must be a number from 0 to 3600, got -0.5"),
+        ({"new_shape_s": True}, r"overheads.new_shape_s must be a number, got True"),
+        ({"idle_wakeup_s": float("inf")}, r"overheads.idle_wakeup_s must be a number from 0 to 3600, got inf"),
+        ({"idle_wakeup_s": 7200}, r"overheads.idle_wakeup_s must be a number from 0 to 3600, got 7200"),
         ({"per_step_s": 1.0}, r"unknown field\(s\) in 'overheads': per_step_s"),
         ([1.0], r"'overheads' must be a mapping"),
     ],
@@ -326,7 +349,15 @@ def engine_dict(**overrides: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("data", "pattern"),
     [
-        (engine_dict(block_size=0), r"block_size must be an integer >= 1, got 0"),
+        (engine_dict(block_size=0), r"block_size must be an integer from 1 to 2147483647, got 0"),
+        (
+            engine_dict(num_gpu_blocks=2**31),
+            r"num_gpu_blocks must be an integer from 1 to 2147483647, got 2147483648",
+        ),
+        (
+            engine_dict(max_model_len=1e9),
+            r"max_model_len must be an integer from 1 to 2147483647, got 1000000000.0",
+        ),
         (engine_dict(num_gpu_blocks=True), r"num_gpu_blocks must be an integer"),
         (engine_dict(device=""), r"device must be a non-empty string"),
         (engine_dict(colour="red"), r"unknown engine field 'colour'"),
@@ -339,3 +370,44 @@ def engine_dict(**overrides: Any) -> dict[str, Any]:
 def test_bad_engine_or_fit_sections_raise_profile_error(data: object, pattern: str) -> None:
     with pytest.raises(ProfileError, match=pattern):
         profile_from_dict(data)
+
+
+def test_numeric_string_overheads_are_accepted_as_coefficients_are() -> None:
+    text = yaml.safe_dump(profile_to_dict(batch_model("o"))) + "overheads: {arrival_s: 1e-3, new_shape_s: 2e-3}\n"
+    info = profile_info_from_dict(yaml.safe_load(text), "o.yaml")
+    assert info.overheads == EngineOverheads(arrival_s=1e-3, new_shape_s=2e-3)
+
+
+@pytest.mark.parametrize(
+    ("section", "pattern"),
+    [
+        ("kind: [batch]", r"bad.yaml: field 'kind' must be one name of analytic, batch, got \['batch'\]"),
+        (
+            "overheads: {arrival_s: 1e308}",  # YAML 1.1 reads it as text; it is parsed like a number
+            r"bad.yaml: overheads.arrival_s must be a number from 0 to 3600, got '1e308'",
+        ),
+        (
+            "overheads: {arrival_s: 1.0e+308}",
+            r"bad.yaml: overheads.arrival_s must be a number from 0 to 3600, got 1e\+308",
+        ),
+        (
+            "overheads: {arrival_s: .inf}",
+            r"bad.yaml: overheads.arrival_s must be a number from 0 to 3600, got inf",
+        ),
+        (
+            "overheads: {arrival_s: .nan}",
+            r"bad.yaml: overheads.arrival_s must be a number from 0 to 3600, got nan",
+        ),
+        ("overheads: {arrival_s: -0.001}", r"bad.yaml: overheads.arrival_s must be a number from 0 to 3600"),
+    ],
+)
+def test_absurd_profile_files_are_one_profile_error(tmp_path: Path, section: str, pattern: str) -> None:
+    """These once gave tracebacks: an unhashable ``kind``, and overheads that overflowed simulated time."""
+    data = profile_to_dict(batch_model("bad"))
+    lines = [line for line in yaml.safe_dump(data).splitlines() if not line.startswith("kind:")]
+    if not section.startswith("kind:"):
+        lines.append("kind: batch")
+    path = tmp_path / "bad.yaml"
+    path.write_text("\n".join([*lines, section]) + "\n")
+    with pytest.raises(ProfileError, match=pattern):
+        load_profile_info(str(path))

@@ -80,7 +80,7 @@ def test_an_arrival_overhead_delays_the_next_step_once_per_accepted_request() ->
     # the first arrival starts a step at once; the second (same instant) joins the next step, after both intakes
     alone, charged = first_tokens(0.0, [0.0, 0.0]), first_tokens(0.25, [0.0, 0.0])
     assert charged == pytest.approx([alone[0] + 0.25, alone[1] + 0.5])
-    with pytest.raises(ValueError, match=r"overheads.arrival_s must be a number >= 0"):
+    with pytest.raises(ValueError, match=r"overheads.arrival_s must be a number from 0 to 3600"):
         EngineOverheads(arrival_s=-1.0)
 
 
@@ -117,7 +117,7 @@ def test_a_new_shape_cost_is_charged_once_per_batch_size_unless_warm() -> None:
     assert charged[1:] == pytest.approx([t + 1.0 for t in plain[1:]])
     assert token_times(0.5, warm=(64,)) == pytest.approx([plain[0], *(t + 0.5 for t in plain[1:])])
     assert token_times(0.5, warm=(1, 64)) == pytest.approx(plain)
-    with pytest.raises(ValueError, match=r"overheads.new_shape_s must be a number >= 0"):
+    with pytest.raises(ValueError, match=r"overheads.new_shape_s must be a number from 0 to 3600"):
         EngineOverheads(new_shape_s=-1.0)
 
 

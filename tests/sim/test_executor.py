@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from semsched.core.plan import BatchPlan, ScheduledChunk
 from semsched.latency import EngineOverheads, load_profile
-from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
 from semsched.sim.engine import Instance, Simulation
 from semsched.sim.executor import ModelExecutor, SimulationError
 from semsched.sim.router import make_router
@@ -82,22 +82,40 @@ def test_an_intake_or_a_new_shape_to_charge_stops_fast_forward() -> None:
     assert not executor.can_repeat(plan, 0.0, executor.step_time_s(plan))  # a second step would start too late
 
 
-@pytest.mark.parametrize("gamma2", [1e308, float("nan")])
-def test_a_step_time_that_is_not_a_finite_number_is_a_simulation_error(gamma2: float) -> None:
-    class Absurd(AnalyticLatencyModel):
-        def step_time_s(self, prefill: object, num_decode: int, decode_context_tokens: int) -> float:
-            return gamma2 * 2
+@dataclass(frozen=True)
+class _Constant:
+    """A latency model in which every step takes ``step_s``."""
 
-    absurd = Absurd(AnalyticConfig(0.0, 0.0, 0.0, 0.0, 0.0), "absurd")
+    step_s: float
+    name: str = "absurd"
+
+    def step_time_s(self, prefill: object, num_decode: int, decode_context_tokens: int) -> float:
+        return self.step_s
+
+    def decode_times_s(self, num_decode: int, decode_context_tokens: int, num_steps: int) -> np.ndarray:
+        return np.full(num_steps, self.step_s)
+
+    def swap_time_s(self, num_tokens: int) -> float:
+        return 0.0
+
+
+def _absurd(step_s: float) -> _Constant:
+    return _Constant(step_s)
+
+
+@pytest.mark.parametrize("step_s", [float("inf"), float("nan"), -1.0])
+def test_a_step_time_that_is_not_a_finite_number_is_a_simulation_error(step_s: float) -> None:
     with pytest.raises(SimulationError, match=r"absurd: a step of 64 tokens starting at 1.0 s would end at"):
-        ModelExecutor(absurd).execute(_prefill_plan(), 1.0)
+        ModelExecutor(_absurd(step_s)).execute(_prefill_plan(), 1.0)
 
 
-def test_an_absurd_overhead_is_a_simulation_error_not_an_endless_loop() -> None:
-    instance = Instance(make_scheduler(), LATENCY, overheads=EngineOverheads(arrival_s=1e308))
-    requests = [make_request("a", arrival=1e308), make_request("b", arrival=1e308)]
-    with pytest.raises(SimulationError, match="finite time"):
-        Simulation([instance], make_router("round-robin")).run(requests)
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_time_that_overflows_is_a_simulation_error_not_a_crash(fast_forward: bool) -> None:
+    # each step takes 1e308 s: the second one would end at infinity
+    instance = Instance(make_scheduler(), _absurd(1e308))
+    simulation = Simulation([instance], make_router("round-robin"), fast_forward=fast_forward)
+    with pytest.raises(SimulationError, match="finite time >= 0"):
+        simulation.run([make_request("a", prompt=64, output=10)])
 
 
 class _AcceptAll:
