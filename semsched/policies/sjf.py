@@ -2,6 +2,10 @@
 
 ``length=oracle`` uses the true output length (simulation only); ``length=predicted`` uses the mean of the
 request's predicted length distribution (falling back to the truth when no prediction is attached).
+
+Stable between events under either length (unlike srpt's predicted remaining output): the waiting key is the
+whole expected length, fixed at enqueue; victims go by progress, which every running request gains together
+during a decode-only stretch; and nothing is displaced.
 """
 
 from __future__ import annotations
