@@ -195,7 +195,7 @@ class Simulation:
 
     def _execute_repeated(self, instance: Instance, plan: BatchPlan, now_s: float) -> np.ndarray | None:
         """End times of a fast-forwardable stretch of >= 2 repetitions of ``plan``, else None: the scheduler
-        says how many steps the plan would repeat unchanged, the executor how many of them start before the
+        says how many steps the plan would repeat unchanged, the executor how many of them end before the
         next arrival."""
         if not self.fast_forward or not plan.is_pure_decode:
             return None
