@@ -24,8 +24,9 @@ It steers them through the state they read, around each call:
 * **callbacks**: ``on_arrival``, ``on_tokens``, ``on_preempt``, ``on_finish`` with the engine's time.
 
 Preemption inside vLLM is **recompute only**: a policy asking for SWAP is served by recompute here.
-Policies see semsched :class:`~semsched.core.request.Request` shadows of vLLM's requests, refreshed before every
-hook call; time is ``time.time()``, the clock of vLLM's arrival stamps.
+Policies see semsched :class:`~semsched.core.request.Request` shadows of vLLM's requests, their progress refreshed
+from vLLM's before every hook that reads it; time is ``time.time()``, the clock of vLLM's arrival stamps.
+Displacement and class gating follow :mod:`semsched.core.displacement`, the rules the core scheduler applies.
 """
 
 from __future__ import annotations
@@ -314,6 +315,12 @@ class Scheduler(_VllmScheduler):
         self._victim_key = policy.victim_key
         self._static_victim_order = static_victim_order(policy)
         self._running_sorted = False  # ``running`` in victim_key order since the last admission
+        self._shadows_fresh = False  # running shadows refreshed in this schedule() call
+        self._fixed_budget = not _overrides(policy, "step_budget")
+        self._stable = policy.stable_between_events and policy.rekey_interval_s is None
+        # the last step scheduled one token for every running request and nothing else changed (see _steady_step)
+        self._decode_steady = False
+        self._no_victims_for: str | None = None  # the queue head victims_for named none for, while steady
         self._tracked: dict[str, _Tracked] = {}
         self._rejections: list[_Rejection] = []
         self._class_counts: Counter[int] = Counter()
@@ -324,6 +331,7 @@ class Scheduler(_VllmScheduler):
         self._gauge_labels: set[tuple[str, str]] = set()
         self._gauges_stale = True
         self._configured = StepBudget(int(self.max_num_scheduled_tokens), int(self.max_num_active_reqs))
+        self._step_tokens = self._configured.max_num_batched_tokens
         self._start_logs(config)
 
     def _start_logs(self, config: AdapterConfig) -> None:
@@ -348,8 +356,19 @@ class Scheduler(_VllmScheduler):
         return shadow
 
     def running_shadows(self) -> list[Request]:
-        tracked, refresh = self._tracked, self._refresh
-        return [refresh(tracked[r.request_id]) for r in self.running if r.request_id in tracked]
+        """Shadows of the running requests, in ``running`` order, refreshed (until the next step, the victim
+        order reuses them)."""
+        tracked = self._tracked
+        shadows = []
+        for request in self.running:
+            entry = tracked.get(request.request_id)
+            if entry is not None:
+                shadow = entry.shadow
+                shadow.num_computed_tokens = request.num_computed_tokens
+                shadow.num_output_tokens = request.num_output_tokens
+                shadows.append(shadow)
+        self._shadows_fresh = True
+        return shadows
 
     def _make_shadow(self, request: VllmRequest) -> tuple[Request, str]:
         params = request.sampling_params
@@ -411,6 +430,7 @@ class Scheduler(_VllmScheduler):
     # ---- scheduling ----------------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self._now_s = time.time()
+        self._shadows_fresh = False
         self._maybe_rekey(now)
         displaced: dict[str, str] = {}
         best = best_class(self._class_counts) if self._class_counts else None
@@ -480,8 +500,11 @@ class Scheduler(_VllmScheduler):
                 victims = None
                 if estimate is None:
                     if len(self.running) >= self.max_num_active_reqs:
+                        if self._decode_steady and self._no_victims_for == candidate.request_id:
+                            return  # a stable policy's answer holds until something happens
                         victims = self._victims(candidate, now)
                         if not victims:
+                            self._no_victims_for = candidate.request_id if self._stable else None
                             return
                     estimate = self._estimate_step()
                     if estimate is None:
@@ -570,14 +593,28 @@ class Scheduler(_VllmScheduler):
                 self.running = [by_id[s.request_id] for s in order if s.request_id in by_id]
                 self._running_sorted = False
                 return held_back
-        if len(self.running) > 1 and not (self._running_sorted and self._static_victim_order):
-            self.running.sort(key=self._victim_sort_key)
+        if len(self.running) < 2 or (self._running_sorted and self._static_victim_order):
+            return []
+        if self._order_is_moot():
+            self._running_sorted = False  # (sorted on the next step where the order matters)
+            return []
+        if not self._shadows_fresh:
+            self.running_shadows()
+        tracked, victim_key = self._tracked, self._victim_key
+        self.running.sort(key=lambda r: victim_key(tracked[r.request_id].shadow) if r.request_id in tracked
+                          else _LAST)
         self._running_sorted = True
         return []
 
-    def _victim_sort_key(self, request: VllmRequest) -> SortKey:
-        entry = self._tracked.get(request.request_id)
-        return _LAST if entry is None else self._victim_key(self._refresh(entry))
+    def _order_is_moot(self) -> bool:
+        """Whether vLLM's batch builder will serve every running request alike whatever their order: each needs
+        one token (the last step scheduled exactly that, without speculation, and nothing joined since), the
+        budget covers them all and so do the free KV blocks (a decode takes at most one new block). Then no
+        request is left without budget and none is preempted for KV, the only decisions ``running``'s order
+        makes, and re-sorting can wait for a step where it matters."""
+        count = len(self.running)
+        return (self._decode_steady and self._fixed_budget and count <= self.max_num_scheduled_tokens
+                and count <= int(self.kv_cache_manager.block_pool.get_num_free_blocks()))
 
     def _apply_step_budget(self, now: float, held_back: int) -> None:
         configured = self._configured
@@ -587,7 +624,7 @@ class Scheduler(_VllmScheduler):
         if budget is not None:
             tokens = max(1, min(tokens, budget.max_num_batched_tokens))
             seqs = max(1, min(seqs, budget.max_num_seqs))
-        self.max_num_scheduled_tokens = tokens
+        self.max_num_scheduled_tokens = self._step_tokens = tokens
         self.max_num_active_reqs = max(0, seqs - held_back)
 
     def _after_schedule(self, output: Any, displaced: dict[str, str], now: float) -> None:
@@ -615,7 +652,20 @@ class Scheduler(_VllmScheduler):
             self._gauges_stale = True
         if output.preempted_req_ids:
             self._gauges_stale = True
+        self._decode_steady = self._steady_step(output, resumed)
+        if not self._decode_steady:
+            self._no_victims_for = None
         self._update_gauges()
+
+    def _steady_step(self, output: Any, resumed: set[str]) -> bool:
+        """Whether this step scheduled exactly one token for every running request (so each needs one token next
+        step, as the budget was not spent), admitted and preempted nothing, without speculation: the steady
+        decode stretch in which a policy that is ``stable_between_events`` decides as before."""
+        scheduled = output.total_num_scheduled_tokens
+        return (not output.scheduled_new_reqs and not resumed and not output.preempted_req_ids
+                and scheduled == len(output.num_scheduled_tokens) == len(self.running)
+                and scheduled < self._step_tokens and not self.num_lookahead_tokens
+                and not self.scheduler_config.long_prefill_token_threshold)
 
     def _update_gauges(self) -> None:
         """Queue depth and running requests per priority, recomputed only after something changed them."""

@@ -43,7 +43,8 @@ def semsched_server(tiny_model_dir: Path, semsched_workdir: Path) -> Iterator[st
     workdir = semsched_workdir
     metrics_dir = workdir / "prometheus"
     metrics_dir.mkdir()
-    env = {"SEMSCHED_POLICY": "priority-preempt:exclusive=true", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+    # priority-preempt that rejects tier REJECT (recording.py)
+    env = {"SEMSCHED_POLICY": "test-reject-tier:exclusive=true", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
            FINISH_LOG_ENV: str(workdir / "finished.log")}
     with vllm_server(tiny_model_dir, workdir / "server.log", scheduler_cls=ADAPTER, env=env,
                      extra_args=MIDDLEWARE, **SIZES) as base_url:
@@ -184,7 +185,7 @@ def test_mixed_priorities_stream_to_completion_with_metrics(semsched_server: str
     assert order == [0, 0, 5, 5], f"engine finish order by priority {order}; {timings}"
 
     metrics = httpx.get(f"{semsched_server}/metrics", timeout=30).text
-    assert 'semsched_requests_finished_total{priority="0"}' in metrics
+    assert 'semsched_requests_finished_total{priority="0",tier="none"}' in metrics
     assert "vllm:" in metrics  # next to vLLM's own
 
 
@@ -216,3 +217,45 @@ def test_malformed_xargs_get_400_and_the_server_keeps_serving(semsched_server: s
         good = stream_completion(client, {"prompt": "hello", "max_tokens": 5, "ignore_eos": True, "priority": 1,
                                           "vllm_xargs": {"tier": "STANDARD", "e2e_slo_ms": 60000}})
         assert good.completion_tokens == 5 and good.finish_reason == "length"
+
+
+def _sse_events(response: httpx.Response) -> list[Any]:
+    return [json.loads(line.removeprefix("data: ")) for line in response.iter_lines()
+            if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_streamed_rejection_ends_with_its_reason(semsched_server: str, route: str) -> None:
+    """A request the policy rejects gets the reason at the end of its stream (an error event, code 503 as
+    vLLM's own admission control), not a bare ``[DONE]``; the server goes on serving."""
+    chat = route == "/v1/chat/completions"
+    prompt = {"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hello"}
+    body = {"model": SERVED_MODEL_NAME, **prompt, "max_tokens": 4, "stream": True,
+            "vllm_xargs": {"tier": "reject"}}
+    with httpx.Client(base_url=semsched_server, timeout=60.0) as client:
+        with client.stream("POST", route, json=body) as response:
+            events = _sse_events(response)
+        error = events[-1]["error"]
+        assert error["message"] == "semsched: rejected by test-reject-tier: tier REJECT is refused"
+        assert error["code"] == 503
+        assert all(choice.get("finish_reason") is None for event in events[:-1] for choice in event["choices"])
+        good = stream_completion(client, {"prompt": "hello", "max_tokens": 3, "ignore_eos": True})
+        assert good.completion_tokens == 3 and good.finish_reason == "length"
+
+
+def test_a_rejection_without_streaming_keeps_finish_reason_abort(semsched_server: str) -> None:
+    body = {"model": SERVED_MODEL_NAME, "prompt": "hello", "max_tokens": 4, "vllm_xargs": {"tier": "REJECT"}}
+    choice = httpx.post(f"{semsched_server}/v1/completions", json=body, timeout=60.0).raise_for_status().json()
+    assert choice["choices"][0]["finish_reason"] == "abort"
+    assert choice["choices"][0]["stop_reason"] == "semsched: rejected by test-reject-tier: tier REJECT is refused"
+
+
+def test_huge_integers_and_near_misses_get_400_naming_the_field(semsched_server: str) -> None:
+    with httpx.Client(base_url=semsched_server, timeout=60.0) as client:
+        huge = client.post("/v1/completions", content=b'{"model": "' + SERVED_MODEL_NAME.encode()
+                           + b'", "prompt": "hi", "vllm_xargs": {"ttft_slo_ms": 1' + b"0" * 400 + b"}}",
+                           headers={"content-type": "application/json"})
+        assert huge.status_code == 400 and huge.json()["error"]["param"] == "vllm_xargs.ttft_slo_ms"
+        typo = client.post("/invocations", json={"model": SERVED_MODEL_NAME, "prompt": "hi", "max_tokens": 2,
+                                                 "vllm_xargs": {"ttft_slo": 200}})
+        assert typo.status_code == 400 and "did you mean 'ttft_slo_ms'" in typo.json()["error"]["message"]
