@@ -87,10 +87,12 @@ def test_vllm_runs_check_config_as_a_general_plugin_before_anything_else(tmp_pat
     info = tmp_path / "semsched_check-0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: semsched-check\nVersion: 0\n")
-    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nsemsched = semsched.vllm.config:check_config\n")
+    entry = "[vllm.general_plugins]\nsemsched = semsched.vllm.config:check_config\n"
+    (info / "entry_points.txt").write_text(entry)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]), SEMSCHED_POLICY="teleport")
     code = "from vllm.plugins import load_general_plugins; load_general_plugins(); print('not stopped')"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "not stopped" not in result.stdout
-    assert result.stderr.strip().splitlines()[-1].startswith("semsched: SEMSCHED_POLICY: policy 'teleport': unknown")
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("semsched: SEMSCHED_POLICY: policy 'teleport': unknown")
     assert "Traceback" not in result.stderr

@@ -10,7 +10,8 @@ from vllm.v1.engine.output_processor import RequestOutputCollector
 from semsched.vllm import frontend
 
 
-def _output(finish_reason: str | None, stop_reason: str | None, token_ids: list[int] | None = None) -> RequestOutput:
+def _output(finish_reason: str | None, stop_reason: str | None, token_ids: list[int] | None = None
+            ) -> RequestOutput:
     completion = CompletionOutput(index=0, text="", token_ids=token_ids or [], cumulative_logprob=None,
                                   logprobs=None, finish_reason=finish_reason, stop_reason=stop_reason)
     return RequestOutput("r-0", prompt=None, prompt_token_ids=[1, 2], prompt_logprobs=None, outputs=[completion],
@@ -21,7 +22,8 @@ def test_a_policy_rejection_is_a_503_and_an_invalid_input_a_400_naming_the_field
     policy = frontend.rejection_error(_output("abort", "semsched: rejected by edf: deadline already missed"))
     assert isinstance(policy, frontend.RejectedByPolicy) and policy.http_status == 503
     assert policy.message == "semsched: rejected by edf: deadline already missed"
-    invalid = frontend.rejection_error(_output("abort", "semsched: invalid request: vllm_xargs.urgency: must be ..."))
+    reason = "semsched: invalid request: vllm_xargs.urgency: must be ..."
+    invalid = frontend.rejection_error(_output("abort", reason))
     assert isinstance(invalid, frontend.InvalidSchedulingInput) and invalid.parameter == "vllm_xargs.urgency"
     assert str(invalid) == "semsched: invalid request: vllm_xargs.urgency: must be ..."
 
