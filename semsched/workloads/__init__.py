@@ -1,6 +1,7 @@
 """Workloads: what requests arrive, when, how long they are and who sent them.
 
-Start with :func:`build_workload` (named workloads, see :mod:`semsched.workloads.registry`) and
+Start with :func:`build_workload` (workload specs ``name:key=value;key=value``, see
+:mod:`semsched.workloads.registry`; :func:`describe_workloads` lists them with their parameters) and
 :meth:`Workload.to_requests`. Module map: ``workload`` (the data type), ``arrivals`` (arrival processes),
 ``lengths`` (prompt/output length samplers), ``traces`` (real trace loaders), ``tiers`` (service tiers and
 SLOs), ``registry`` (named workloads), ``fit_default`` (regenerates the packaged length fit).
@@ -9,6 +10,7 @@ SLOs), ``registry`` (named workloads), ``fit_default`` (regenerates the packaged
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierError, TierSpec
 from semsched.workloads.arrivals import (
     ArrivalError,
+    expected_spike_requests,
     gamma_arrivals,
     gamma_arrivals_until,
     mean_spike_size,
@@ -25,9 +27,20 @@ from semsched.workloads.lengths import (
     fitted_lengths,
     spearman_correlation,
 )
-from semsched.workloads.registry import WORKLOADS, WorkloadParams, build_workload, register
+from semsched.workloads.registry import (
+    DEFAULT_MAX_REQUESTS,
+    WORKLOADS,
+    BuildArgs,
+    WorkloadConfig,
+    WorkloadInfo,
+    build_workload,
+    describe_workloads,
+    parse_workload_spec,
+    register_workload,
+)
 from semsched.workloads.tiers import assign_tiers, tiers_from_column
 from semsched.workloads.traces import (
+    MAX_LENGTH_TOKENS,
     DataNotFoundError,
     LoadReport,
     TraceFormatError,
@@ -43,12 +56,15 @@ from semsched.workloads.workload import Workload, WorkloadError
 
 __all__ = [
     "ArrivalError",
+    "BuildArgs",
+    "DEFAULT_MAX_REQUESTS",
     "DEFAULT_TIERS",
     "DataNotFoundError",
     "EmpiricalLengths",
     "LengthError",
     "LengthSampler",
     "LoadReport",
+    "MAX_LENGTH_TOKENS",
     "QuantileLengths",
     "TierError",
     "TierSpec",
@@ -58,10 +74,13 @@ __all__ = [
     "WORKLOADS",
     "Workload",
     "WorkloadError",
-    "WorkloadParams",
+    "WorkloadConfig",
+    "WorkloadInfo",
     "assign_tiers",
     "build_workload",
     "data_dir",
+    "describe_workloads",
+    "expected_spike_requests",
     "find_data_file",
     "fitted_lengths",
     "gamma_arrivals",
@@ -69,11 +88,12 @@ __all__ = [
     "load_azure_csv",
     "load_mooncake_jsonl",
     "mean_spike_size",
+    "parse_workload_spec",
     "poisson_arrivals",
     "poisson_arrivals_until",
     "read_azure_csv",
     "read_mooncake_jsonl",
-    "register",
+    "register_workload",
     "rescale_to_rate",
     "spearman_correlation",
     "spike_arrivals",

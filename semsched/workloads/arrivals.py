@@ -23,7 +23,12 @@ import numpy.typing as npt
 from semsched.workloads.workload import WorkloadError
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 GapSampler = Callable[[int], FloatArray]
+
+
+MAX_SPIKES = 10**9
+"""Spike instants an arrival sequence may hold; far beyond any workload the request limit lets through."""
 
 
 class ArrivalError(WorkloadError):
@@ -65,19 +70,50 @@ def gamma_arrivals_until(rate_per_s: float, cv: float, duration_s: float, rng: n
     return _renewal_until(_gamma_gaps(rate_per_s, cv, rng), rate_per_s, duration_s)
 
 
-def spike_arrivals(gap_s: float, max_concurrent: int, duration_s: float, rng: np.random.Generator) -> FloatArray:
+def spike_arrivals(
+    gap_s: float,
+    max_concurrent: int,
+    duration_s: float | None,
+    rng: np.random.Generator,
+    num_requests: int | None = None,
+) -> FloatArray:
     """Seed 000's request spikes: at times 0, ``gap_s``, ``2 gap_s``, ... below ``duration_s``, a batch whose
     size is uniform on ``[1, max_concurrent]`` arrives at one instant.
 
-    The mean rate is therefore ``(1 + max_concurrent) / 2 / gap_s`` requests per second.
+    The mean rate is therefore ``(1 + max_concurrent) / 2 / gap_s`` requests per second. With ``num_requests``
+    the spikes stop once that many requests have arrived (the last batch is cut short); at least one of
+    ``duration_s`` and ``num_requests`` is needed. Only the spikes kept are drawn.
     """
     _check_positive("gap_s", gap_s)
     _check_count("max_concurrent", max_concurrent, minimum=1)
-    _check_positive("duration_s", duration_s)
-    instants = np.arange(math.ceil(duration_s / gap_s), dtype=np.float64) * gap_s
-    instants = instants[instants < duration_s]
+    num_spikes = _spike_count(gap_s, duration_s, num_requests)
+    instants = np.arange(num_spikes, dtype=np.float64) * gap_s
+    if duration_s is not None:
+        instants = instants[instants < duration_s]
     batch_sizes = rng.integers(1, max_concurrent, size=instants.size, endpoint=True)
+    if num_requests is not None:
+        batch_sizes = _cut_to_total(batch_sizes, num_requests)
+        instants = instants[: batch_sizes.size]
     return np.repeat(instants, batch_sizes)
+
+
+def expected_spike_requests(
+    gap_s: float, max_concurrent: int, duration_s: float | None, num_requests: int | None = None
+) -> float:
+    """How many requests :func:`spike_arrivals` gives on average for these arguments, computed without drawing
+    anything (``inf`` when the spike count does not fit a float)."""
+    _check_positive("gap_s", gap_s)
+    _check_count("max_concurrent", max_concurrent, minimum=1)
+    spikes = math.inf
+    if duration_s is not None:
+        _check_positive("duration_s", duration_s)
+        ratio = duration_s / gap_s
+        spikes = float(math.ceil(ratio)) if math.isfinite(ratio) else math.inf
+    expected = spikes * mean_spike_size(max_concurrent)
+    if num_requests is not None:
+        _check_count("num_requests", num_requests, minimum=1)
+        expected = min(expected, float(num_requests))
+    return expected
 
 
 def mean_spike_size(max_concurrent: int) -> float:
@@ -116,6 +152,36 @@ def _renewal_until(draw_gaps: GapSampler, rate_per_s: float, duration_s: float) 
         last_s = float(times[-1])
     arrivals = np.concatenate(chunks)
     return np.asarray(arrivals[arrivals < duration_s], dtype=np.float64)
+
+
+def _spike_count(gap_s: float, duration_s: float | None, num_requests: int | None) -> int:
+    """Spikes needed: those below ``duration_s``, and never more than ``num_requests`` (each holds >= 1)."""
+    if duration_s is None and num_requests is None:
+        raise ArrivalError("duration_s or num_requests: spikes need at least one of them")
+    counts = []
+    if duration_s is not None:
+        _check_positive("duration_s", duration_s)
+        ratio = duration_s / gap_s
+        if not math.isfinite(ratio) or ratio > MAX_SPIKES:
+            raise ArrivalError(
+                f"duration_s / gap_s: {duration_s!r} s / {gap_s!r} s gives more than {MAX_SPIKES:,} spikes"
+            )
+        counts.append(math.ceil(ratio))
+    if num_requests is not None:
+        _check_count("num_requests", num_requests, minimum=1)
+        counts.append(num_requests)
+    return min(counts)
+
+
+def _cut_to_total(batch_sizes: IntArray, total: int) -> IntArray:
+    """The batches up to the one where the running total reaches ``total``, that one cut to fit."""
+    reached = np.cumsum(batch_sizes)
+    last = int(np.searchsorted(reached, total))  # first batch whose running total is >= total
+    if last >= batch_sizes.size:
+        return batch_sizes
+    kept = batch_sizes[: last + 1].copy()
+    kept[last] -= int(reached[last]) - total
+    return kept
 
 
 def _check_positive(name: str, value: float) -> None:

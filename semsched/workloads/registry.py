@@ -1,38 +1,58 @@
-"""Named workloads: ``build_workload("azure-conv", rate_per_s=4, duration_s=600, seed=0)``.
+"""Named workloads and their specs: ``build_workload("spikes:gap_s=0.1;max_concurrent=100", rate_per_s=4,
+duration_s=600, seed=0)``.
 
-Each builder is one small function registered with :func:`register`. It receives the build parameters and a
-generator created from the seed, and returns an untiered workload; :func:`build_workload` then draws
-tiers from the same generator, so the same arguments always give the identical workload.
+A workload spec has the syntax of a policy spec (:mod:`semsched.core.specs`): ``name:key=value;key=value``.
+Each workload is one small builder function registered with :func:`register_workload` together with its frozen
+config dataclass (a :class:`WorkloadConfig`), whose fields are the parameters a spec may set; an unknown key,
+a repeated key or a bad value is a :class:`WorkloadError` naming it. :func:`describe_workloads` lists every
+workload with its parameters, defaults and types.
+
+The builder receives its config, the :class:`BuildArgs` (rate, and a time span and/or a request count) and a
+generator created from the seed, and returns an untiered workload; :func:`build_workload` then applies the
+length caps and draws tiers from the same generator, so the same arguments always give the identical workload.
+
+Size. Before anything is drawn, the number of requests the arguments would give is computed (the expected
+number for a random arrival process; a trace's is known once it is read and cut) and a workload above
+``max_requests`` (default :data:`DEFAULT_MAX_REQUESTS`) is refused with a message that says how many.
 
 Registered names
 ----------------
 * ``azure-conv`` / ``azure-code``: Poisson arrivals at ``rate_per_s``; lengths sampled from the packaged
   quantile fit of the Azure 2023 conversation / code trace (no data file needed).
 * ``azure-conv-trace`` / ``azure-code-trace``: the real trace files from the shared data directory,
-  rescaled to ``rate_per_s`` and cut to ``duration_s`` if given.
-* ``spikes``: seed 000's request spikes (up to :data:`SPIKE_MAX_CONCURRENT` simultaneous requests per spike)
-  with the gap between spikes chosen so that the mean rate is ``rate_per_s``: for example 505 requests/s gives
-  the seed's 0.1 s gap and 50.5 requests/s its 1.0 s gap. Lengths from the conversation fit.
-* ``gamma-conv``: bursty gamma arrivals (gap coefficient of variation :data:`GAMMA_CONV_CV`) with
-  conversation-fit lengths.
+  rescaled to ``rate_per_s`` (unless ``rescale=false``) and cut to ``duration_s`` if given.
+* ``trace:path=FILE``: the same for any Azure-format ``.csv`` or Mooncake-format ``.jsonl`` file. A bare path
+  ending in ``.csv`` or ``.jsonl`` is accepted as a spec too (with default parameters). Tiers found in a JSONL
+  file are kept; otherwise tiers are drawn.
+* ``spikes``: seed 000's request spikes: every ``gap_s`` seconds a batch of a uniformly random number of
+  requests between 1 and ``max_concurrent`` (default :data:`SPIKE_MAX_CONCURRENT`). Without ``gap_s`` the gap
+  is chosen so that the mean rate is ``rate_per_s`` (505 requests/s gives the seed's 0.1 s gap with 100
+  concurrent requests, 50.5 requests/s its 1.0 s gap); with it, ``rate_per_s`` is not used. Lengths from the
+  conversation fit.
+* ``gamma-conv``: bursty gamma arrivals (gap coefficient of variation ``cv``, default :data:`GAMMA_CONV_CV`)
+  with conversation-fit lengths.
 
-A path ending in ``.csv`` (Azure format) or ``.jsonl`` (Mooncake format) is also accepted as a name; it is
-treated like a ``*-trace`` workload. Tiers found in a JSONL file are kept; otherwise tiers are drawn.
+Every workload also takes ``max_prompt_tokens`` / ``max_output_tokens`` (longer requests are cut to the cap,
+e.g. to fit a model's context) and ``tier_weights`` (one weight per tier of the tier table, ``/``-separated,
+e.g. ``tier_weights=5/20/50/25`` for SYSTEM/PREMIUM/STANDARD/BACKGROUND; default: each tier's own weight).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from semsched.core.specs import ParameterInfo, SpecSyntax, describe_parameters
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierSpec
 from semsched.workloads.arrivals import (
+    expected_spike_requests,
     gamma_arrivals,
     gamma_arrivals_until,
     mean_spike_size,
@@ -42,85 +62,330 @@ from semsched.workloads.arrivals import (
 )
 from semsched.workloads.lengths import LengthSampler, fitted_lengths
 from semsched.workloads.tiers import assign_tiers
-from semsched.workloads.traces import find_data_file, load_azure_csv, load_mooncake_jsonl, rescale_to_rate
+from semsched.workloads.traces import (
+    MAX_LENGTH_TOKENS,
+    find_data_file,
+    load_azure_csv,
+    load_mooncake_jsonl,
+    rescale_to_rate,
+)
 from semsched.workloads.workload import Workload, WorkloadError
 
+DEFAULT_MAX_REQUESTS = 1_000_000
+"""The most requests :func:`build_workload` creates unless its ``max_requests`` says otherwise."""
 SPIKE_MAX_CONCURRENT = 100
+MAX_SPIKE_CONCURRENT = 1_000_000
 GAMMA_CONV_CV = 3.0
+GAMMA_CV_RANGE = (0.01, 100.0)
 TRACE_SUFFIXES = (".csv", ".jsonl")
 
+_SYNTAX = SpecSyntax("workload", WorkloadError)
 
+
+# ---- what a builder is asked for -------------------------------------------------------------------------
 @dataclass(frozen=True)
-class WorkloadParams:
-    """What a builder is asked for: mean rate, and a time span and/or a request count (at least one)."""
+class BuildArgs:
+    """What every builder is asked for: mean rate, and a time span and/or a request count (at least one)."""
 
     rate_per_s: float
     duration_s: float | None = None
     num_requests: int | None = None
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.rate_per_s) or self.rate_per_s <= 0:
+        if not _is_finite_number(self.rate_per_s) or self.rate_per_s <= 0:
             raise WorkloadError(f"rate_per_s: must be a finite number > 0 (got {self.rate_per_s!r})")
-        if self.duration_s is not None and (not math.isfinite(self.duration_s) or self.duration_s <= 0):
+        if self.duration_s is not None and (not _is_finite_number(self.duration_s) or self.duration_s <= 0):
             raise WorkloadError(f"duration_s: must be a finite number > 0 or None (got {self.duration_s!r})")
-        if self.num_requests is not None and self.num_requests < 1:
-            raise WorkloadError(f"num_requests: must be >= 1 or None (got {self.num_requests!r})")
+        if self.num_requests is not None and (not _is_int(self.num_requests) or self.num_requests < 1):
+            raise WorkloadError(f"num_requests: must be an integer >= 1 or None (got {self.num_requests!r})")
+
+    def required_count(self) -> int:
+        if self.num_requests is None:
+            raise WorkloadError("duration_s or num_requests: a synthetic workload needs at least one of them")
+        return self.num_requests
+
+    def renewal_count(self) -> float:
+        """Expected requests of a renewal process at ``rate_per_s`` under these limits."""
+        if self.duration_s is None:
+            return float(self.required_count())
+        expected = self.rate_per_s * self.duration_s  # may be inf: refused by the size check
+        return expected if self.num_requests is None else min(expected, float(self.num_requests))
 
 
-WorkloadBuilder = Callable[[WorkloadParams, np.random.Generator], Workload]
-
-_BUILDERS: dict[str, WorkloadBuilder] = {}
-WORKLOADS: Mapping[str, WorkloadBuilder] = MappingProxyType(_BUILDERS)
-"""Read-only view of the registered builders, by name."""
+# ---- parameters ------------------------------------------------------------------------------------------
+def _param(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
 
 
-def register(name: str) -> Callable[[WorkloadBuilder], WorkloadBuilder]:
-    """Class-free plug-in point: ``@register("my-workload")`` on a builder function."""
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """The parameters every workload takes; each workload's config adds its own fields.
 
-    def decorate(builder: WorkloadBuilder) -> WorkloadBuilder:
-        if name in _BUILDERS:
-            raise WorkloadError(f"register: a workload named {name!r} is already registered")
-        _BUILDERS[name] = builder
+    Subclasses check their fields in ``__post_init__`` (calling this one) and say in
+    :meth:`expected_requests` how many requests the build arguments would give.
+    """
+
+    max_prompt_tokens: int | None = _param(None, "prompts longer than this are cut to it")
+    max_output_tokens: int | None = _param(None, "outputs longer than this are cut to it")
+    tier_weights: tuple[float, ...] | None = _param(
+        None, "one weight per tier, '/'-separated, in tier-table order (default: the tiers' own weights)"
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("max_prompt_tokens", "max_output_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or not 1 <= value <= MAX_LENGTH_TOKENS):
+                raise WorkloadError(f"{name}: must be an integer from 1 to {MAX_LENGTH_TOKENS} (got {value!r})")
+        weights = self.tier_weights
+        if weights is not None and (
+            not weights or not all(_is_finite_number(w) and w >= 0 for w in weights) or not math.fsum(weights) > 0
+        ):
+            raise WorkloadError(f"tier_weights: must be finite numbers >= 0, not all zero (got {weights!r})")
+
+    def expected_requests(self, args: BuildArgs) -> float | None:
+        """How many requests ``args`` would give, computed before anything is drawn; None when that is known
+        only once the data is read (traces)."""
+        return None
+
+
+@dataclass(frozen=True)
+class PoissonConfig(WorkloadConfig):
+    """Poisson arrivals at ``rate_per_s``."""
+
+    def expected_requests(self, args: BuildArgs) -> float | None:
+        return args.renewal_count()
+
+
+@dataclass(frozen=True)
+class GammaConfig(WorkloadConfig):
+    """Gamma-renewal arrivals at ``rate_per_s`` whose gaps have coefficient of variation ``cv``."""
+
+    cv: float = _param(GAMMA_CONV_CV, "coefficient of variation of the gaps (1 = Poisson, > 1 = bursty)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        low, high = GAMMA_CV_RANGE
+        if not _is_finite_number(self.cv) or not low <= self.cv <= high:
+            raise WorkloadError(f"cv: must be a number from {low:g} to {high:g} (got {self.cv!r})")
+
+    def expected_requests(self, args: BuildArgs) -> float | None:
+        return args.renewal_count()
+
+
+@dataclass(frozen=True)
+class SpikesConfig(WorkloadConfig):
+    """Seed 000's spikes: every ``gap_s`` a batch of 1 to ``max_concurrent`` requests (uniform)."""
+
+    gap_s: float | None = _param(None, "seconds between spikes (default: the gap that gives rate_per_s)")
+    max_concurrent: int = _param(SPIKE_MAX_CONCURRENT, "each spike holds 1 to this many requests, uniformly")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gap_s is not None and (not _is_finite_number(self.gap_s) or self.gap_s <= 0):
+            raise WorkloadError(f"gap_s: must be a finite number > 0 (got {self.gap_s!r})")
+        if not _is_int(self.max_concurrent) or not 1 <= self.max_concurrent <= MAX_SPIKE_CONCURRENT:
+            limit = f"{MAX_SPIKE_CONCURRENT:,}"
+            raise WorkloadError(
+                f"max_concurrent: must be an integer from 1 to {limit} (got {self.max_concurrent!r})"
+            )
+
+    def gap_for(self, args: BuildArgs) -> float:
+        """``gap_s`` if given, else the gap whose mean rate is ``args.rate_per_s``."""
+        if self.gap_s is not None:
+            return self.gap_s
+        return mean_spike_size(self.max_concurrent) / args.rate_per_s
+
+    def expected_requests(self, args: BuildArgs) -> float | None:
+        if args.duration_s is None:
+            args.required_count()
+        return expected_spike_requests(self.gap_for(args), self.max_concurrent, args.duration_s, args.num_requests)
+
+
+@dataclass(frozen=True)
+class TraceConfig(WorkloadConfig):
+    """A recorded trace, rescaled to ``rate_per_s`` unless ``rescale`` is false."""
+
+    rescale: bool = _param(True, "stretch the trace's gaps to rate_per_s (false: keep its own timing)")
+
+
+@dataclass(frozen=True)
+class TraceFileConfig(TraceConfig):
+    """A trace read from ``path``."""
+
+    path: str = _param("", "an Azure-format .csv or Mooncake-format .jsonl trace file (required)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.path:
+            raise WorkloadError("path: required, a .csv (Azure format) or .jsonl (Mooncake format) file")
+        if not self.path.endswith(TRACE_SUFFIXES):
+            raise WorkloadError(f"path: must end in {' or '.join(TRACE_SUFFIXES)} (got {self.path!r})")
+
+
+# ---- the registry ----------------------------------------------------------------------------------------
+K = TypeVar("K", bound=WorkloadConfig)
+WorkloadBuilder = Callable[[Any, BuildArgs, np.random.Generator], Workload]
+"""``(config, args, rng) -> Workload``: an untiered workload, drawn only from ``rng``."""
+Builder = Callable[[K, BuildArgs, np.random.Generator], Workload]
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """One registered workload: its name, one-line summary, config class and builder."""
+
+    name: str
+    summary: str
+    config_cls: type[WorkloadConfig]
+    build: WorkloadBuilder
+
+    @property
+    def parameters(self) -> tuple[ParameterInfo, ...]:
+        """Every parameter a spec may set, with its type, default and one-line doc: the workload's own first,
+        then those every workload takes."""
+        common = {p.name for p in describe_parameters(WorkloadConfig)}
+        every = describe_parameters(self.config_cls)
+        return tuple(p for p in every if p.name not in common) + tuple(p for p in every if p.name in common)
+
+
+_WORKLOADS: dict[str, WorkloadInfo] = {}
+WORKLOADS: Mapping[str, WorkloadInfo] = MappingProxyType(_WORKLOADS)
+"""Read-only view of the registered workloads, by name."""
+
+
+def register_workload(name: str, config_cls: type[K]) -> Callable[[Builder[K]], Builder[K]]:
+    """``@register_workload("my-workload", MyConfig)`` on a builder ``(config, args, rng) -> Workload``; the
+    first line of the builder's docstring is the workload's summary in listings."""
+
+    def decorate(builder: Builder[K]) -> Builder[K]:
+        if name in _WORKLOADS:
+            raise WorkloadError(f"register_workload: a workload named {name!r} is already registered")
+        summary = (builder.__doc__ or "").strip().splitlines()[0] if builder.__doc__ else ""
+        _WORKLOADS[name] = WorkloadInfo(name, summary, config_cls, builder)
         return builder
 
     return decorate
 
 
+def describe_workloads() -> list[WorkloadInfo]:
+    """Every registered workload, by name, with its parameters (``info.parameters``)."""
+    return [_WORKLOADS[name] for name in sorted(_WORKLOADS)]
+
+
+def parse_workload_spec(spec: str) -> tuple[WorkloadInfo, WorkloadConfig]:
+    """The workload a spec names and its validated config, without building anything.
+
+    A spec that does not start with a workload's name and ends in ``.csv`` or ``.jsonl`` is a path: the
+    ``trace`` workload on that file."""
+    if spec.partition(":")[0].strip() not in _WORKLOADS and spec.strip().endswith(TRACE_SUFFIXES):
+        info = _WORKLOADS["trace"]
+        return info, _SYNTAX.config(info.config_cls, {"path": spec.strip()}, name=info.name)
+    name, params = _SYNTAX.parse(spec)
+    if name not in _WORKLOADS:
+        raise WorkloadError(
+            f"unknown workload {name!r}; known: {', '.join(sorted(_WORKLOADS))}, "
+            f"or a path ending in {' or '.join(TRACE_SUFFIXES)}"
+        )
+    info = _WORKLOADS[name]
+    return info, _SYNTAX.config(info.config_cls, params, name=name)
+
+
 def build_workload(
-    name: str,
+    spec: str,
     *,
     rate_per_s: float,
     duration_s: float | None = None,
     seed: int,
     tiers: Sequence[TierSpec] = DEFAULT_TIERS,
     num_requests: int | None = None,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
 ) -> Workload:
-    """Build the named workload (or load a ``.csv``/``.jsonl`` trace path) with tiers drawn from ``tiers``.
+    """Build the workload ``spec`` names (``name:key=value;key=value`` or a trace path), tiers drawn from
+    ``tiers``.
 
     Synthetic workloads need ``duration_s`` or ``num_requests``; with both, requests stop at whichever limit
-    comes first. Unknown names raise :class:`WorkloadError` listing the known ones.
+    comes first. A workload of more than ``max_requests`` requests is refused before anything is drawn (see
+    the module docstring). Every bad name, parameter or argument raises :class:`WorkloadError` naming it.
     """
-    params = WorkloadParams(rate_per_s, duration_s, num_requests)
+    args = BuildArgs(rate_per_s, duration_s, num_requests)
+    if not _is_int(max_requests) or max_requests < 1:
+        raise WorkloadError(f"max_requests: must be an integer >= 1 (got {max_requests!r})")
+    info, config = parse_workload_spec(spec)
+    expected = config.expected_requests(args)
+    _check_size(info.name, expected, max_requests, args)
     rng = np.random.default_rng(seed)
-    builder = _builder_for(name)
-    workload = builder(params, rng)
-    if _is_untiered(workload):
-        workload = assign_tiers(workload, tuple(tiers), rng)
-    return workload
+    workload = info.build(config, args, rng)
+    if expected is None:  # known only now that the data is read
+        _check_size(info.name, float(len(workload)), max_requests, args, exact=True)
+    return _with_tiers(info.name, _capped(workload, config), config, tuple(tiers), rng)
 
 
-def _builder_for(name: str) -> WorkloadBuilder:
-    if name in _BUILDERS:
-        return _BUILDERS[name]
-    if name.endswith(TRACE_SUFFIXES):
-        return lambda params, rng: _trace_workload(Path(name), params)
+def _check_size(
+    name: str, expected: float | None, max_requests: int, args: BuildArgs, *, exact: bool = False
+) -> None:
+    if expected is None or expected <= max_requests:
+        return
+    given = f"rate_per_s={args.rate_per_s:g}"
+    if args.duration_s is not None:
+        given += f", duration_s={args.duration_s:g}"
+    if args.num_requests is not None:
+        given += f", num_requests={args.num_requests}"
+    count = f"{expected:,.0f}" if math.isfinite(expected) else "more than 10^308"
+    gives = "gives" if exact else "would give about"
     raise WorkloadError(
-        f"unknown workload {name!r}; known: {sorted(_BUILDERS)} or a path ending in {list(TRACE_SUFFIXES)}"
+        f"workload {name!r}: {given} {gives} {count} requests, more than the limit of "
+        f"{max_requests:,}; lower the rate or the duration, or raise the limit (max_requests; "
+        "--max-requests on the command line)"
     )
+
+
+def _capped(workload: Workload, config: WorkloadConfig) -> Workload:
+    if config.max_prompt_tokens is None and config.max_output_tokens is None:
+        return workload
+    return workload.with_lengths(
+        _clip(workload.prompt_tokens, config.max_prompt_tokens),
+        _clip(workload.output_tokens, config.max_output_tokens),
+    )
+
+
+def _clip(values: npt.NDArray[np.int64], cap: int | None) -> npt.NDArray[np.int64]:
+    return values if cap is None else np.minimum(values, cap)
+
+
+def _with_tiers(
+    name: str, workload: Workload, config: WorkloadConfig, tiers: tuple[TierSpec, ...], rng: np.random.Generator
+) -> Workload:
+    weights = config.tier_weights
+    if not _is_untiered(workload):
+        if weights is not None:
+            raise WorkloadError(
+                f"workload {name!r}: tier_weights: {workload.name!r} names each request's tier itself, "
+                "so none are drawn"
+            )
+        return workload
+    if weights is not None and len(weights) != len(tiers):
+        names = "/".join(t.name for t in tiers)
+        raise WorkloadError(
+            f"workload {name!r}: tier_weights: {len(weights)} given, one per tier needed ({len(tiers)}: {names})"
+        )
+    return assign_tiers(workload, tiers, rng, weights)
 
 
 def _is_untiered(workload: Workload) -> bool:
     return all(spec.name == UNTIERED.name for spec in workload.tiers)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _is_finite_number(value: object) -> bool:
+    """A real number that is finite as a float (a huge int is not: it cannot become one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 # ---- synthetic -------------------------------------------------------------------------------------------
@@ -131,72 +396,89 @@ def _synthetic(
     return Workload.untiered(name, arrival_time_s, prompt_tokens, output_tokens)
 
 
-def _cap(times_s: npt.NDArray[np.float64], params: WorkloadParams) -> npt.NDArray[np.float64]:
-    return times_s if params.num_requests is None else times_s[: params.num_requests]
+def _renewal_times(
+    args: BuildArgs,
+    first_n: Callable[[int], npt.NDArray[np.float64]],
+    until: Callable[[float], npt.NDArray[np.float64]],
+) -> npt.NDArray[np.float64]:
+    """Arrivals that stop at ``num_requests`` or ``duration_s``, whichever comes first, drawn by the limit that
+    is expected to come first (so a huge value of the other limit never sizes an array)."""
+    n, duration_s = args.num_requests, args.duration_s
+    if duration_s is None or (n is not None and n <= args.rate_per_s * duration_s):
+        times_s = first_n(args.required_count())
+        return times_s if duration_s is None else times_s[times_s < duration_s]
+    times_s = until(duration_s)
+    return times_s if n is None else times_s[:n]
 
 
-def _poisson_times(params: WorkloadParams, rng: np.random.Generator) -> npt.NDArray[np.float64]:
-    if params.duration_s is None:
-        return poisson_arrivals(params.rate_per_s, _required_count(params), rng)
-    return _cap(poisson_arrivals_until(params.rate_per_s, params.duration_s, rng), params)
+def _poisson_times(args: BuildArgs, rng: np.random.Generator) -> npt.NDArray[np.float64]:
+    rate = args.rate_per_s
+    return _renewal_times(
+        args, lambda n: poisson_arrivals(rate, n, rng), lambda d: poisson_arrivals_until(rate, d, rng)
+    )
 
 
-def _gamma_times(params: WorkloadParams, cv: float, rng: np.random.Generator) -> npt.NDArray[np.float64]:
-    if params.duration_s is None:
-        return gamma_arrivals(params.rate_per_s, cv, _required_count(params), rng)
-    return _cap(gamma_arrivals_until(params.rate_per_s, cv, params.duration_s, rng), params)
+def _gamma_times(args: BuildArgs, cv: float, rng: np.random.Generator) -> npt.NDArray[np.float64]:
+    rate = args.rate_per_s
+    return _renewal_times(
+        args, lambda n: gamma_arrivals(rate, cv, n, rng), lambda d: gamma_arrivals_until(rate, cv, d, rng)
+    )
 
 
-def _spike_times(params: WorkloadParams, rng: np.random.Generator) -> npt.NDArray[np.float64]:
-    gap_s = mean_spike_size(SPIKE_MAX_CONCURRENT) / params.rate_per_s
-    # without a duration, one spike per requested request is always enough (each spike holds >= 1)
-    duration_s = params.duration_s if params.duration_s is not None else gap_s * _required_count(params)
-    return _cap(spike_arrivals(gap_s, SPIKE_MAX_CONCURRENT, duration_s, rng), params)
+@register_workload("azure-conv", PoissonConfig)
+def _azure_conv(config: PoissonConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """Poisson arrivals at the rate; lengths from the packaged fit of the Azure 2023 conversation trace."""
+    return _synthetic("azure-conv", _poisson_times(args, rng), fitted_lengths("azure-conv"), rng)
 
 
-def _required_count(params: WorkloadParams) -> int:
-    if params.num_requests is None:
-        raise WorkloadError("duration_s or num_requests: a synthetic workload needs at least one of them")
-    return params.num_requests
+@register_workload("azure-code", PoissonConfig)
+def _azure_code(config: PoissonConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """Poisson arrivals at the rate; lengths from the packaged fit of the Azure 2023 code trace."""
+    return _synthetic("azure-code", _poisson_times(args, rng), fitted_lengths("azure-code"), rng)
 
 
-@register("azure-conv")
-def _azure_conv(params: WorkloadParams, rng: np.random.Generator) -> Workload:
-    return _synthetic("azure-conv", _poisson_times(params, rng), fitted_lengths("azure-conv"), rng)
+@register_workload("spikes", SpikesConfig)
+def _spikes(config: SpikesConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """Seed 000's spikes: every gap_s a batch of 1 to max_concurrent requests; conversation-fit lengths."""
+    if args.duration_s is None:
+        args.required_count()
+    times_s = spike_arrivals(config.gap_for(args), config.max_concurrent, args.duration_s, rng, args.num_requests)
+    return _synthetic("spikes", times_s, fitted_lengths("azure-conv"), rng)
 
 
-@register("azure-code")
-def _azure_code(params: WorkloadParams, rng: np.random.Generator) -> Workload:
-    return _synthetic("azure-code", _poisson_times(params, rng), fitted_lengths("azure-code"), rng)
-
-
-@register("spikes")
-def _spikes(params: WorkloadParams, rng: np.random.Generator) -> Workload:
-    return _synthetic("spikes", _spike_times(params, rng), fitted_lengths("azure-conv"), rng)
-
-
-@register("gamma-conv")
-def _gamma_conv(params: WorkloadParams, rng: np.random.Generator) -> Workload:
-    times_s = _gamma_times(params, GAMMA_CONV_CV, rng)
-    return _synthetic("gamma-conv", times_s, fitted_lengths("azure-conv"), rng)
+@register_workload("gamma-conv", GammaConfig)
+def _gamma_conv(config: GammaConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """Bursty gamma-renewal arrivals at the rate (gap CV cv); conversation-fit lengths."""
+    return _synthetic("gamma-conv", _gamma_times(args, config.cv, rng), fitted_lengths("azure-conv"), rng)
 
 
 # ---- traces ----------------------------------------------------------------------------------------------
-def _trace_workload(path: Path, params: WorkloadParams) -> Workload:
+def _trace_workload(path: Path, config: TraceConfig, args: BuildArgs) -> Workload:
     workload = load_mooncake_jsonl(path) if path.suffix == ".jsonl" else load_azure_csv(path)
-    workload = rescale_to_rate(workload, params.rate_per_s)
-    if params.duration_s is not None:
-        workload = workload.slice_time(0.0, params.duration_s)
-    if params.num_requests is not None:
-        workload = workload.head(params.num_requests)
+    if config.rescale:
+        workload = rescale_to_rate(workload, args.rate_per_s)
+    if args.duration_s is not None:
+        workload = workload.slice_time(0.0, args.duration_s)
+    if args.num_requests is not None:
+        workload = workload.head(args.num_requests)
     return workload
 
 
-@register("azure-conv-trace")
-def _azure_conv_trace(params: WorkloadParams, rng: np.random.Generator) -> Workload:
-    return _trace_workload(find_data_file("azure_llm_2023_conv.csv"), params).with_name("azure-conv-trace")
+@register_workload("trace", TraceFileConfig)
+def _trace_file(config: TraceFileConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """A trace file (Azure .csv or Mooncake .jsonl), rescaled to the rate and cut to the duration."""
+    return _trace_workload(Path(config.path), config, args)
 
 
-@register("azure-code-trace")
-def _azure_code_trace(params: WorkloadParams, rng: np.random.Generator) -> Workload:
-    return _trace_workload(find_data_file("azure_llm_2023_code.csv"), params).with_name("azure-code-trace")
+@register_workload("azure-conv-trace", TraceConfig)
+def _azure_conv_trace(config: TraceConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """The real Azure 2023 conversation trace (shared data), rescaled to the rate and cut to the duration."""
+    path = find_data_file("azure_llm_2023_conv.csv")
+    return _trace_workload(path, config, args).with_name("azure-conv-trace")
+
+
+@register_workload("azure-code-trace", TraceConfig)
+def _azure_code_trace(config: TraceConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
+    """The real Azure 2023 code trace (shared data), rescaled to the rate and cut to the duration."""
+    path = find_data_file("azure_llm_2023_code.csv")
+    return _trace_workload(path, config, args).with_name("azure-code-trace")

@@ -17,9 +17,10 @@ Decisions
 * A length of 0 (an empty prompt, or a request that generated nothing) is clamped to 1, because a
   :class:`~semsched.core.request.Request` needs at least one token of each; :class:`LoadReport` counts the
   clamped rows. The 2023 Azure files have no such rows (checked by the tests); other trace releases do.
-  Negative or non-integer lengths are errors.
+  Negative or non-integer lengths, and lengths above :data:`MAX_LENGTH_TOKENS`, are errors.
 * Any malformed input raises :class:`TraceFormatError` naming the file, the 1-based line (and, for CSV, data
-  row), the field and what was wrong, never a raw ``csv``/``json``/``int`` exception.
+  row), the field and what was wrong, never a raw ``csv``/``json``/``int`` exception; a path that is missing,
+  a directory or unreadable is a :class:`WorkloadError` naming the path.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from semsched.core.errors import SemschedError
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierSpec, tier_index
 from semsched.workloads.workload import Workload, WorkloadError
 
 DATA_DIR_ENV = "SEMSCHED_DATA_DIR"
+MAX_LENGTH_TOKENS = 2**31 - 1
+"""The longest prompt or output a trace row may give (tokens); far beyond any model's context."""
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
@@ -54,7 +57,7 @@ class TraceFormatError(WorkloadError):
     """A trace file is malformed; the message names the file, the line, the field and the problem."""
 
 
-class DataNotFoundError(SemschedError, FileNotFoundError):
+class DataNotFoundError(WorkloadError, FileNotFoundError):
     """The shared data directory, or a file in it, does not exist; the message says where we looked."""
 
 
@@ -178,9 +181,20 @@ def _parse_timestamp(where: str, field: str, text: str) -> float:
 
 def _parse_length(where: str, field: str, text: str) -> int:
     stripped = text.strip()
-    if not _INT_RE.match(stripped) or int(stripped) < 0:
+    if not _INT_RE.match(stripped):
         raise TraceFormatError(f"{where}: {field} must be an integer >= 0, got {text!r}")
-    return int(stripped)
+    # a digit string longer than the limit's is refused before int() (which refuses > 4300 digits itself)
+    digits = stripped.lstrip("+-").lstrip("0")
+    value = int(stripped) if len(digits) <= len(str(MAX_LENGTH_TOKENS)) else MAX_LENGTH_TOKENS + 1
+    return _checked_length(where, field, value, _short(text))
+
+
+def _checked_length(where: str, field: str, value: int, shown: str) -> int:
+    if value < 0:
+        raise TraceFormatError(f"{where}: {field} must be an integer >= 0, got {shown}")
+    if value > MAX_LENGTH_TOKENS:
+        raise TraceFormatError(f"{where}: {field} must be at most {MAX_LENGTH_TOKENS} tokens, got {shown}")
+    return value
 
 
 # ---- Mooncake JSONL --------------------------------------------------------------------------------------
@@ -227,6 +241,8 @@ def _json_object(where: str, line: str) -> dict[str, Any]:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise TraceFormatError(f"{where}: not readable JSON ({exc})") from None
     if not isinstance(record, dict):
         raise TraceFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
     return record
@@ -240,16 +256,28 @@ def _json_field(where: str, record: dict[str, Any], field: str) -> Any:
 
 def _json_number(where: str, record: dict[str, Any], field: str) -> float:
     value = _json_field(where, record, field)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceFormatError(f"{where}: {field} must be a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite_float(value):
+        raise TraceFormatError(f"{where}: {field} must be a finite number, got {_short(value)}")
     return float(value)
+
+
+def _finite_float(value: int | float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond a float's range
+        return False
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _json_length(where: str, record: dict[str, Any], field: str) -> int:
     value = _json_field(where, record, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TraceFormatError(f"{where}: {field} must be an integer >= 0, got {value!r}")
-    return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceFormatError(f"{where}: {field} must be an integer >= 0, got {_short(value)}")
+    return _checked_length(where, field, value, _short(value))
 
 
 def _json_tier(where: str, record: dict[str, Any], by_name: dict[str, TierSpec]) -> TierSpec:
@@ -263,8 +291,9 @@ def _json_tier(where: str, record: dict[str, Any], by_name: dict[str, TierSpec])
 
 def _json_priority(where: str, record: dict[str, Any], default: int) -> int:
     value = record.get("priority", default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceFormatError(f"{where}: priority must be an integer, got {value!r}")
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise TraceFormatError(f"{where}: priority must be an integer from {low} to {high}, got {_short(value)}")
     return value
 
 
@@ -278,7 +307,14 @@ def _table_for(labels: Sequence[str], tiers: tuple[TierSpec, ...]) -> tuple[Tier
 
 # ---- shared ----------------------------------------------------------------------------------------------
 def _open_text(path: Path) -> TextIO:
-    return path.open("r", encoding="utf-8-sig", newline="", errors="strict")
+    if path.is_dir():
+        raise WorkloadError(f"trace path {path}: is a directory, not a trace file")
+    if not path.exists():
+        raise DataNotFoundError(f"trace path {path}: no such file")
+    try:
+        return path.open("r", encoding="utf-8-sig", newline="", errors="strict")
+    except OSError as exc:
+        raise WorkloadError(f"trace path {path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> TraceFormatError:
@@ -324,4 +360,9 @@ def rescale_to_rate(workload: Workload, target_rate_per_s: float) -> Workload:
     factor = workload.mean_rate() / target_rate_per_s
     times: npt.NDArray[np.float64] = workload.arrival_time_s
     first_s = float(times[0])
+    if not math.isfinite(first_s + (float(times[-1]) - first_s) * factor):
+        raise WorkloadError(
+            f"target_rate_per_s: {target_rate_per_s!r} stretches {workload.name!r} beyond a float's range "
+            f"(its own rate is {workload.mean_rate():g}/s)"
+        )
     return workload.with_arrival_times(first_s + (times - first_s) * factor)

@@ -198,6 +198,14 @@ class Workload:
         """A copy with new arrival times (one per request); everything else unchanged."""
         return dataclasses.replace(self, arrival_time_s=np.asarray(arrival_time_s, dtype=np.float64))
 
+    def with_lengths(self, prompt_tokens: npt.ArrayLike, output_tokens: npt.ArrayLike) -> Workload:
+        """A copy with new prompt and output lengths (one per request); everything else unchanged."""
+        return dataclasses.replace(
+            self,
+            prompt_tokens=np.asarray(prompt_tokens, dtype=np.int64),
+            output_tokens=np.asarray(output_tokens, dtype=np.int64),
+        )
+
     def with_name(self, name: str) -> Workload:
         """A copy with a new name."""
         return dataclasses.replace(self, name=name)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from semsched.workloads import (
     ArrivalError,
+    expected_spike_requests,
     gamma_arrivals,
     gamma_arrivals_until,
     mean_spike_size,
@@ -85,6 +86,28 @@ def test_spike_batch_sizes_are_uniform() -> None:
     assert abs(counts.mean() - mean_spike_size(100)) < 5 * standard_error
 
 
+def test_spikes_stop_at_num_requests_drawing_only_the_spikes_kept() -> None:
+    full = spike_arrivals(0.1, 50, 30.0, np.random.default_rng(7))
+    cut = spike_arrivals(0.1, 50, 30.0, np.random.default_rng(7), num_requests=200)
+    assert np.array_equal(cut, full[:200])
+    alone = spike_arrivals(0.1, 50, None, np.random.default_rng(7), num_requests=200)
+    assert np.array_equal(alone, cut)
+    few = spike_arrivals(0.1, 50, 0.25, np.random.default_rng(7), num_requests=10**12)  # duration comes first
+    assert few.size <= 3 * 50 and np.all(few < 0.25)
+
+
+def test_expected_spike_requests() -> None:
+    assert expected_spike_requests(0.1, 100, 1.0) == pytest.approx(10 * 50.5)
+    assert expected_spike_requests(0.3, 5, 1.0) == 4 * 3.0  # spikes at 0, 0.3, 0.6, 0.9
+    assert expected_spike_requests(0.1, 100, 1.0, num_requests=7) == 7
+    assert expected_spike_requests(1e-300, 1, 1e300) == math.inf
+
+
+def test_spike_count_beyond_the_limit_is_refused_before_drawing() -> None:
+    with pytest.raises(ArrivalError, match="duration_s / gap_s: .* gives more than 1,000,000,000 spikes"):
+        spike_arrivals(1e-12, 1, 3600.0, np.random.default_rng(0))
+
+
 @pytest.mark.parametrize(
     ("call", "argument"),
     [
@@ -95,6 +118,8 @@ def test_spike_batch_sizes_are_uniform() -> None:
         (lambda rng: spike_arrivals(-0.1, 5, 10.0, rng), "gap_s"),
         (lambda rng: spike_arrivals(0.1, 0, 10.0, rng), "max_concurrent"),
         (lambda rng: spike_arrivals(0.1, 5, 0.0, rng), "duration_s"),
+        (lambda rng: spike_arrivals(0.1, 5, None, rng), "duration_s or num_requests"),
+        (lambda rng: spike_arrivals(0.1, 5, 1.0, rng, 0), "num_requests"),
         (lambda rng: poisson_arrivals_until(1.0, -5.0, rng), "duration_s"),
     ],
 )

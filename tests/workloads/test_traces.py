@@ -69,6 +69,12 @@ def test_real_conv_trace_first_gap_keeps_all_fraction_digits(real_data_dir: Path
         ("2023-11-16 18:15,12,4\n", "line 3 (row 2): TIMESTAMP must look like"),
         ("2023-13-16 18:15:47.1,12,4\n", "TIMESTAMP is not a valid date"),
         ("2023-11-16 18:15:47.1,12\n", "line 3 (row 2): has 2 fields, the header has 3"),
+        (
+            "2023-11-16 18:15:47.1,99999999999999999999,4\n",
+            "line 3 (row 2): ContextTokens must be at most 2147483647 tokens, got '99999999999999999999'",
+        ),
+        ("2023-11-16 18:15:47.1,12,2147483648\n", "GeneratedTokens must be at most 2147483647 tokens"),
+        ("2023-11-16 18:15:47.1,12," + "9" * 5000 + "\n", "GeneratedTokens must be at most 2147483647 tokens"),
     ],
 )
 def test_azure_bad_rows_name_file_row_and_field(write_file: WriteFile, row: str, expected: str) -> None:
@@ -119,6 +125,21 @@ def test_azure_unsorted_rows_sorted_stably(write_file: WriteFile) -> None:
 def test_missing_file_is_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_azure_csv(tmp_path / "absent.csv")
+    with pytest.raises(WorkloadError, match="absent.jsonl: no such file"):
+        load_mooncake_jsonl(tmp_path / "absent.jsonl")
+
+
+@pytest.mark.parametrize("name", ["folder.csv", "folder.jsonl"])
+def test_a_directory_is_not_a_trace(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    load = load_mooncake_jsonl if name.endswith(".jsonl") else load_azure_csv
+    with pytest.raises(WorkloadError, match=f"trace path .*{name}: is a directory, not a trace file"):
+        load(tmp_path / name)
+
+
+def test_a_length_at_the_limit_loads(write_file: WriteFile) -> None:
+    workload = load_azure_csv(write_file("big.csv", HEADER + "2023-11-16 18:15:47.1,2147483647,+0007\n"))
+    assert int(workload.prompt_tokens[0]) == 2**31 - 1 and int(workload.output_tokens[0]) == 7
 
 
 # ---- Mooncake JSONL --------------------------------------------------------------------------------------
@@ -178,6 +199,23 @@ def test_mooncake_tiers_and_priorities(write_file: WriteFile) -> None:
             '{"timestamp": 1, "input_length": 5, "output_length": 5, "priority": "high"}',
             "line 2: priority must be",
         ),
+        (
+            '{"timestamp": 1, "input_length": 99999999999999999999, "output_length": 5}',
+            "line 2: input_length must be at most 2147483647 tokens, got 99999999999999999999",
+        ),
+        (
+            '{"timestamp": 1, "input_length": 5, "output_length": ' + "9" * 5000 + "}",
+            "line 2: not readable JSON",
+        ),
+        (
+            '{"timestamp": 1' + "0" * 400 + ', "input_length": 5, "output_length": 5}',
+            "line 2: timestamp must be a finite number, got 10000000000000000000...00000000 (401 characters)",
+        ),
+        ('{"timestamp": NaN, "input_length": 5, "output_length": 5}', "line 2: timestamp must be a finite number"),
+        (
+            '{"timestamp": 1, "input_length": 5, "output_length": 5, "priority": 99999999999999999999}',
+            "line 2: priority must be an integer from -2147483648 to 2147483647, got 99999999999999999999",
+        ),
     ],
 )
 def test_mooncake_bad_lines_name_file_line_and_field(write_file: WriteFile, line: str, expected: str) -> None:
@@ -199,6 +237,11 @@ def test_rescale_hits_target_rate(target_rate_per_s: float) -> None:
     assert np.array_equal(rescaled.output_tokens, workload.output_tokens)
     with pytest.raises(WorkloadError, match="target_rate_per_s"):
         rescale_to_rate(workload, 0.0)
+
+
+def test_rescale_beyond_a_float_is_named() -> None:
+    with pytest.raises(WorkloadError, match="target_rate_per_s: 1e-310 stretches 'test' beyond a float's range"):
+        rescale_to_rate(make_workload((0.0, 1.0, 2.0)), 1e-310)
 
 
 def test_find_data_file_honours_env_and_reports_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
