@@ -3,8 +3,9 @@
 Start with :func:`build_workload` (workload specs ``name:key=value;key=value``, see
 :mod:`semsched.workloads.registry`; :func:`describe_workloads` lists them with their parameters) and
 :meth:`Workload.to_requests`. Module map: ``workload`` (the data type), ``arrivals`` (arrival processes),
-``lengths`` (prompt/output length samplers), ``traces`` (real trace loaders), ``tiers`` (service tiers and
-SLOs), ``registry`` (named workloads), ``fit_default`` (regenerates the packaged length fit).
+``lengths`` (prompt/output length samplers), ``traces`` (real trace loaders), ``tiers`` (drawing or reading
+each request's tier; the tier table is :mod:`semsched.core.tiers`), ``registry`` (named workloads, their
+parameters and the request-count limit), ``fit_default`` (regenerates the packaged length fit).
 """
 
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierError, TierSpec
