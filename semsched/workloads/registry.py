@@ -147,6 +147,12 @@ class WorkloadConfig:
         only once the data is read (traces)."""
         return None
 
+    @property
+    def uses_rate(self) -> bool:
+        """Whether ``rate_per_s`` shapes the workload (not for spikes with an explicit ``gap_s``, nor for a
+        trace kept at its own timing): a caller that sweeps rates can say so instead of repeating one run."""
+        return True
+
 
 @dataclass(frozen=True)
 class PoissonConfig(WorkloadConfig):
@@ -189,6 +195,10 @@ class SpikesConfig(WorkloadConfig):
                 f"max_concurrent: must be an integer from 1 to {limit} (got {self.max_concurrent!r})"
             )
 
+    @property
+    def uses_rate(self) -> bool:
+        return self.gap_s is None
+
     def gap_for(self, args: BuildArgs) -> float:
         """``gap_s`` if given, else the gap whose mean rate is ``args.rate_per_s``."""
         if self.gap_s is not None:
@@ -206,6 +216,10 @@ class TraceConfig(WorkloadConfig):
     """A recorded trace, rescaled to ``rate_per_s`` unless ``rescale`` is false."""
 
     rescale: bool = _param(True, "stretch the trace's gaps to rate_per_s (false: keep its own timing)")
+
+    @property
+    def uses_rate(self) -> bool:
+        return self.rescale
 
 
 @dataclass(frozen=True)
@@ -259,7 +273,8 @@ def register_workload(name: str, config_cls: type[K]) -> Callable[[Builder[K]], 
     def decorate(builder: Builder[K]) -> Builder[K]:
         if name in _WORKLOADS:
             raise WorkloadError(f"register_workload: a workload named {name!r} is already registered")
-        summary = (builder.__doc__ or "").strip().splitlines()[0] if builder.__doc__ else ""
+        lines = (builder.__doc__ or "").strip().splitlines()
+        summary = lines[0] if lines else ""
         _WORKLOADS[name] = WorkloadInfo(name, summary, config_cls, builder)
         return builder
 

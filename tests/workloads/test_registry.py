@@ -202,6 +202,21 @@ def test_parse_workload_spec_validates_without_building() -> None:
     assert info.name == "trace" and config == TraceFileConfig(path="some/dir/mine.jsonl")
 
 
+@pytest.mark.parametrize(
+    ("spec", "uses_rate"),
+    [
+        ("azure-conv", True),
+        ("gamma-conv:cv=2", True),
+        ("spikes", True),
+        ("spikes:gap_s=0.1", False),
+        ("azure-conv-trace", True),
+        ("trace:path=x.csv;rescale=false", False),
+    ],
+)
+def test_uses_rate_says_when_the_rate_is_ignored(spec: str, uses_rate: bool) -> None:
+    assert parse_workload_spec(spec)[1].uses_rate is uses_rate
+
+
 def test_describe_workloads_lists_parameters_with_defaults_and_types() -> None:
     infos = describe_workloads()
     assert [info.name for info in infos] == sorted(WORKLOADS)
