@@ -15,6 +15,10 @@ configuration from the engine process's environment, validated when the engine s
 Set at most one of them. With neither, the policy is ``fcfs`` (vLLM's default order). Any error names the
 variable or the file, the key and the allowed values.
 
+A policy of your own (a :class:`~semsched.core.policy.Policy` subclass registered with ``@register_policy``)
+needs its module imported in the engine process before the spec is resolved: name it in
+``SEMSCHED_POLICY_MODULES`` (comma-separated module names, e.g. ``mypkg.policies``), imported first by every check.
+
 When is it checked? vLLM resolves ``--scheduler-cls`` only once the engine has loaded the weights and sized the KV
 cache, so the scheduler's own check comes late. :func:`check_config` is the early one: semsched registers it as
 a vLLM general plug-in (entry point group ``vllm.general_plugins``), which vLLM runs while it parses the server's
@@ -25,6 +29,7 @@ stops the server with one line.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -40,6 +45,7 @@ from semsched.policies import PolicyError, make_policy
 
 POLICY_ENV = "SEMSCHED_POLICY"
 CONFIG_ENV = "SEMSCHED_CONFIG"
+MODULES_ENV = "SEMSCHED_POLICY_MODULES"
 DEFAULT_POLICY = "fcfs"
 _FILE_KEYS = frozenset({"policy", "metrics_port", "metrics_host"})
 
@@ -65,6 +71,7 @@ class AdapterConfig:
 def load_adapter_config(environ: Mapping[str, str] | None = None) -> AdapterConfig:
     """Read and validate the configuration (including building the policy once, to fail early)."""
     env = os.environ if environ is None else environ
+    import_policy_modules(env)
     spec, path = env.get(POLICY_ENV, "").strip(), env.get(CONFIG_ENV, "").strip()
     if spec and path:
         raise AdapterConfigError(f"set {POLICY_ENV} or {CONFIG_ENV}, not both")
@@ -76,6 +83,28 @@ def load_adapter_config(environ: Mapping[str, str] | None = None) -> AdapterConf
         config = AdapterConfig()
     config.make_policy()
     return config
+
+
+def import_policy_modules(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Import the modules named in ``SEMSCHED_POLICY_MODULES`` (their ``@register_policy`` classes then resolve).
+
+    Returns the names imported; a name that is empty or cannot be imported is an :class:`AdapterConfigError`
+    naming the variable, the module and the import error.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(MODULES_ENV, "").strip()
+    if not raw:
+        return []
+    names = [name.strip() for name in raw.split(",")]
+    for name in names:
+        if not name:
+            raise AdapterConfigError(f"{MODULES_ENV}={raw!r}: an empty module name (separate names with ',')")
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # any failure while importing a user's module is a configuration error
+            raise AdapterConfigError(
+                f"{MODULES_ENV}: cannot import {name!r}: {type(error).__name__}: {error}") from None
+    return names
 
 
 def describe_policy(policy: Policy) -> str:
@@ -94,10 +123,11 @@ def check_config(environ: Mapping[str, str] | None = None) -> None:
 
     The vLLM general plug-in entry point: vLLM calls it while it parses the server's arguments and at the start
     of each engine process, long before it resolves ``--scheduler-cls`` (after loading weights). It does
-    nothing when neither variable is set (vLLM loads general plug-ins in every process, whatever the scheduler).
+    nothing when none of the variables is set (vLLM loads general plug-ins in every process, whatever the
+    scheduler).
     """
     env = os.environ if environ is None else environ
-    if not env.get(POLICY_ENV, "").strip() and not env.get(CONFIG_ENV, "").strip():
+    if not any(env.get(name, "").strip() for name in (POLICY_ENV, CONFIG_ENV, MODULES_ENV)):
         return
     try:
         load_adapter_config(env)

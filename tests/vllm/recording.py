@@ -4,23 +4,15 @@ The clients of a ``vllm serve`` on 2 cores see stream chunks late and bunched (t
 so finish order is read where it happens: each class appends ``<priority> <request id>`` to the file named by
 ``SEMSCHED_TEST_FINISH_LOG`` when a request finishes. They change no decision: ``VllmRecorder`` is vLLM's own
 scheduler (its ``--scheduling-policy`` applies), ``SemschedRecorder`` is semsched's adapter.
-
-``SemschedRecorder`` also registers, in the engine process only, ``test-reject-tier``: ``priority-preempt`` that
-rejects requests of tier ``REJECT`` (for the tests of rejections as the client sees them).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
 
-from semsched.core.plan import Admission
-from semsched.core.policy import SchedulerView
-from semsched.core.request import Request
-from semsched.policies import POLICIES, register_policy
-from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.vllm.scheduler import Scheduler as SemschedScheduler
 
 FINISH_LOG_ENV = "SEMSCHED_TEST_FINISH_LOG"
@@ -54,19 +46,5 @@ class VllmRecorder(_FinishLog, VllmScheduler):
     pass
 
 
-class RejectTier(PriorityPreempt):
-    """``priority-preempt`` that does not admit requests of tier ``REJECT``."""
-
-    name: ClassVar[str] = "test-reject-tier"
-
-    def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:
-        if request.tier.upper() == "REJECT":
-            return Admission.reject("tier REJECT is refused")
-        return Admission.accept()
-
-
 class SemschedRecorder(_FinishLog, SemschedScheduler):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if RejectTier.name not in POLICIES.names():  # the engine process only: no other test lists it
-            register_policy(RejectTier)
-        super().__init__(*args, **kwargs)
+    pass

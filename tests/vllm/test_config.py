@@ -76,23 +76,64 @@ def test_check_config_stops_the_process_with_one_line() -> None:
     assert "\n" not in str(info.value)
 
 
-def test_vllm_runs_check_config_as_a_general_plugin_before_anything_else(tmp_path: Path) -> None:
-    """vLLM calls its general plug-ins while it parses a server's arguments and first thing in an engine process.
-    A distribution that declares ``semsched.vllm.config:check_config`` under ``vllm.general_plugins`` (as
-    semsched's own metadata should) makes a bad ``SEMSCHED_POLICY`` stop that call with one line."""
+def test_semsched_declares_check_config_as_a_vllm_general_plugin() -> None:
+    from importlib.metadata import entry_points
+
+    values = {entry.value for entry in entry_points(group="vllm.general_plugins") if entry.name == "semsched"}
+    assert values == {"semsched.vllm.config:check_config"}
+
+
+def test_vllm_runs_check_config_as_a_general_plugin_before_anything_else() -> None:
+    """vLLM calls its general plug-ins while it parses a server's arguments and first thing in an engine process;
+    semsched's installed metadata declares ``check_config`` there, so a bad ``SEMSCHED_POLICY`` stops that call
+    with one line."""
     import os
     import subprocess
     import sys
 
-    info = tmp_path / "semsched_check-0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: semsched-check\nVersion: 0\n")
-    entry = "[vllm.general_plugins]\nsemsched = semsched.vllm.config:check_config\n"
-    (info / "entry_points.txt").write_text(entry)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]), SEMSCHED_POLICY="teleport")
+    env = dict(os.environ, SEMSCHED_POLICY="teleport")
     code = "from vllm.plugins import load_general_plugins; load_general_plugins(); print('not stopped')"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and "not stopped" not in result.stdout
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("semsched: SEMSCHED_POLICY: policy 'teleport': unknown")
     assert "Traceback" not in result.stderr
+
+
+def test_policy_modules_are_imported_before_the_spec_is_resolved(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from semsched.policies import POLICIES
+    from semsched.vllm.config import load_adapter_config
+
+    module = tmp_path / "semsched_user_policy.py"
+    module.write_text(
+        "from semsched.policies import register_policy\n"
+        "from semsched.policies.fcfs import FCFS\n\n"
+        "@register_policy\n"
+        "class Mine(FCFS):\n"
+        "    name = 'user-mine'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        config = load_adapter_config({"SEMSCHED_POLICY": "user-mine",
+                                      "SEMSCHED_POLICY_MODULES": " semsched_user_policy "})
+        assert config.make_policy().name == "user-mine"
+    finally:
+        POLICIES.unregister("user-mine")
+
+
+@pytest.mark.parametrize(
+    ("modules", "message"),
+    [
+        ("semsched_no_such_module", "SEMSCHED_POLICY_MODULES: cannot import 'semsched_no_such_module': "
+                                    "ModuleNotFoundError"),
+        ("semsched.policies,,", "SEMSCHED_POLICY_MODULES='semsched.policies,,': an empty module name"),
+    ],
+)
+def test_bad_policy_modules_name_the_variable(modules: str, message: str) -> None:
+    from semsched.vllm.config import check_config
+
+    with pytest.raises(SystemExit) as info:
+        check_config({"SEMSCHED_POLICY_MODULES": modules})
+    assert str(info.value).startswith(f"semsched: {message}")
+    assert "\n" not in str(info.value)

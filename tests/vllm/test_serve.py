@@ -43,8 +43,9 @@ def semsched_server(tiny_model_dir: Path, semsched_workdir: Path) -> Iterator[st
     workdir = semsched_workdir
     metrics_dir = workdir / "prometheus"
     metrics_dir.mkdir()
-    # priority-preempt that rejects tier REJECT (recording.py)
-    env = {"SEMSCHED_POLICY": "test-reject-tier:exclusive=true", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+    # priority-preempt that rejects tier REJECT (reject_policy.py, loaded as a user's own policy module is)
+    env = {"SEMSCHED_POLICY": "test-reject-tier:exclusive=true",
+           "SEMSCHED_POLICY_MODULES": "tests.vllm.reject_policy", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
            FINISH_LOG_ENV: str(workdir / "finished.log")}
     with vllm_server(tiny_model_dir, workdir / "server.log", scheduler_cls=ADAPTER, env=env,
                      extra_args=MIDDLEWARE, **SIZES) as base_url:
