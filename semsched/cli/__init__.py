@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from semsched.cli import demo, fidelity, listing, profile, reproduce, simulate, sweep
 from semsched.core.errors import SemschedError
@@ -28,7 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Callable[[argparse.Namespace, Console], int] = args.handler
         return handler(args, console)
     except SemschedError as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        # one line, whatever the terminal's width; the message is text, never markup
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         return 2
 
 

@@ -29,9 +29,9 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     policies, cluster = policy_specs(args.policy), cluster_spec(args)
+    workload = workload_for(args, args.rate)  # its size is checked first: a refused run leaves no --out behind
     if args.out is not None:
         prepared_out_dir(args.out)
-    workload = workload_for(args, args.rate)
     warn_about_missing_predictions(console, policies, workload)
     runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
     show(console, runs, f"{workload.name}: {len(workload)} requests at {args.rate:g}/s, profile {args.profile}")

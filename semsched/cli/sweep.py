@@ -23,6 +23,7 @@ from semsched.cli.common import (
 from semsched.cli.predictions import warn_about_missing_predictions
 from semsched.metrics import Summary, metric_names
 from semsched.metrics.plots import plot_latency_vs_rate
+from semsched.workloads import parse_workload_spec
 
 
 def register(sub: Any) -> None:
@@ -38,8 +39,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     rates = float_list(args.rates, "--rates")
     if args.metric not in metric_names():
         raise UsageError(f"--metric: unknown metric {args.metric!r}; known: {', '.join(metric_names())}")
+    _, workload_config = parse_workload_spec(args.workload)
+    if not workload_config.uses_rate:
+        console.print(f"[yellow]note:[/] workload {args.workload!r} keeps its own timing: "
+                      "--rates does not change its arrivals", highlight=False)
+    workloads = [workload_for(args, rate) for rate in rates]  # every size checked before --out is made
     out = prepared_out_dir(args.out or Path("runs/sweep"))
-    workloads = [workload_for(args, rate) for rate in rates]  # every size checked before the first run
     warn_about_missing_predictions(console, policies, workloads[0])
     sweep: dict[str, list[tuple[float, Summary]]] = {p: [] for p in policies}
     for rate, workload in zip(rates, workloads, strict=True):

@@ -86,3 +86,24 @@ def test_internal_errors_are_not_disguised_as_user_errors(monkeypatch: pytest.Mo
     monkeypatch.setattr(simulate, "run_all", broken)
     with pytest.raises(ValueError, match="a bug"):
         main(["simulate", "--policy", "fcfs", "--duration", "5"])
+
+
+def test_a_billion_requests_are_refused_before_anything_is_drawn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    _fails_with(["simulate", "--rate", "1e9", "--duration", "1", "--out", str(out)],
+                ["1,000,000,000 requests", "limit of 1,000,000", "--max-requests"], capsys)
+    assert not out.exists()
+    # the option raises the limit: the same arguments with a limit above the count get past the check
+    small = ["simulate", "--rate", "50", "--duration", "2", "--out", str(out)]
+    _fails_with([*small, "--max-requests", "10"], ["100 requests", "limit of 10"], capsys)
+    assert main([*small, "--max-requests", "1000"]) == 0
+
+
+def test_an_error_is_one_line_whatever_the_terminal_width(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "40")
+    _fails_with(["simulate", "--rate", "1e9", "--duration", "1"], ["limit of 1,000,000"], capsys)
+    assert main(["simulate", "--rate", "1e9", "--duration", "1"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -37,6 +37,18 @@ def test_sweep_writes_plot(tmp_path: Path) -> None:
     assert [p["rate"] for p in json.loads((tmp_path / "sweep.json").read_text())["results"]["sjf"]] == [2.0, 3.0]
 
 
+def test_sweep_says_when_the_workload_keeps_its_own_timing(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sweep", "--workload", "spikes:gap_s=5", "--rates", "1,2", "--duration", "10", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "keeps its own timing" in out
+    results = json.loads((tmp_path / "sweep.json").read_text())["results"]["fcfs"]
+    assert results[0]["overall"]["num_requests"] == results[1]["overall"]["num_requests"] > 0
+    assert main([*argv[:2], "spikes", *argv[3:]]) == 0  # rate-derived gap: no note
+    assert "keeps its own timing" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -70,6 +82,9 @@ def test_listing_commands(capsys: pytest.CaptureFixture[str]) -> None:
         assert main([command]) == 0
     out = capsys.readouterr().out
     assert "priority-preempt" in out and "a100-qwen1.5-7b" in out and "azure-conv" in out
+    # parameters with their types and defaults, as the registries describe them
+    assert "mode: 'recompute' | 'swap' = 'recompute'" in out
+    assert "max_concurrent: int = 100" in out and "tier_weights: float/float/... (optional)" in out
 
 
 @pytest.fixture
