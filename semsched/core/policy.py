@@ -89,7 +89,8 @@ class Policy:
     ``stable_between_events``: the policy promises that, while no request arrives, finishes or is preempted
     and no KV block is exhausted, its decisions for a decode-only batch do not change from step to step
     (no time- or progress-dependent reordering that would admit or preempt anything). The simulator's
-    fast-forward mode relies on it; leave it False when unsure.
+    fast-forward mode relies on it; leave it False when unsure. It is read afresh at each event, so a subclass
+    may make it a property whose answer changes between events (``srpt`` does, with predicted lengths).
     """
 
     name: ClassVar[str] = "base"

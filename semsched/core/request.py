@@ -64,8 +64,9 @@ class LengthDistribution:
             raise InvalidRequestError("predicted_output.lengths: every length must be >= 1")
         if any(p < 0 for p in self.probs) or not math.isclose(sum(self.probs), 1.0, abs_tol=1e-6):
             raise InvalidRequestError("predicted_output.probs: must be >= 0 and sum to 1")
-        if list(self.lengths) != sorted(self.lengths):
-            raise InvalidRequestError("predicted_output.lengths: must be sorted ascending")
+        if any(b <= a for a, b in zip(self.lengths, self.lengths[1:], strict=False)):
+            raise InvalidRequestError(
+                "predicted_output.lengths: must be strictly ascending (each length once, its probability summed)")
 
     @classmethod
     def point(cls, length: int) -> LengthDistribution:

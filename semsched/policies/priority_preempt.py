@@ -30,6 +30,8 @@ class PriorityPreemptConfig(PolicyConfig):
 class PriorityPreempt(StrictPriority):
     name: ClassVar[str] = "priority-preempt"
     config_cls: ClassVar[type[PolicyConfig]] = PriorityPreemptConfig
+    #: victim_key reads a request's progress, which changes every step (StrictPriority's key does not)
+    static_victim_key: ClassVar[bool] = False
     config: PriorityPreemptConfig
 
     def victim_key(self, request: Request) -> SortKey:

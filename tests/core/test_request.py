@@ -68,6 +68,9 @@ def test_length_distribution_summaries() -> None:
     assert dist.expected_remaining(15) == pytest.approx(((20 - 15) + (40 - 15)) / 2)
     with pytest.raises(InvalidRequestError, match="probs"):
         LengthDistribution((1, 2), (0.5, 0.6))
+    for lengths in ((2, 1), (3, 3)):  # descending, or a length twice: each length once, ascending
+        with pytest.raises(InvalidRequestError, match="lengths: must be strictly ascending"):
+            LengthDistribution(lengths, (0.5, 0.5))
 
 
 def test_terminal_states() -> None:
