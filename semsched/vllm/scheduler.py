@@ -342,8 +342,9 @@ class Scheduler(_VllmScheduler):
             serve_metrics(config.metrics_host, config.metrics_port)
         elif (note := unexported_metrics_note()) is not None:
             logger.warning("semsched: %s", note)
-        if getattr(self.semsched_policy.config, "mode", None) == PreemptionMode.SWAP.value:
-            logger.warning("semsched: policy %s asks for swap preemption; vLLM preempts by recompute only",
+        config_values = vars(self.semsched_policy.config).values()
+        if PreemptionMode.SWAP.value in config_values or "cheapest" in config_values:
+            logger.warning("semsched: policy %s may ask for swap preemption; vLLM preempts by recompute only",
                            config.policy_spec)
 
     # ---- shadows -----------------------------------------------------------------------------------------

@@ -146,7 +146,9 @@ LOCKSTEP_CONFIG = HarnessConfig(num_blocks=25, block_size=32, max_num_seqs=8, ma
 """KV-bound: the workload needs more blocks than there are, so displacement frees blocks."""
 LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs=4, max_num_batched_tokens=128)
 """Sequence-slot-bound: blocks for everything, four slots, so displacement frees slots."""
-LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt"]
+# tiered without aging: the harness's clock is the engine's, not the lockstep's step count
+LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
+                     "tiered:aging_per_s=0"]
 
 Workload = list[tuple[int, str, int, int, int]]
 
@@ -218,7 +220,7 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
         assert first is None, (
             f"seed {seed}, step {first}: vLLM+adapter {real[first:first + 1]} vs core {simulated[first:first + 1]}"
         )
-    if policy.startswith(("priority-preempt", "srpt")):
+    if policy.startswith(("priority-preempt", "srpt", "tiered")):
         assert preemptions > 0  # the workloads exercise displacement
 
 
@@ -365,7 +367,7 @@ def test_async_scheduling_gets_the_async_adapter_one_batch_ahead(tiny_model_dir:
     assert [f.num_output_tokens for r in h.run() for f in r.finished] == [3]
 
 
-@pytest.mark.parametrize("policy", LOCKSTEP_POLICIES)
+@pytest.mark.parametrize("policy", [*LOCKSTEP_POLICIES, "tiered"])  # tiered with aging on the engine's clock
 def test_async_adapter_finishes_every_request_exactly(tiny_model_dir: Path, policy: str) -> None:
     """Under asynchronous scheduling a batch is scheduled before the previous batch's tokens arrive, and a
     request preempted in between has stale tokens in flight. On the lockstep workloads (more than the KV cache
@@ -378,5 +380,5 @@ def test_async_adapter_finishes_every_request_exactly(tiny_model_dir: Path, poli
         assert sorted(f.request_id for f in finished) == sorted(request_id for _, request_id, *_ in workload)
         assert {f.request_id: f.num_output_tokens for f in finished} == {r[1]: r[3] for r in workload}
         assert {f.finish_reason for f in finished} == {"length"}
-        if policy.startswith(("priority-preempt", "srpt")):
+        if policy.startswith(("priority-preempt", "srpt", "tiered")):
             assert preemptions > 0

@@ -1,0 +1,159 @@
+"""Tiered scheduling with rare, bounded and costed preemption (seed 003): strict tiers, aging, a preemption limit.
+
+What ``priority-preempt`` lacks: it displaces running work for every more important arrival, so on the demo's
+workload it preempts over a thousand times in ten minutes and starves BACKGROUND. ``tiered`` follows the seed's
+rules:
+
+* **Who may displace whom.** A waiting request may displace only running requests of a strictly lower tier
+  (larger priority value) that also rank behind it once both are aged, and only if together they make room
+  (the core's displacement rule). Requests at
+  ``protected_priority`` or more important (PREMIUM and SYSTEM by default) are never displaced by a waiting
+  request; requests at ``lowest_trigger_priority`` or less important (BACKGROUND by default) never trigger a
+  displacement.
+* **Victim order**: lowest tier first, then least progress (fewest computed tokens: the least work lost), then
+  fewest earlier preemptions. Under KV pressure (a running request needs a block and none is free) the same
+  order picks the victim, after every request that is not yet promoted.
+* **Preemption limit.** A request preempted ``preemption_limit`` times is promoted: it waits with the protected
+  tier's priority and is never displaced again by a waiting request, and under KV pressure it goes only after
+  every request that is not promoted (the engine must free a block somewhere when every running request is
+  promoted).
+* **Aging.** A waiting request's effective priority falls by ``aging_per_s`` per second waited, by at most
+  ``max_age_boost`` (the seed's 0.1/s, capped at 1.5: a BACKGROUND request that waited 15 s ranks between
+  PREMIUM and STANDARD). The queue is re-keyed every ``rekey_s`` seconds. Aging orders the queue and shields
+  an aged request from displacement by a fresher one; it never lets a request displace running work its own
+  tier could not.
+* **Preemption strategy.** ``recompute`` (vLLM's only mode), ``swap``, or ``cheapest``: per victim, whichever
+  of swap and recompute :class:`~semsched.latency.preemption.PreemptionCostModel` prices lower for its
+  computed tokens, with the KV cache of ``model`` moved over a ``link_gb_per_s`` host link against a prefill on
+  ``profile`` (swap only where the host has room for the whole cache). Inside vLLM every preemption is a
+  recompute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar, Literal
+
+from semsched.core.plan import PreemptionMode
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.request import Request
+from semsched.latency import load_profile
+from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
+from semsched.policies.registry import register_policy
+
+
+def _param(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class TieredConfig(PolicyConfig):
+    preemption_limit: int = _param(3, "preemptions after which a request is promoted to the protected tier")
+    protected_priority: int = _param(1, "requests this important or more (PREMIUM, SYSTEM) are never displaced "
+                                        "by a waiting request")
+    lowest_trigger_priority: int = _param(2, "requests less important than this (BACKGROUND) never displace "
+                                             "running work")
+    aging_per_s: float = _param(0.1, "effective priority gained per second waited")
+    max_age_boost: float = _param(1.5, "most effective priority aging can give")
+    rekey_s: float = _param(1.0, "how often the waiting queue is re-ordered for aging (seconds)")
+    preemption: Literal["recompute", "swap", "cheapest"] = _param(
+        "recompute", "how a victim's KV cache is freed (cheapest: swap or recompute, whichever costs less)")
+    profile: str = _param("a100-qwen1.5-4b", "latency profile that prices a recompute (preemption=cheapest)")
+    model: str = _param("qwen1.5-4b", "model whose KV cache a swap moves: " + ", ".join(sorted(KNOWN_SHAPES)))
+    link_gb_per_s: float = _param(25.0, "host link bandwidth in GB/s, one direction (PCIe 4.0 x16: ~25)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int("preemption_limit", self.preemption_limit, 1, 1_000)
+        _check_int("protected_priority", self.protected_priority, -(2**31), 2**31 - 1)
+        _check_int("lowest_trigger_priority", self.lowest_trigger_priority, -(2**31), 2**31 - 1)
+        if self.lowest_trigger_priority < self.protected_priority:
+            raise ValueError(f"lowest_trigger_priority ({self.lowest_trigger_priority}) must be >= "
+                             f"protected_priority ({self.protected_priority})")
+        _check_float("aging_per_s", self.aging_per_s, 0.0, 1e6)
+        _check_float("max_age_boost", self.max_age_boost, 0.0, 1e6)
+        _check_float("rekey_s", self.rekey_s, 1e-3, 3600.0)
+        _check_float("link_gb_per_s", self.link_gb_per_s, 1e-3, 1e6)
+        if self.model not in KNOWN_SHAPES:
+            raise ValueError(f"model must be one of {', '.join(sorted(KNOWN_SHAPES))}, got {self.model!r}")
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer from {low:,} to {high:,}, got {value!r}")
+
+
+def _check_float(name: str, value: object, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
+
+
+@register_policy
+class Tiered(Policy):
+    name: ClassVar[str] = "tiered"
+    config_cls: ClassVar[type[PolicyConfig]] = TieredConfig
+    config: TieredConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        if self.config.preemption == "cheapest":
+            load_profile(self.config.profile)  # an unknown profile fails when the policy is built
+
+    @property
+    def rekey_interval_s(self) -> float | None:  # type: ignore[override]
+        return self.config.rekey_s if self.config.aging_per_s > 0 and self.config.max_age_boost > 0 else None
+
+    @cached_property
+    def _costs(self) -> PreemptionCostModel:
+        cfg = self.config
+        return PreemptionCostModel(load_profile(cfg.profile), KNOWN_SHAPES[cfg.model], cfg.link_gb_per_s * 1e9)
+
+    def promoted(self, request: Request) -> bool:
+        """Preempted as often as the limit allows: protected from now on."""
+        return request.num_preemptions >= self.config.preemption_limit
+
+    # ---- ordering ----------------------------------------------------------------------------------------
+    def effective_priority(self, request: Request, now_s: float) -> float:
+        """The tier's priority, less the aging boost since arrival; a promoted request's is at most the
+        protected tier's."""
+        cfg = self.config
+        waited = max(now_s - request.arrival_time_s, 0.0)
+        effective = request.priority - min(waited * cfg.aging_per_s, cfg.max_age_boost)
+        return min(effective, cfg.protected_priority) if self.promoted(request) else effective
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (self.effective_priority(request, now_s), request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest."""
+        return (0.0 if self.promoted(request) else 1.0, request.priority, -request.num_computed_tokens,
+                -request.num_preemptions, request.arrival_time_s)
+
+    # ---- displacement and preemption ---------------------------------------------------------------------
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        cfg = self.config
+        if candidate.priority > cfg.lowest_trigger_priority:
+            return ()
+        # a strictly lower tier, and still behind the candidate once both are aged: otherwise an aged request
+        # the queue has just admitted would be displaced by the next one in the same step
+        ahead = self.effective_priority(candidate, now_s)
+        lower = [r for r in running if r.priority > candidate.priority and r.priority > cfg.protected_priority
+                 and not self.promoted(r) and self.effective_priority(r, now_s) > ahead]
+        return sorted(lower, key=self.victim_key, reverse=True)
+
+    def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        mode = self.config.preemption
+        if mode == "recompute":
+            return PreemptionMode.RECOMPUTE
+        tokens = request.num_computed_tokens
+        if view.num_free_cpu_blocks * view.block_size < tokens:
+            return PreemptionMode.RECOMPUTE  # no room on the host for the whole cache
+        if mode == "swap" or self._costs.swap_s(tokens) < self._costs.recompute_s(tokens):
+            return PreemptionMode.SWAP
+        return PreemptionMode.RECOMPUTE

@@ -1,0 +1,195 @@
+"""tiered (seed 003): who may displace whom, victim order, preemption limit, aging, preemption strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
+from semsched.core.request import Request
+from semsched.policies import PolicyError, make_policy
+from semsched.policies.tiered import Tiered
+from tests.policies.factories import displaced_by
+from tests.support import check_kv, check_plan, make_request, make_scheduler, random_requests
+
+SYSTEM, PREMIUM, STANDARD, BACKGROUND = 0, 1, 2, 3
+
+
+@dataclass
+class _View:
+    num_free_cpu_blocks: int = 1_000_000
+    block_size: int = 16
+
+
+def _tiered(spec: str = "tiered") -> Tiered:
+    policy = make_policy(spec)
+    assert isinstance(policy, Tiered)
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("arrival_priority", "running_priority", "displaced"),
+    [
+        (PREMIUM, BACKGROUND, True),
+        (PREMIUM, STANDARD, True),
+        (STANDARD, BACKGROUND, True),
+        (SYSTEM, PREMIUM, False),  # PREMIUM is never displaced by a waiting request
+        (PREMIUM, PREMIUM, False),  # only strictly lower tiers
+        (BACKGROUND, BACKGROUND, False),
+    ],
+)
+def test_who_may_displace_whom(arrival_priority: int, running_priority: int, displaced: bool) -> None:
+    running = [make_request("running", prompt=60, output=10, priority=running_priority)]
+    arrival = make_request("arrival", prompt=20, output=4, priority=arrival_priority, arrival=1.0)
+    assert displaced_by("tiered", running, arrival, num_gpu_blocks=20) == (["running"] if displaced else [])
+
+
+def test_background_never_triggers_displacement() -> None:
+    # with BACKGROUND's trigger moved up to STANDARD, a STANDARD arrival no longer displaces BACKGROUND work
+    running = [make_request("bg", prompt=60, output=10, priority=BACKGROUND)]
+    arrival = make_request("std", prompt=20, output=4, priority=STANDARD, arrival=1.0)
+    assert displaced_by("tiered:lowest_trigger_priority=1", running, arrival, num_gpu_blocks=20) == []
+    lowest = _tiered().victims_for(make_request("bg2", priority=BACKGROUND), [make_request(priority=9)],
+                                   view=_View(), now_s=0.0)  # type: ignore[arg-type]
+    assert list(lowest) == []
+
+
+def test_victims_lowest_tier_then_least_progress_then_fewest_preemptions() -> None:
+    policy = _tiered()
+    standard = make_request("standard", priority=STANDARD)
+    far = make_request("bg-far", priority=BACKGROUND)
+    near = make_request("bg-near", priority=BACKGROUND)
+    near_twice = make_request("bg-near-preempted", priority=BACKGROUND)
+    far.num_computed_tokens, near.num_computed_tokens, near_twice.num_computed_tokens = 500, 20, 20
+    near_twice.num_preemptions = 2
+    premium = make_request("premium", priority=PREMIUM)
+    victims = policy.victims_for(make_request("c", priority=PREMIUM), [standard, far, near_twice, near, premium],
+                                 view=_View(), now_s=0.0)  # type: ignore[arg-type]
+    assert [v.request_id for v in victims] == ["bg-near", "bg-near-preempted", "bg-far", "standard"]
+
+
+def test_a_request_at_the_limit_is_promoted() -> None:
+    policy = _tiered("tiered:preemption_limit=2")
+    worn = make_request("worn", priority=BACKGROUND, arrival=0.0)
+    worn.num_preemptions = 2
+    fresh = make_request("fresh", priority=STANDARD)
+    victims = policy.victims_for(make_request("c", priority=PREMIUM), [worn, fresh], view=_View(), now_s=0.0)  # type: ignore[arg-type]
+    assert [v.request_id for v in victims] == ["fresh"]
+    # it waits with the protected tier's priority, and under KV pressure goes after everyone not promoted
+    assert policy.waiting_key(worn, 0.0)[0] == 1.0
+    assert max([worn, fresh], key=policy.victim_key) is fresh
+
+
+def test_aging_lowers_the_effective_priority_up_to_its_cap() -> None:
+    policy = _tiered()
+    background = make_request("bg", priority=BACKGROUND, arrival=10.0)
+    assert policy.waiting_key(background, 10.0) == (3.0, 10.0)
+    assert policy.waiting_key(background, 15.0)[0] == pytest.approx(2.5)
+    assert policy.waiting_key(background, 1000.0)[0] == pytest.approx(1.5)  # capped: still behind PREMIUM
+    assert policy.rekey_interval_s == 1.0
+    assert _tiered("tiered:aging_per_s=0").rekey_interval_s is None
+
+
+def test_aged_background_is_served_before_a_fresh_standard_request() -> None:
+    # one sequence at a time: a long first request holds the engine while BACKGROUND ages for ~12 s
+    requests = [
+        make_request("long", prompt=8, output=1200, priority=SYSTEM, arrival=0.0),
+        make_request("bg", prompt=8, output=4, priority=BACKGROUND, arrival=0.5),
+        make_request("std", prompt=8, output=4, priority=STANDARD, arrival=11.0),
+    ]
+    for spec, first in (("tiered", "bg"), ("tiered:aging_per_s=0", "std")):
+        scheduler = make_scheduler(spec, max_num_seqs=1, block_size=4, num_gpu_blocks=1000, watermark=0.0)
+        copies = [_copy(r) for r in requests]
+        _run(scheduler, copies)
+        by_first_token = sorted(copies, key=lambda r: r.first_token_time_s or 0.0)
+        assert [r.request_id for r in by_first_token][1] == first, spec
+        assert all(r.num_preemptions == 0 for r in copies), spec
+
+
+def test_preemption_strategy() -> None:
+    request = make_request(prompt=1000, output=10)
+    request.num_computed_tokens = 1000
+    assert _tiered().preemption_mode(request, _View()) is PreemptionMode.RECOMPUTE  # type: ignore[arg-type]
+    assert _tiered("tiered:preemption=swap").preemption_mode(request, _View()) is PreemptionMode.SWAP  # type: ignore[arg-type]
+    fast, slow = _tiered("tiered:preemption=cheapest;link_gb_per_s=1000"), \
+        _tiered("tiered:preemption=cheapest;link_gb_per_s=0.01")
+    assert fast.preemption_mode(request, _View()) is PreemptionMode.SWAP  # type: ignore[arg-type]
+    assert slow.preemption_mode(request, _View()) is PreemptionMode.RECOMPUTE  # type: ignore[arg-type]
+    # no room on the host for the whole cache: recompute, whatever the link
+    assert fast.preemption_mode(request, _View(num_free_cpu_blocks=10)) is PreemptionMode.RECOMPUTE  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tiered:preemption_limit=0", "preemption_limit must be an integer from 1"),
+        ("tiered:protected_priority=2;lowest_trigger_priority=1", "lowest_trigger_priority (1) must be >="),
+        ("tiered:aging_per_s=-1", "aging_per_s must be a number from 0"),
+        ("tiered:rekey_s=0", "rekey_s"),
+        ("tiered:model=gpt-5", "model must be one of"),
+        ("tiered:preemption=teleport", "preemption"),
+        ("tiered:preemption=cheapest;profile=no-such-profile", "no-such-profile"),
+    ],
+)
+def test_bad_parameters_name_themselves(spec: str, message: str) -> None:
+    with pytest.raises((PolicyError, ValueError), match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_policy(spec)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), limit=st.integers(1, 3), blocks=st.integers(60, 200))
+def test_invariants_on_random_workloads(seed: int, limit: int, blocks: int) -> None:
+    """A waiting request never displaces PREMIUM or SYSTEM work, nor a promoted request, nor is displacement
+    triggered by BACKGROUND; every request finishes with all its tokens."""
+    requests = random_requests(seed, 40, rate=20.0, max_prompt=120, max_output=60, num_priorities=4)
+    scheduler = make_scheduler(f"tiered:preemption_limit={limit}", block_size=4, num_gpu_blocks=blocks,
+                               max_num_batched_tokens=64, watermark=0.0)
+    def check(plan: BatchPlan) -> None:  # right after the step is formed, before requests move on
+        started = [c.request for c in plan.prefill if c.context_tokens == 0]  # admitted (or resumed) this step
+        for preemption in plan.preempted:
+            if preemption.reason is PreemptionReason.PRIORITY:
+                victim = preemption.request
+                assert victim.priority > PREMIUM
+                assert victim.num_preemptions <= limit  # it was below the limit when displaced
+                assert any(r.priority <= STANDARD and r.priority < victim.priority for r in started)
+
+    _run(scheduler, requests, on_plan=check)
+    for request in requests:
+        assert request.num_output_tokens == request.target_output_tokens, request.request_id
+
+
+def _copy(request: Request) -> Request:
+    return make_request(request.request_id, prompt=request.prompt_tokens, output=request.target_output_tokens,
+                        priority=request.priority, arrival=request.arrival_time_s)
+
+
+def _run(scheduler: object, requests: list[Request], step_s: float = 0.01,
+         on_plan: Callable[[BatchPlan], None] | None = None) -> None:
+    """Drive the scheduler step by step with a fixed step time, checking the core's invariants and calling
+    ``on_plan`` on every step's plan as soon as it is formed."""
+    from semsched.core.scheduler import Scheduler
+
+    assert isinstance(scheduler, Scheduler)
+    pending = sorted(requests, key=lambda r: r.arrival_time_s)
+    now, index, steps = 0.0, 0, 0
+    while index < len(pending) or scheduler.has_unfinished():
+        while index < len(pending) and pending[index].arrival_time_s <= now:
+            scheduler.add_request(pending[index], now)
+            index += 1
+        plan = scheduler.schedule(now)
+        check_plan(scheduler, plan)
+        if on_plan is not None:
+            on_plan(plan)
+        if plan.is_empty:
+            assert index < len(pending), "stalled with unfinished requests"
+            now = max(now, pending[index].arrival_time_s)
+            continue
+        steps += 1
+        now += step_s
+        scheduler.update(plan, StepResult(end_time_s=now))
+        check_kv(scheduler)
+        assert steps < 200_000, "no progress (livelock?)"
