@@ -17,6 +17,7 @@ Hook summary (all times are arguments; a policy never reads a clock):
 ``running_order``      which running requests get this step's token budget, in what order (default: all, FIFO)
 ``exclusive_class``    optional class-exclusive batching: only the most important class present runs
 ``step_budget``        per-step token budget and sequence cap (``None``: the engine's configuration)
+``reservations``       GPU blocks kept for important classes (seed 003), asked once when a scheduler is built
 ``on_*``               callbacks on arrival, emitted tokens, preemption and finish
 =====================  ==============================================================================
 """
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
+from semsched.core.kv import Reservation
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.request import Request
 
@@ -155,6 +157,13 @@ class Policy:
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         return None
+
+    def reservations(self, num_gpu_blocks: int) -> tuple[Reservation, ...]:
+        """GPU blocks this policy keeps out of reach of less important classes (seed 003's capacity
+        reservation), asked once when a scheduler with ``num_gpu_blocks`` blocks is built; they add to the
+        engine's own ``SchedulerConfig.reservations``. A request never grows into, nor is admitted into,
+        blocks reserved for classes more important than its own."""
+        return ()
 
     # ---- callbacks ---------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:

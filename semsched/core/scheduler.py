@@ -130,7 +130,7 @@ class Scheduler:
             config.block_size,
             num_cpu_blocks=config.num_cpu_blocks,
             watermark=config.watermark,
-            reservations=config.reservations,
+            reservations=config.reservations + policy.reservations(config.num_gpu_blocks),
         )
         self.timeline = TokenTimeline()
         self._waiting = _WaitingQueue()

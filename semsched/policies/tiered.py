@@ -22,6 +22,9 @@ rules:
   PREMIUM and STANDARD). The queue is re-keyed every ``rekey_s`` seconds. Aging orders the queue and shields
   an aged request from displacement by a fresher one; it never lets a request displace running work its own
   tier could not.
+* **Capacity reservation.** ``reserve_fraction`` of the KV blocks is kept for the protected tiers: less
+  important requests are neither admitted into them nor grow into them (the seed's §7.2: premium requests then
+  rarely need to displace anything).
 * **Preemption strategy.** ``recompute`` (vLLM's only mode), ``swap``, or ``cheapest``: per victim, whichever
   of swap and recompute :class:`~semsched.latency.preemption.PreemptionCostModel` prices lower for its
   computed tokens, with the KV cache of ``model`` moved over a ``link_gb_per_s`` host link against a prefill on
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
+from semsched.core.kv import Reservation
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
@@ -59,6 +63,8 @@ class TieredConfig(PolicyConfig):
     aging_per_s: float = _param(0.1, "effective priority gained per second waited")
     max_age_boost: float = _param(1.5, "most effective priority aging can give")
     rekey_s: float = _param(1.0, "how often the waiting queue is re-ordered for aging (seconds)")
+    reserve_fraction: float = _param(0.0, "fraction of KV blocks only requests at protected_priority or more "
+                                          "important may use (capacity reservation)")
     preemption: Literal["recompute", "swap", "cheapest"] = _param(
         "recompute", "how a victim's KV cache is freed (cheapest: swap or recompute, whichever costs less)")
     profile: str = _param("a100-qwen1.5-4b", "latency profile that prices a recompute (preemption=cheapest)")
@@ -76,6 +82,7 @@ class TieredConfig(PolicyConfig):
         _check_float("aging_per_s", self.aging_per_s, 0.0, 1e6)
         _check_float("max_age_boost", self.max_age_boost, 0.0, 1e6)
         _check_float("rekey_s", self.rekey_s, 1e-3, 3600.0)
+        _check_float("reserve_fraction", self.reserve_fraction, 0.0, 0.9)
         _check_float("link_gb_per_s", self.link_gb_per_s, 1e-3, 1e6)
         if self.model not in KNOWN_SHAPES:
             raise ValueError(f"model must be one of {', '.join(sorted(KNOWN_SHAPES))}, got {self.model!r}")
@@ -111,6 +118,10 @@ class Tiered(Policy):
     def _costs(self) -> PreemptionCostModel:
         cfg = self.config
         return PreemptionCostModel(load_profile(cfg.profile), KNOWN_SHAPES[cfg.model], cfg.link_gb_per_s * 1e9)
+
+    def reservations(self, num_gpu_blocks: int) -> tuple[Reservation, ...]:
+        reserved = int(self.config.reserve_fraction * num_gpu_blocks)
+        return (Reservation(self.config.protected_priority, reserved),) if reserved else ()
 
     def promoted(self, request: Request) -> bool:
         """Preempted as often as the limit allows: protected from now on."""

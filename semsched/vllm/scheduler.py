@@ -60,7 +60,7 @@ from semsched.core.displacement import (
     take,
     victims_to_displace,
 )
-from semsched.core.kv import blocks_for
+from semsched.core.kv import Reservation, blocks_for
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, SortKey, StepBudget
 from semsched.core.request import InvalidRequestError, Request, RequestState
@@ -330,6 +330,11 @@ class Scheduler(_VllmScheduler):
         self._now_s = time.time()
         self._gauge_labels: set[tuple[str, str]] = set()
         self._gauges_stale = True
+        # vLLM keeps one block as its null block: the policy reserves from the blocks requests can hold
+        usable_blocks = int(self.kv_cache_manager.block_pool.num_gpu_blocks) - 1
+        self._reservations: tuple[Reservation, ...] = policy.reservations(usable_blocks)
+        if self._reservations:
+            self._guard_reserved_blocks()
         self._configured = StepBudget(int(self.max_num_scheduled_tokens), int(self.max_num_active_reqs))
         self._step_tokens = self._configured.max_num_batched_tokens
         self._start_logs(config)
@@ -346,6 +351,42 @@ class Scheduler(_VllmScheduler):
         if PreemptionMode.SWAP.value in config_values or "cheapest" in config_values:
             logger.warning("semsched: policy %s may ask for swap preemption; vLLM preempts by recompute only",
                            config.policy_spec)
+
+    # ---- capacity reservation ------------------------------------------------------------------------------
+    def _reserved_against(self, priority: int) -> int:
+        """Blocks a request of ``priority`` must leave free: those reserved for more important classes."""
+        return sum(r.num_blocks for r in self._reservations if priority > r.max_priority)
+
+    def _guard_reserved_blocks(self) -> None:
+        """Keep the policy's reserved blocks out of reach of less important requests, as the core's block manager
+        does: vLLM's ``allocate_slots`` already leaves ``reserved_blocks`` free for in-flight prefills, so each
+        allocation for such a request (a running one growing, a waiting one starting) leaves the reserve too.
+        Admission by the whole sequence (``scheduler_reserve_full_isl``) checks free blocks without it, so the
+        waiting queue's gate (:meth:`_admissible`) checks that part before vLLM does."""
+        manager = self.kv_cache_manager
+        allocate, pool = manager.allocate_slots, manager.block_pool
+
+        def allocate_slots(request: VllmRequest, *args: Any, **kwargs: Any) -> Any:
+            reserve = self._reserved_against(request.priority)
+            if reserve:
+                # at most the free blocks: vLLM refuses even an allocation of no new block once the reserve
+                # exceeds what is free, where the core lets a request that needs none go on
+                reserve = min(reserve, int(pool.get_num_free_blocks()))
+                kwargs["reserved_blocks"] = int(kwargs.get("reserved_blocks", 0)) + reserve
+            return allocate(request, *args, **kwargs)
+
+        manager.allocate_slots = allocate_slots  # type: ignore[method-assign]
+
+    def _outside_reserve(self, request: VllmRequest) -> bool:
+        """Whether ``request`` may start now without taking blocks reserved for more important classes."""
+        reserve = self._reserved_against(request.priority)
+        if not reserve:
+            return True
+        free = int(self.kv_cache_manager.block_pool.get_num_free_blocks())
+        # the first chunk's own blocks are checked by allocate_slots (with the reserve); here its whole sequence,
+        # which vLLM checks against free blocks alone (a one-token chunk stands in for the chunk)
+        room = Room(free - int(self.kv_cache_manager.watermark_blocks) - reserve, 1, 1)
+        return fits(self._need(request), room)
 
     # ---- shadows -----------------------------------------------------------------------------------------
     @staticmethod
@@ -437,7 +478,7 @@ class Scheduler(_VllmScheduler):
         best = best_class(self._class_counts) if self._class_counts else None
         if best is not None:
             self._enforce_exclusive(best, displaced)
-            self.waiting.gate = self._class_gate(best)  # type: ignore[attr-defined]
+        self.waiting.gate = self._gate(best)  # type: ignore[attr-defined]
         if self._displaces:
             self._displace_for_waiting(displaced, now)
         held_back = self._order_running(now)
@@ -462,12 +503,18 @@ class Scheduler(_VllmScheduler):
         self.waiting.rekey()  # type: ignore[attr-defined]
         self.kv_holding_waiting.rekey()  # type: ignore[attr-defined]
 
-    def _class_gate(self, best: int) -> Callable[[VllmRequest], bool]:
+    def _gate(self, best: int | None) -> Callable[[VllmRequest], bool] | None:
+        """The waiting queue's gate for one ``schedule()``: class-exclusive batching keeps other classes out,
+        and a reservation keeps out a request that would start in blocks reserved for others."""
         policy, tracked = self.semsched_policy, self._tracked
+        if best is None and not self._reservations:
+            return None
 
         def admissible(request: VllmRequest) -> bool:
             entry = tracked.get(request.request_id)
-            return entry is None or not excluded(policy.exclusive_class(entry.shadow), best)
+            if best is not None and entry is not None and excluded(policy.exclusive_class(entry.shadow), best):
+                return False
+            return not self._reservations or self._outside_reserve(request)
 
         return admissible
 
@@ -518,11 +565,13 @@ class Scheduler(_VllmScheduler):
         """Whether ``candidate`` runs this step (taking its share from ``estimate``), displacing running work if
         the policy names victims that make room."""
         need = self._need(candidate)
-        if not fits(need, estimate.room):
+        reserve = self._reserved_against(candidate.priority) if self._reservations else 0
+        room = estimate.room._replace(free_blocks=estimate.room.free_blocks - reserve)  # what it may take
+        if not fits(need, room):
             if victims is None:
                 victims = self._victims(candidate, now)
             releases = [estimate.release_of(victim, self.block_size) for victim in victims]
-            count = victims_to_displace(need, estimate.room, releases)
+            count = victims_to_displace(need, room, releases)
             if not count:
                 return False
             for victim, freed in zip(victims[:count], releases, strict=False):

@@ -193,3 +193,25 @@ def _run(scheduler: object, requests: list[Request], step_s: float = 0.01,
         scheduler.update(plan, StepResult(end_time_s=now))
         check_kv(scheduler)
         assert steps < 200_000, "no progress (livelock?)"
+
+
+def test_reserved_blocks_are_for_the_protected_tiers_only() -> None:
+    assert _tiered("tiered:reserve_fraction=0.3").reservations(1000)[0].num_blocks == 300
+    assert _tiered().reservations(1000) == ()
+    # 20 blocks of 4 tokens, half of them reserved for PREMIUM and SYSTEM
+    scheduler = make_scheduler("tiered:reserve_fraction=0.5", block_size=4, num_gpu_blocks=20, watermark=0.0)
+    assert sum(r.num_blocks for r in scheduler.kv.reservations) == 10
+    background = make_request("bg", prompt=36, output=4, priority=BACKGROUND)  # 10 blocks at its longest
+    too_long = make_request("bg-long", prompt=44, output=4, priority=BACKGROUND)  # 12: only with the reserve
+    premium = make_request("premium", prompt=36, output=4, priority=PREMIUM, arrival=0.5)
+    assert scheduler.add_request(background, 0.0).accepted
+    refused = scheduler.add_request(too_long, 0.0)
+    assert not refused.accepted and "available to priority 3" in refused.reason
+    plan = scheduler.schedule(0.0)
+    scheduler.update(plan, StepResult(end_time_s=0.5))
+    scheduler.add_request(premium, 0.5)
+    plan = scheduler.schedule(0.5)
+    # PREMIUM starts in the reserved blocks without displacing the BACKGROUND request
+    assert not plan.preempted and premium in [c.request for c in plan.prefill]
+    assert scheduler.kv.num_free_gpu_blocks == 20 - scheduler.kv.gpu_blocks_of(background) - \
+        scheduler.kv.gpu_blocks_of(premium)

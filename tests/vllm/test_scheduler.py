@@ -148,7 +148,7 @@ LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs
 """Sequence-slot-bound: blocks for everything, four slots, so displacement frees slots."""
 # tiered without aging: the harness's clock is the engine's, not the lockstep's step count
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
-                     "tiered:aging_per_s=0"]
+                     "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3"]
 
 Workload = list[tuple[int, str, int, int, int]]
 
@@ -222,6 +222,15 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
         )
     if policy.startswith(("priority-preempt", "srpt", "tiered")):
         assert preemptions > 0  # the workloads exercise displacement
+
+
+def test_the_lockstep_workload_exercises_the_reservation(tiny_model_dir: Path) -> None:
+    """The reservation's lockstep case is worth something only if the reserve changes decisions there."""
+    steps = []
+    for policy in ("tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3"):
+        rng = random.Random(0)
+        steps.append(_lockstep(tiny_model_dir, policy, _random_workload(rng), rng, LOCKSTEP_CONFIG)[1])
+    assert steps[0] != steps[1]
 
 
 def test_urgent_arrivals_displace_as_many_running_requests_as_they_need_in_one_step(tiny_model_dir: Path) -> None:
