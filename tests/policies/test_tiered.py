@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
+from semsched.core.policy import StepBudget
 from semsched.core.request import Request
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.tiered import Tiered
@@ -17,6 +21,7 @@ from tests.policies.factories import displaced_by
 from tests.support import check_kv, check_plan, make_request, make_scheduler, random_requests
 
 SYSTEM, PREMIUM, STANDARD, BACKGROUND = 0, 1, 2, 3
+PROFILE_FILE = Path(__file__).parents[2] / "semsched" / "latency" / "profiles" / "a100-qwen1.5-4b.yaml"
 
 
 @dataclass
@@ -215,3 +220,61 @@ def test_reserved_blocks_are_for_the_protected_tiers_only() -> None:
     assert not plan.preempted and premium in [c.request for c in plan.prefill]
     assert scheduler.kv.num_free_gpu_blocks == 20 - scheduler.kv.gpu_blocks_of(background) - \
         scheduler.kv.gpu_blocks_of(premium)
+
+
+@dataclass
+class _BudgetView:
+    running: list[Request]
+    budget: StepBudget = StepBudget(2048, 256)
+
+    def running_requests(self) -> list[Request]:
+        return self.running
+
+
+def _decoding(request_id: str, *, priority: int, context: int, tpot_slo_s: float | None) -> Request:
+    request = make_request(request_id, prompt=context, output=100, priority=priority, tpot_slo_s=tpot_slo_s)
+    request.num_computed_tokens = context
+    return request
+
+
+def _largest_prefill(aim_s: float, decode_s: float) -> int:
+    """The largest P with alpha1*P^2 + alpha2*P + decode_s <= aim_s (the analytic profile, solved by hand)."""
+    c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
+    a, b, rest = c["alpha1"], c["alpha2"], aim_s - decode_s
+    return math.floor((-b + math.sqrt(b * b + 4 * a * rest)) / (2 * a))
+
+
+def test_tpot_protection_caps_prefill_to_the_tightest_protected_target() -> None:
+    policy = _tiered("tiered:protect_tpot=true;tpot_margin=0.2")
+    premium = _decoding("premium", priority=PREMIUM, context=1000, tpot_slo_s=0.03)
+    standard = _decoding("standard", priority=STANDARD, context=3000, tpot_slo_s=0.08)
+    c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
+    decode_s = c["gamma1"] * 4000 + c["gamma2"]
+    budget = policy.step_budget(_BudgetView([premium, standard]), now_s=0.0)  # type: ignore[arg-type]
+    assert budget is not None and budget.max_num_seqs == 256
+    assert budget.max_num_batched_tokens == 2 + _largest_prefill(0.03 * 0.8, decode_s)
+    # only STANDARD decodes: not protected, the engine's budget
+    assert policy.step_budget(_BudgetView([standard]), now_s=0.0) is None  # type: ignore[arg-type]
+    assert _tiered().step_budget(_BudgetView([premium]), now_s=0.0) is None  # type: ignore[arg-type]  # off
+
+
+def test_tpot_protection_lets_a_request_spend_what_it_banked() -> None:
+    policy = _tiered("tiered:protect_tpot=true;tpot_margin=0")
+    premium = _decoding("premium", priority=PREMIUM, context=1000, tpot_slo_s=0.03)
+    policy.on_tokens(premium, 1, now_s=10.0)  # its first token
+    premium.num_output_tokens = 11  # 10 gaps in 0.1 s: 0.2 s banked against 30 ms each
+    c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
+    decode_s = c["gamma1"] * 1000 + c["gamma2"]
+    budget = policy.step_budget(_BudgetView([premium]), now_s=10.1)  # type: ignore[arg-type]
+    assert budget is not None
+    assert budget.max_num_batched_tokens == 1 + _largest_prefill(0.03 * 11 - 0.1, decode_s)
+    # nothing banked once it fell behind: the target itself
+    late = policy.step_budget(_BudgetView([premium]), now_s=20.0)  # type: ignore[arg-type]
+    assert late is not None and late.max_num_batched_tokens == 1 + _largest_prefill(0.03, decode_s)
+
+
+def test_tpot_protection_always_lets_some_prefill_through() -> None:
+    policy = _tiered("tiered:protect_tpot=true;min_prefill_tokens=100")
+    huge = _decoding("huge", priority=PREMIUM, context=10_000_000, tpot_slo_s=0.03)  # decode alone is too slow
+    budget = policy.step_budget(_BudgetView([huge]), now_s=0.0)  # type: ignore[arg-type]
+    assert budget is not None and budget.max_num_batched_tokens == 1 + 100

@@ -376,7 +376,7 @@ def test_async_scheduling_gets_the_async_adapter_one_batch_ahead(tiny_model_dir:
     assert [f.num_output_tokens for r in h.run() for f in r.finished] == [3]
 
 
-@pytest.mark.parametrize("policy", [*LOCKSTEP_POLICIES, "tiered"])  # tiered with aging on the engine's clock
+@pytest.mark.parametrize("policy", [*LOCKSTEP_POLICIES, "tiered"])  # tiered: aging on the engine's clock
 def test_async_adapter_finishes_every_request_exactly(tiny_model_dir: Path, policy: str) -> None:
     """Under asynchronous scheduling a batch is scheduled before the previous batch's tokens arrive, and a
     request preempted in between has stale tokens in flight. On the lockstep workloads (more than the KV cache
