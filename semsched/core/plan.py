@@ -18,6 +18,7 @@ class PreemptionMode(enum.Enum):
 
     RECOMPUTE = "recompute"  # blocks freed; computed tokens reset and recomputed later in one prefill pass
     SWAP = "swap"  # blocks copied to CPU swap space (costs transfer time); restored before running again
+    DROP = "drop"  # the request ends (state DROPPED, its reason given) instead of being preempted again
 
 
 class PreemptionReason(enum.Enum):

@@ -63,6 +63,13 @@ class SchedulerConfig:
                 raise InvalidRequestError(f"{name}: must be an integer >= 1 (got {value!r})")
 
 
+def drop_reason(policy_name: str, request: Request, reason: PreemptionReason) -> str:
+    """What a request ended by ``PreemptionMode.DROP`` is told (the core and the vLLM adapter say the same)."""
+    cause = "KV cache full" if reason is PreemptionReason.KV_PRESSURE else "displaced by a more important request"
+    return (f"dropped: {cause}; {policy_name} ends it rather than preempt it again "
+            f"(preempted {request.num_preemptions} times)")
+
+
 class _WaitingQueue:
     """Min-heap of (policy key, enqueue sequence, request); removal is lazy."""
 
@@ -368,6 +375,9 @@ class Scheduler:
         self._running.remove(victim)
         self._unschedule(victim, plan, step)
         mode = self.policy.preemption_mode(victim, self)
+        if mode is PreemptionMode.DROP:
+            self._drop(victim, reason, plan, step, now_s)
+            return
         saved = self._tokens_to_save(victim) if mode is PreemptionMode.SWAP else 0
         if saved > 0:
             self.kv.swap_out(victim, blocks_for(saved, self.block_size))
@@ -384,6 +394,13 @@ class Scheduler:
         plan.preempted.append(Preemption(victim, mode, reason, saved))
         self.policy.on_preempt(victim, now_s)
         self._enqueue(victim, new_state, now_s)
+
+    def _drop(self, victim: Request, reason: PreemptionReason, plan: BatchPlan, step: _StepState,
+              now_s: float) -> None:
+        """End ``victim`` (DROPPED, with the reason its client is told) instead of preempting it again."""
+        self._retire(victim, RequestState.DROPPED, drop_reason(self.policy.name, victim, reason), now_s)
+        step.preempted.add(id(victim))
+        plan.preempted.append(Preemption(victim, PreemptionMode.DROP, reason, 0))
 
     def _tokens_to_save(self, victim: Request) -> int:
         """Tokens a SWAP victim keeps (policy's choice, capped by what is computed and by CPU space)."""

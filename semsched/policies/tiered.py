@@ -14,8 +14,9 @@ rules:
   order picks the victim, after every request that is not yet promoted.
 * **Preemption limit.** A request preempted ``preemption_limit`` times is promoted: it waits with the protected
   tier's priority and is never displaced again by a waiting request, and under KV pressure it goes only after
-  every request that is not promoted (the engine must free a block somewhere when every running request is
-  promoted).
+  every request that is not promoted. When every running request is promoted the engine must still free a block:
+  with ``on_limit=promote`` it preempts one once more; with ``on_limit=drop`` it ends it instead, with an error
+  naming the cause (state DROPPED), so no request is ever preempted more than the limit.
 * **Aging.** A waiting request's effective priority falls by ``aging_per_s`` per second waited, by at most
   ``max_age_boost`` (the seed's 0.1/s, capped at 1.5: a BACKGROUND request that waited 15 s ranks between
   PREMIUM and STANDARD). The queue is re-keyed every ``rekey_s`` seconds. Aging orders the queue and shields
@@ -32,7 +33,7 @@ rules:
 * **Protecting TPOT** (``protect_tpot``, off by default): steps with protected decodes take only as much
   prefill as keeps the profile's step time within their TPOT allowance (:meth:`Tiered.step_budget`).
 
-Not here yet (issue 14): SLO monitoring and shedding, fair share, dropping at the preemption limit.
+Not here yet (issue 14): SLO monitoring and shedding, fair share.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def _param(default: Any, doc: str) -> Any:
 @dataclass(frozen=True)
 class TieredConfig(PolicyConfig):
     preemption_limit: int = _param(3, "preemptions after which a request is promoted to the protected tier")
+    on_limit: Literal["promote", "drop"] = _param(
+        "promote", "at the limit: promote (protected from then on) or drop (also ends it, with an error, rather "
+                   "than preempt it again under KV pressure)")
     protected_priority: int = _param(1, "requests this important or more (PREMIUM, SYSTEM) are never displaced "
                                         "by a waiting request")
     lowest_trigger_priority: int = _param(2, "requests less important than this (BACKGROUND) never displace "
@@ -175,6 +179,8 @@ class Tiered(Policy):
         return sorted(lower, key=self.victim_key, reverse=True)
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        if self.config.on_limit == "drop" and self.promoted(request):
+            return PreemptionMode.DROP  # one more preemption would exceed the limit
         mode = self.config.preemption
         if mode == "recompute":
             return PreemptionMode.RECOMPUTE

@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -61,10 +62,10 @@ from semsched.core.displacement import (
     victims_to_displace,
 )
 from semsched.core.kv import Reservation, blocks_for
-from semsched.core.plan import PreemptionMode
+from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.policy import Policy, SortKey, StepBudget
 from semsched.core.request import InvalidRequestError, Request, RequestState
-from semsched.core.scheduler import static_victim_order
+from semsched.core.scheduler import drop_reason, static_victim_order
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
 from semsched.vllm.metrics import (
     AdapterMetrics,
@@ -156,6 +157,22 @@ class PolicyQueue(RequestQueue):
         for request in requests:
             if request.request_id in self._live:
                 self._discard(request)
+
+    def bring_forward(self, request: VllmRequest) -> None:
+        """Put a live request ahead of every policy key (after those brought forward before it), for one step;
+        :meth:`rekey_request` puts it back."""
+        if request.request_id in self._live:
+            self._discard(request)
+            seq = next(self._seq)
+            self._live[request.request_id] = seq
+            self.priority_counts[request.priority] += 1
+            heapq.heappush(self._heap, ((-math.inf,), seq, request))
+
+    def rekey_request(self, request: VllmRequest) -> None:
+        """Recompute one live request's key (e.g. once its preemption count has changed); queued last among
+        equal keys, as a request enqueued now would be."""
+        if request.request_id in self._live:
+            self.add_request(request)
 
     def rekey(self) -> None:
         """Recompute every live key (O(n)), for policies whose order drifts with time."""
@@ -312,6 +329,7 @@ class Scheduler(_VllmScheduler):
         self._custom_running_order = _overrides(policy, "running_order")
         self._displaces = _overrides(policy, "victims_for")
         self._on_tokens = policy.on_tokens if _overrides(policy, "on_tokens") else None
+        self._drops = _overrides(policy, "preemption_mode")  # only such a policy can ask for PreemptionMode.DROP
         self._victim_key = policy.victim_key
         self._static_victim_order = static_victim_order(policy)
         self._running_sorted = False  # ``running`` in victim_key order since the last admission
@@ -327,6 +345,7 @@ class Scheduler(_VllmScheduler):
         self._awaiting_first_token: set[str] = set()  # scheduled, no output token yet
         self._finishing: list[VllmRequest] = []  # freed by vLLM, not yet retired here
         self._next_rekey_s = float("-inf")
+        self._brought_forward: list[VllmRequest] = []  # planned admissions put first for one step
         self._now_s = time.time()
         self._gauge_labels: set[tuple[str, str]] = set()
         self._gauges_stale = True
@@ -478,7 +497,7 @@ class Scheduler(_VllmScheduler):
         best = best_class(self._class_counts) if self._class_counts else None
         if best is not None:
             self._enforce_exclusive(best, displaced)
-        self.waiting.gate = self._gate(best)  # type: ignore[attr-defined]
+        self.waiting.gate = self._gate(best, displaced)  # type: ignore[attr-defined]
         if self._displaces:
             self._displace_for_waiting(displaced, now)
         held_back = self._order_running(now)
@@ -503,14 +522,17 @@ class Scheduler(_VllmScheduler):
         self.waiting.rekey()  # type: ignore[attr-defined]
         self.kv_holding_waiting.rekey()  # type: ignore[attr-defined]
 
-    def _gate(self, best: int | None) -> Callable[[VllmRequest], bool] | None:
-        """The waiting queue's gate for one ``schedule()``: class-exclusive batching keeps other classes out,
-        and a reservation keeps out a request that would start in blocks reserved for others."""
+    def _gate(self, best: int | None, displaced: dict[str, str]) -> Callable[[VllmRequest], bool] | None:
+        """The waiting queue's gate for one ``schedule()``: nothing displaced in this step runs again in it (as
+        in the core, admission stops there), class-exclusive batching keeps other classes out, and a reservation
+        keeps out a request that would start in blocks reserved for others."""
         policy, tracked = self.semsched_policy, self._tracked
-        if best is None and not self._reservations:
+        if best is None and not self._reservations and not self._displaces:
             return None
 
         def admissible(request: VllmRequest) -> bool:
+            if request.request_id in displaced:
+                return False
             entry = tracked.get(request.request_id)
             if best is not None and entry is not None and excluded(policy.exclusive_class(entry.shadow), best):
                 return False
@@ -537,6 +559,18 @@ class Scheduler(_VllmScheduler):
         first, so a step where the policy names none costs no estimate."""
         if not self.waiting or self.kv_holding_waiting:
             return
+        planned: list[VllmRequest] = []
+        self._plan_admissions(displaced, now, planned)
+        if displaced:
+            # a victim may now rank ahead of the requests it made room for (its key can depend on its preemption
+            # count): those run first this step, as in the core, which admits each as soon as it has room
+            for candidate in planned:
+                self.waiting.bring_forward(candidate)  # type: ignore[attr-defined]
+            self._brought_forward = planned
+
+    def _plan_admissions(self, displaced: dict[str, str], now: float, planned: list[VllmRequest]) -> None:
+        """The queue's head requests in order while each finds room this step, displacing running work where the
+        policy lets it (``planned``: those that will run)."""
         estimate: _StepEstimate | None = None
         with closing(self.waiting.in_order()) as candidates:  # type: ignore[attr-defined]
             gate = self.waiting.gate  # type: ignore[attr-defined]
@@ -559,6 +593,7 @@ class Scheduler(_VllmScheduler):
                         return  # running requests alone overflow the KV cache: vLLM preempts for them
                 if estimate.room.tokens <= 0 or not self._make_room(candidate, estimate, displaced, now, victims):
                     return
+                planned.append(candidate)
 
     def _make_room(self, candidate: VllmRequest, estimate: _StepEstimate, displaced: dict[str, str], now: float,
                    victims: list[VllmRequest] | None) -> bool:
@@ -627,9 +662,15 @@ class Scheduler(_VllmScheduler):
                     extra_slots=self.num_lookahead_tokens, whole_tokens=whole)
 
     def _displace(self, request: VllmRequest, reason: str, displaced: dict[str, str]) -> None:
+        """Preempt a running request for a waiting one (or for class exclusivity) before vLLM schedules; it is
+        counted at once, as the core counts it, so that its place in the queue is already the policy's when
+        vLLM's admission loop reads the queue (where the gate keeps it from running again this step)."""
         self.running.remove(request)
         self._preempt_request(request, time.monotonic(), drop_stale_output=self.requires_kv_delivery)
         displaced[request.request_id] = reason
+        entry = self._tracked.get(request.request_id)
+        if entry is not None:
+            self._count_preemption(entry, PreemptionReason.PRIORITY, reason, self._now_s)
 
     def _order_running(self, now: float) -> list[VllmRequest]:
         """Order ``running`` for this step (budget from the front, KV victims from the back); returns the
@@ -678,16 +719,16 @@ class Scheduler(_VllmScheduler):
         self.max_num_active_reqs = max(0, seqs - held_back)
 
     def _after_schedule(self, output: Any, displaced: dict[str, str], now: float) -> None:
-        tracked, policy = self._tracked, self.semsched_policy
+        tracked = self._tracked
+        for request in self._brought_forward:  # any not admitted go back to their policy key
+            self.waiting.rekey_request(request)  # type: ignore[attr-defined]
+        self._brought_forward = []
         for request_id in output.preempted_req_ids:
+            if request_id in displaced:
+                continue  # counted (or dropped) by _displace
             entry = tracked.get(request_id)
-            if entry is None:
-                continue
-            shadow = self._refresh(entry)
-            shadow.num_preemptions += 1
-            shadow.state = RequestState.PREEMPTED_RECOMPUTE
-            self.metrics.preemptions.labels(displaced.get(request_id, "kv_pressure")).inc()
-            policy.on_preempt(shadow, now)
+            if entry is not None:  # vLLM's own preemption under KV pressure
+                self._count_preemption(entry, PreemptionReason.KV_PRESSURE, "kv_pressure", now)
         resumed = output.scheduled_cached_reqs.resumed_req_ids
         for request_id in itertools.chain((new.req_id for new in output.scheduled_new_reqs), resumed):
             entry = tracked.get(request_id)
@@ -706,6 +747,22 @@ class Scheduler(_VllmScheduler):
         if not self._decode_steady:
             self._no_victims_for = None
         self._update_gauges()
+
+    def _count_preemption(self, entry: _Tracked, reason: PreemptionReason, label: str, now: float) -> None:
+        """A request vLLM has just preempted (and queued): counted, re-keyed, reported; or, when its policy ends it
+        instead (``PreemptionMode.DROP``), aborted with the reason its client is told, as the core does."""
+        policy, shadow = self.semsched_policy, self._refresh(entry)
+        if self._drops and policy.preemption_mode(shadow, self._view) is PreemptionMode.DROP:
+            message = f"semsched: {drop_reason(policy.name, shadow, reason)}"
+            self._reject(entry.request, "dropped", message)
+            self.finish_requests(entry.request.request_id, RequestStatus.FINISHED_ABORTED)
+            return
+        shadow.num_preemptions += 1
+        shadow.state = RequestState.PREEMPTED_RECOMPUTE
+        # vLLM queued it before the count changed, and the policy's key may depend on the count
+        self.waiting.rekey_request(entry.request)  # type: ignore[attr-defined]
+        self.metrics.preemptions.labels(label).inc()
+        policy.on_preempt(shadow, now)
 
     def _steady_step(self, output: Any, resumed: set[str]) -> bool:
         """Whether this step scheduled exactly one token for every running request (so each needs one token next

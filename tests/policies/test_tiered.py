@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
 from semsched.core.policy import StepBudget
-from semsched.core.request import Request
+from semsched.core.request import Request, RequestState
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.tiered import Tiered
 from tests.policies.factories import displaced_by
@@ -278,3 +278,51 @@ def test_tpot_protection_always_lets_some_prefill_through() -> None:
     huge = _decoding("huge", priority=PREMIUM, context=10_000_000, tpot_slo_s=0.03)  # decode alone is too slow
     budget = policy.step_budget(_BudgetView([huge]), now_s=0.0)  # type: ignore[arg-type]
     assert budget is not None and budget.max_num_batched_tokens == 1 + 100
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), limit=st.integers(1, 2))
+def test_with_drop_at_the_limit_no_request_is_preempted_beyond_it(seed: int, limit: int) -> None:
+    """Every request either finishes with all its tokens or is dropped with an explicit reason; none is ever
+    preempted more than the limit (KV pressure included)."""
+    requests = random_requests(seed, 40, rate=30.0, max_prompt=120, max_output=60, num_priorities=4)
+    scheduler = make_scheduler(f"tiered:preemption_limit={limit};on_limit=drop", block_size=4, num_gpu_blocks=60,
+                               max_num_batched_tokens=64, watermark=0.0)
+    dropped: list[Request] = []
+
+    def check(plan: BatchPlan) -> None:
+        for preemption in plan.preempted:
+            assert preemption.request.num_preemptions <= limit
+            if preemption.mode is PreemptionMode.DROP:
+                dropped.append(preemption.request)
+
+    _run(scheduler, requests, on_plan=check)
+    dropped_ids = {r.request_id for r in dropped}
+    for request in requests:
+        assert request.num_preemptions <= limit
+        if request.request_id in dropped_ids:
+            reason = request.finish_reason or ""
+            assert request.state is RequestState.DROPPED
+            assert reason.startswith("dropped: ") and f"preempted {limit} times" in reason
+        else:
+            assert request.state is RequestState.FINISHED
+            assert request.num_output_tokens == request.target_output_tokens, request.request_id
+
+
+def test_drop_ends_the_request_and_frees_its_blocks() -> None:
+    # two BACKGROUND requests, each already preempted once (the limit): the KV cache fills as they decode, and
+    # the engine drops one rather than preempt it a second time
+    scheduler = make_scheduler("tiered:preemption_limit=1;on_limit=drop", block_size=4, num_gpu_blocks=16,
+                               watermark=0.0)
+    first = make_request("first", prompt=16, output=40, priority=BACKGROUND)
+    second = make_request("second", prompt=16, output=40, priority=BACKGROUND, arrival=0.001)
+    for request in (first, second):
+        request.num_preemptions = 1
+    plans: list[BatchPlan] = []
+    _run(scheduler, [first, second], on_plan=plans.append)
+    drops = [p for plan in plans for p in plan.preempted]
+    assert [(p.request.request_id, p.mode, p.reason) for p in drops] == [
+        ("second", PreemptionMode.DROP, PreemptionReason.KV_PRESSURE)]
+    assert second.state is RequestState.DROPPED and "KV cache full" in (second.finish_reason or "")
+    assert first.state is RequestState.FINISHED and first.num_output_tokens == 40
+    assert scheduler.kv.num_free_gpu_blocks == 16

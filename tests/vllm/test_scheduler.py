@@ -224,6 +224,29 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
         assert preemptions > 0  # the workloads exercise displacement
 
 
+@pytest.mark.parametrize("config", [LOCKSTEP_CONFIG, LOCKSTEP_SLOT_CONFIG], ids=["kv-bound", "slot-bound"])
+def test_drops_at_the_preemption_limit_alike_and_tell_the_client(tiny_model_dir: Path,
+                                                                  config: HarnessConfig) -> None:
+    """tiered:on_limit=drop ends a request rather than preempt it beyond the limit: the adapter drops the same
+    requests at the same steps as the core scheduler, and the client gets an abort naming the cause."""
+    policy = "tiered:aging_per_s=0;preemption_limit=1;on_limit=drop"
+    # a promoted request is protected, so drops are rare: in the KV-bound setup workload 14 has two
+    for seed in (0, 1, 14):
+        rng = random.Random(seed)
+        real, simulated = _lockstep(tiny_model_dir, policy, _random_workload(rng), rng, config)
+        first = _first_difference(real, simulated)
+        assert first is None, (
+            f"seed {seed}, step {first}: vLLM+adapter {real[first:first + 1]} vs core {simulated[first:first + 1]}"
+        )
+    rng = random.Random(14)
+    workload = _random_workload(rng)
+    finished, _ = _run_workload(_harness(tiny_model_dir, policy, **dataclasses.asdict(config)), workload, rng)
+    dropped = [f for f in finished if f.finish_reason == "abort"]
+    assert all(str(f.stop_reason).startswith("semsched: dropped: KV cache full") for f in dropped)
+    assert dropped or config is LOCKSTEP_SLOT_CONFIG  # (blocks for everything: nothing to drop for)
+    assert sorted(f.request_id for f in finished) == sorted(r[1] for r in workload)  # nothing lost
+
+
 def test_the_lockstep_workload_exercises_the_reservation(tiny_model_dir: Path) -> None:
     """The reservation's lockstep case is worth something only if the reserve changes decisions there."""
     steps = []
