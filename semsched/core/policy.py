@@ -109,6 +109,12 @@ class Policy:
         if not isinstance(self.config, self.config_cls):
             raise TypeError(f"{self.name}: config must be {self.config_cls.__name__}")
 
+    def uses_hook(self, hook: str) -> bool:
+        """Whether this policy needs ``hook`` (a method name above) called. Schedulers skip a hook it does not
+        use on their hot paths (``on_tokens`` after every step, ``step_budget`` before each). By default: the
+        hooks its class overrides; a policy whose config turns a mechanism off may say so here."""
+        return getattr(type(self), hook) is not getattr(Policy, hook)
+
     @property
     def uses_predicted_lengths(self) -> bool:
         """True when this policy's decisions read ``Request.predicted_output`` (its predicted output-length

@@ -148,8 +148,8 @@ class Scheduler:
         self._class_counts: Counter[int] = Counter()
         self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
         # skip the per-token callback on the hot path when the policy does not override it
-        overrides_on_tokens = type(policy).on_tokens is not Policy.on_tokens
-        self._on_tokens = policy.on_tokens if overrides_on_tokens else None
+        self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
+        self._step_budget = policy.step_budget if policy.uses_hook("step_budget") else None
         self._next_rekey_s = -math.inf
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
@@ -232,7 +232,7 @@ class Scheduler:
     # ---- scheduling --------------------------------------------------------------------------------------
     def schedule(self, now_s: float) -> BatchPlan:
         """Form the batch for the step that starts at ``now_s``."""
-        budget = self.policy.step_budget(self, now_s) or self._default_budget
+        budget = (self._step_budget(self, now_s) if self._step_budget else None) or self._default_budget
         plan = BatchPlan(time_s=now_s)
         step = _StepState(budget.max_num_batched_tokens, budget.max_num_seqs)
         self._maybe_rekey(now_s)

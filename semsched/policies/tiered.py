@@ -129,6 +129,11 @@ class Tiered(Policy):
         needed = self.config.preemption == "cheapest" or self.config.protect_tpot
         self._latency: LatencyModel | None = load_profile(self.config.profile) if needed else None
 
+    def uses_hook(self, hook: str) -> bool:
+        if hook in ("on_tokens", "step_budget"):
+            return self.config.protect_tpot  # (first-token times are recorded only for TPOT protection)
+        return super().uses_hook(hook)
+
     @property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
         return self.config.rekey_s if self.config.aging_per_s > 0 and self.config.max_age_boost > 0 else None

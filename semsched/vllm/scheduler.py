@@ -290,10 +290,6 @@ class _EngineView:
         return self._scheduler.running_shadows()
 
 
-def _overrides(policy: Policy, hook: str) -> bool:
-    return getattr(type(policy), hook) is not getattr(Policy, hook)
-
-
 _LAST: SortKey = (float("inf"),)  # sort key of a request the adapter does not track (last, first victim)
 
 
@@ -326,15 +322,15 @@ class Scheduler(_VllmScheduler):
         self.metrics: AdapterMetrics = adapter_metrics()
         self._view = _EngineView(self)
         policy = self.semsched_policy
-        self._custom_running_order = _overrides(policy, "running_order")
-        self._displaces = _overrides(policy, "victims_for")
-        self._on_tokens = policy.on_tokens if _overrides(policy, "on_tokens") else None
-        self._drops = _overrides(policy, "preemption_mode")  # only such a policy can ask for PreemptionMode.DROP
+        self._custom_running_order = policy.uses_hook("running_order")
+        self._displaces = policy.uses_hook("victims_for")
+        self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
+        self._drops = policy.uses_hook("preemption_mode")  # only such a policy can ask for PreemptionMode.DROP
         self._victim_key = policy.victim_key
         self._static_victim_order = static_victim_order(policy)
         self._running_sorted = False  # ``running`` in victim_key order since the last admission
         self._shadows_fresh = False  # running shadows refreshed in this schedule() call
-        self._fixed_budget = not _overrides(policy, "step_budget")
+        self._fixed_budget = not policy.uses_hook("step_budget")
         self._stable = policy.stable_between_events and policy.rekey_interval_s is None
         # the last step scheduled one token for every running request and nothing else changed (see _steady_step)
         self._decode_steady = False
