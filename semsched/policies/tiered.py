@@ -33,7 +33,13 @@ rules:
 * **Protecting TPOT** (``protect_tpot``, off by default): steps with protected decodes take only as much
   prefill as keeps the profile's step time within their TPOT allowance (:meth:`Tiered.step_budget`).
 
-Not here yet (issue 14): SLO monitoring and shedding, fair share.
+* **SLO guard** (``shedding``, ``max_waiting``, ``reject_hopeless``; all off by default): rolling p99 TTFT and TPOT
+  per tier over ``slo_window_s``; while a tier with targets is at risk, arrivals of less important tiers are
+  rejected (BACKGROUND first, then STANDARD), with hysteresis; bounded queues per priority; requests that cannot
+  meet their E2E target are rejected at once. Every rejection is explicit, its reason prefixed ``shed:``,
+  ``queue full:`` or ``hopeless:`` (:mod:`semsched.policies.slo_guard`).
+
+Not here yet (issue 14): fair share between tiers.
 """
 
 from __future__ import annotations
@@ -45,12 +51,13 @@ from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 from semsched.core.kv import Reservation
-from semsched.core.plan import PreemptionMode
+from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.registry import register_policy
+from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
 
 #: ``Request.policy_state`` key: when the request's first token came (for its TPOT allowance)
 FIRST_TOKEN_KEY = "tiered.first_token_s"
@@ -80,6 +87,16 @@ class TieredConfig(PolicyConfig):
     min_prefill_tokens: int = _param(64, "prefill tokens a step may always take under TPOT protection")
     tpot_margin: float = _param(0.2, "TPOT protection aims this fraction under each target (the step's price is "
                                      "a lower bound)")
+    shedding: bool = _param(False, "reject arrivals of less important tiers while a tier with targets misses "
+                                   "them (the SLO guard: slo_guard.py)")
+    slo_window_s: float = _param(60.0, "engine time over which the SLO guard keeps TTFT and TPOT observations")
+    slo_quantile: float = _param(0.99, "the quantile the SLO guard judges against the targets")
+    shed_headroom: float = _param(0.1, "a tier is at risk when its headroom (1 - p99/target) is below this")
+    resume_headroom: float = _param(0.3, "a shed tier is readmitted when headroom is back to this")
+    max_waiting: tuple[int, ...] | None = _param(None, "most waiting requests of priority 0/1/2/... (0: no "
+                                                       "limit); more are rejected at arrival")
+    reject_hopeless: bool = _param(False, "reject at arrival a request that misses its E2E target even on an "
+                                          "empty engine")
     preemption: Literal["recompute", "swap", "cheapest"] = _param(
         "recompute", "how a victim's KV cache is freed (cheapest: swap or recompute, whichever costs less)")
     profile: str = _param("a100-qwen1.5-4b", "latency profile for TPOT protection and for pricing preemptions "
@@ -101,9 +118,24 @@ class TieredConfig(PolicyConfig):
         _check_float("reserve_fraction", self.reserve_fraction, 0.0, 0.9)
         _check_int("min_prefill_tokens", self.min_prefill_tokens, 1, 2**31 - 1)
         _check_float("tpot_margin", self.tpot_margin, 0.0, 0.9)
+        self.guard_config()  # the SLO guard's own checks, now
         _check_float("link_gb_per_s", self.link_gb_per_s, 1e-3, 1e6)
         if self.model not in KNOWN_SHAPES:
             raise ValueError(f"model must be one of {', '.join(sorted(KNOWN_SHAPES))}, got {self.model!r}")
+
+
+    @property
+    def guards_slos(self) -> bool:
+        """Whether any admission mechanism (shedding, queue limits, hopeless requests) is on."""
+        return self.shedding or bool(self.max_waiting) or self.reject_hopeless
+
+    def guard_config(self) -> SLOGuardConfig:
+        return SLOGuardConfig(
+            window_s=self.slo_window_s, quantile=self.slo_quantile, shedding=self.shedding,
+            protected_priority=self.protected_priority, shed_headroom=self.shed_headroom,
+            resume_headroom=self.resume_headroom, max_waiting=self.max_waiting or (),
+            reject_hopeless=self.reject_hopeless,
+        )
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:
@@ -125,14 +157,36 @@ class Tiered(Policy):
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)
+        cfg = self.config
         # loaded once, now, so that an unknown profile fails when the policy is built
-        needed = self.config.preemption == "cheapest" or self.config.protect_tpot
-        self._latency: LatencyModel | None = load_profile(self.config.profile) if needed else None
+        needed = cfg.preemption == "cheapest" or cfg.protect_tpot or cfg.guards_slos
+        self._latency: LatencyModel | None = load_profile(cfg.profile) if needed else None
+        self._guard = SLOGuard(cfg.guard_config(), latency=self._latency) if cfg.guards_slos else None
 
     def uses_hook(self, hook: str) -> bool:
-        if hook in ("on_tokens", "step_budget"):
-            return self.config.protect_tpot  # (first-token times are recorded only for TPOT protection)
+        if hook == "step_budget":
+            return self.config.protect_tpot
+        if hook == "on_tokens":  # first tokens: for TPOT protection and for the SLO guard's observations
+            return self.config.protect_tpot or self._guard is not None
+        if hook in ("admit", "on_arrival", "on_preempt", "on_finish"):
+            return self._guard is not None
         return super().uses_hook(hook)
+
+    # ---- admission: the SLO guard (shedding, queue limits, hopeless requests) ----------------------------
+    def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:
+        return self._guard.admit(request, now_s) if self._guard is not None else Admission.accept()
+
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        if self._guard is not None:
+            self._guard.on_arrival(request, now_s)
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        if self._guard is not None:
+            self._guard.on_preempt(request, now_s)
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        if self._guard is not None:
+            self._guard.on_finish(request, now_s)
 
     @property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
@@ -244,6 +298,8 @@ class Tiered(Policy):
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         if FIRST_TOKEN_KEY not in request.policy_state:
             request.policy_state[FIRST_TOKEN_KEY] = now_s
+        if self._guard is not None:
+            self._guard.on_tokens(request, num_tokens, now_s)
 
     def _prefill_within(self, target_s: float, num_decode: int, context_tokens: int, most: int) -> int:
         """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s`` (binary search:

@@ -326,3 +326,35 @@ def test_drop_ends_the_request_and_frees_its_blocks() -> None:
     assert second.state is RequestState.DROPPED and "KV cache full" in (second.finish_reason or "")
     assert first.state is RequestState.FINISHED and first.num_output_tokens == 40
     assert scheduler.kv.num_free_gpu_blocks == 16
+
+
+def test_the_slo_guard_is_wired_only_when_asked_for() -> None:
+    plain, guarded = _tiered(), _tiered("tiered:shedding=true")
+    assert not any(plain.uses_hook(h) for h in ("on_tokens", "admit", "on_arrival", "on_finish", "step_budget"))
+    assert all(guarded.uses_hook(h) for h in ("on_tokens", "admit", "on_arrival", "on_preempt", "on_finish"))
+    assert not guarded.uses_hook("step_budget") and guarded.uses_hook("victims_for")
+    assert _tiered("tiered:max_waiting=0/0/5").uses_hook("admit")
+
+
+def test_shedding_rejects_less_important_tiers_explicitly_under_overload() -> None:
+    # far more than the engine can serve, tiers drawn at random: PREMIUM misses its TTFT, so the guard sheds
+    requests = [
+        make_request(str(i), prompt=200, output=50, priority=(SYSTEM, PREMIUM, STANDARD, BACKGROUND)[i % 4],
+                     arrival=i * 0.02, tier=("SYSTEM", "PREMIUM", "STANDARD", "BACKGROUND")[i % 4],
+                     ttft_slo_s=(None, 0.2, 0.5, None)[i % 4], tpot_slo_s=(None, 0.03, 0.08, None)[i % 4])
+        for i in range(600)
+    ]
+    scheduler = make_scheduler("tiered:shedding=true;slo_window_s=5", block_size=16, num_gpu_blocks=200,
+                               max_num_seqs=8, max_num_batched_tokens=256, watermark=0.0)
+    _run(scheduler, requests, step_s=0.05)
+    rejected = [r for r in requests if r.state is RequestState.REJECTED]
+    assert rejected and all((r.finish_reason or "").startswith("shed: ") for r in rejected)
+    assert {r.priority for r in rejected} <= {STANDARD, BACKGROUND}
+    assert all(r.state is RequestState.FINISHED for r in requests if r.priority <= PREMIUM)
+
+
+def test_bad_guard_parameters_name_themselves() -> None:
+    with pytest.raises((PolicyError, ValueError), match="resume_headroom"):
+        make_policy("tiered:shedding=true;shed_headroom=0.5;resume_headroom=0.1")
+    with pytest.raises((PolicyError, ValueError), match="max_waiting"):
+        make_policy("tiered:max_waiting=1/-2")
