@@ -42,7 +42,9 @@ from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, run_pol
 from semsched.workloads import DataNotFoundError, Workload, build_workload
 
 # ---- the policies of each figure (the one place to change as tiered gains mechanisms) --------------------
-FIFO, PRIORITY, PREEMPT, TIERED = "fcfs", "priority", "priority-preempt", "tiered"
+FIFO, PRIORITY, PREEMPT, PLAIN_TIERED = "fcfs", "priority", "priority-preempt", "tiered"
+#: the article's fourth column, priority + preemption + SLO: tiered with its SLO monitor and shedding on
+TIERED = "tiered:shedding=true"
 #: the article's four columns (§6.2), in its order, and the policy that plays each
 ARTICLE_COLUMNS: dict[str, str] = {
     "FIFO": FIFO,
@@ -51,11 +53,20 @@ ARTICLE_COLUMNS: dict[str, str] = {
     "Priority + Preemption + SLO": TIERED,
 }
 #: tiered with optional mechanisms on, run beside the article's columns
-TIERED_VARIANTS: tuple[str, ...] = ("tiered:protect_tpot=true",)
+TIERED_VARIANTS: tuple[str, ...] = (
+    PLAIN_TIERED,
+    "tiered:protect_tpot=true",
+    "tiered:shedding=true;reject_hopeless=true;protect_tpot=true",
+)
 TABLE_POLICIES: tuple[str, ...] = (*ARTICLE_COLUMNS.values(), *TIERED_VARIANTS)
 #: strict priority, tiered without aging, tiered with the article's aging (0.1/s capped at 1.5), and uncapped
-STARVATION_POLICIES: tuple[str, ...] = (PRIORITY, "tiered:aging_per_s=0", TIERED, "tiered:max_age_boost=1000")
-RESERVATION_POLICY = TIERED
+STARVATION_POLICIES: tuple[str, ...] = (
+    PRIORITY,
+    "tiered:aging_per_s=0",
+    PLAIN_TIERED,
+    "tiered:max_age_boost=1000",
+)
+RESERVATION_POLICY = PLAIN_TIERED
 RESERVATION_PARAMETER = "reserve_fraction"
 
 # ---- workloads and loads ---------------------------------------------------------------------------------
@@ -426,7 +437,8 @@ def _table62_figure(ctx: ExperimentContext, base: _Base) -> Figure:
     )
     premium = {p: ours[p]["PREMIUM.ttft_p99_s"] for p in (FIFO, TIERED)}
     headline = (
-        f"PREMIUM p99 TTFT {_ms(premium[FIFO])} (fcfs) -> {_ms(premium[TIERED])} (tiered), paper 2100 -> 185 ms; "
+        f"PREMIUM p99 TTFT {_ms(premium[FIFO])} (fcfs) -> {_ms(premium[TIERED])} ({TIERED}), paper 2100 -> 185 "
+        "ms; "
         f"PREMIUM SLO {_pct(ours[FIFO]['PREMIUM.slo_attainment'])} -> "
         f"{_pct(ours[TIERED]['PREMIUM.slo_attainment'])}"
         f", paper 72 -> 99.9 %"
@@ -490,22 +502,22 @@ def _improvement_ratios(ours: Mapping[str, Numbers]) -> dict[str, float | None]:
     p_ttft, p_slo = paper["PREMIUM p99 TTFT (ms)"], paper["PREMIUM SLO compliance (%)"]
     p_tput, p_pre = paper["throughput (output tok/s)"], paper["preemptions/min"]
     return {
-        "PREMIUM p99 TTFT, fcfs / tiered": _ratio(
+        f"PREMIUM p99 TTFT, fcfs / {TIERED}": _ratio(
             ours[FIFO]["PREMIUM.ttft_p99_s"], ours[TIERED]["PREMIUM.ttft_p99_s"]
         ),
-        "PREMIUM p99 TTFT, fcfs / tiered (paper)": p_ttft[FIFO] / p_ttft[TIERED],
-        "PREMIUM SLO, tiered / fcfs": _ratio(
+        f"PREMIUM p99 TTFT, fcfs / {TIERED} (paper)": p_ttft[FIFO] / p_ttft[TIERED],
+        f"PREMIUM SLO, {TIERED} / fcfs": _ratio(
             ours[TIERED]["PREMIUM.slo_attainment"], ours[FIFO]["PREMIUM.slo_attainment"]
         ),
-        "PREMIUM SLO, tiered / fcfs (paper)": p_slo[TIERED] / p_slo[FIFO],
-        "output tok/s, tiered / fcfs": _ratio(
+        f"PREMIUM SLO, {TIERED} / fcfs (paper)": p_slo[TIERED] / p_slo[FIFO],
+        f"output tok/s, {TIERED} / fcfs": _ratio(
             ours[TIERED]["output_tokens_per_s"], ours[FIFO]["output_tokens_per_s"]
         ),
-        "output tok/s, tiered / fcfs (paper)": p_tput[TIERED] / p_tput[FIFO],
-        "preemptions/min, priority-preempt / tiered": _ratio(
+        f"output tok/s, {TIERED} / fcfs (paper)": p_tput[TIERED] / p_tput[FIFO],
+        f"preemptions/min, priority-preempt / {TIERED}": _ratio(
             ours[PREEMPT]["preemptions_per_min"], ours[TIERED]["preemptions_per_min"]
         ),
-        "preemptions/min, priority-preempt / tiered (paper)": p_pre[PREEMPT] / p_pre[TIERED],
+        f"preemptions/min, priority-preempt / {TIERED} (paper)": p_pre[PREEMPT] / p_pre[TIERED],
     }
 
 
@@ -541,11 +553,12 @@ def _table62_notes(ours: Mapping[str, Numbers], point: Point, capacity: Capacity
         f"preemptions/min is {_num(ours[FIFO]['preemptions_per_min'])}, not the article's 0; 'priority' likewise "
         f"({_num(ours[PRIORITY]['preemptions_per_min'])}/min). Only priority-preempt and tiered also displace "
         "running work for a waiting request.",
-        "The article's fourth column adds SLO monitoring and shedding; tiered has no shedding or admission yet "
-        "(issue 14), so our fourth column is tiered's victim rules, preemption limit and aging only. "
+        f"The article's fourth column adds SLO monitoring and shedding: ours is {TIERED} (victim rules, "
+        "preemption limit, aging, and the SLO guard shedding BACKGROUND, then STANDARD, while a tier with targets "
+        "misses its p99); its admission options (reject_hopeless, max_waiting) are off there. "
         f"TIERED_VARIANTS adds {', '.join(TIERED_VARIANTS)}.",
         "p99 TTFT is over finished requests; rejected or dropped requests count only as SLO misses "
-        f"(rejected/dropped here: tiered {_num(ours[TIERED]['num_rejected'])}/"
+        f"(rejected/dropped here: {TIERED} {_num(ours[TIERED]['num_rejected'])}/"
         f"{_num(ours[TIERED]['num_dropped'])}).",
     ]
 
@@ -656,7 +669,7 @@ def _targets_figure(base: _Base, ceiling: Point, point: Point) -> Figure:
         ratios={f"{t.name} ({TIERED})": t.ratio for t in results[TIERED]},
         ratio_direction="oriented so that above 1 favours tiered; each target's required value is in the table",
         notes=_targets_notes(ours, capacity, wait),
-        headline=f"tiered meets {met} of {len(results[TIERED])} measurable targets: "
+        headline=f"{TIERED} meets {met} of {len(results[TIERED])} measurable targets: "
         + "; ".join(f"{t.name} {_num(t.ratio)} (needs {t.required:g})" for t in results[TIERED]),
     )
 
@@ -685,7 +698,8 @@ def _targets_notes(ours: Mapping[str, Numbers], capacity: Capacity, wait_s: floa
         "The BACKGROUND bound: tiered's aging is capped (1.5 levels), so under sustained PREMIUM load no bound "
         "follows from it (figure 'starvation'); a fair-share mechanism that would state one has not landed. "
         f"Longest BACKGROUND wait under tiered here: {_seconds(wait_s)}.",
-        "tiered has no SLO shedding or admission control yet (issue 14): the targets are measured on what exists.",
+        "Shed and rejected requests count as misses in attainment and produce no tokens, so shedding's price "
+        "shows in tok/s; rejections per run are in results.json (num_rejected).",
     ]
 
 
@@ -992,12 +1006,12 @@ def _starvation_figure(ctx: ExperimentContext, base: _Base) -> Figure:
         ("PREMIUM p99 TTFT", "PREMIUM.ttft_p99_s", _seconds),
     )
     rows = [(policy, *(fmt(ours[policy][key]) for _, key, fmt in keys)) for policy in STARVATION_POLICIES]
-    duration = point.runs[TIERED][0].requests[-1].arrival_time_s
+    duration = point.runs[PLAIN_TIERED][0].requests[-1].arrival_time_s
     python = (
         f"{_build_call(STARVATION_WORKLOAD, base)}; {_capacity_text(capacity)}; w = at_rate(w, {STARVATION_LOAD} "
         f"* capacity); compare_policies(w, {list(STARVATION_POLICIES)}, ClusterSpec())"
     )
-    aged, flat = ours[TIERED], ours["tiered:aging_per_s=0"]
+    aged, flat = ours[PLAIN_TIERED], ours["tiered:aging_per_s=0"]
     return Figure(
         id="starvation",
         title="BACKGROUND under sustained PREMIUM overload, with and without aging",
@@ -1216,13 +1230,13 @@ def _beyond_figure(
     ]
     top = f"{max(base.grid.loads):.0%}"
     ratios = {
-        f"PREMIUM p99 TTFT at {load}, fcfs / tiered": _ratio(
+        f"PREMIUM p99 TTFT at {load}, fcfs / {TIERED}": _ratio(
             per["fcfs"]["PREMIUM.ttft_p99_s"], per[TIERED]["PREMIUM.ttft_p99_s"]
         )
         for load, per in ours.items()
     }
     ratios |= {
-        f"PREMIUM SLO at {load}, tiered / fcfs": _ratio(
+        f"PREMIUM SLO at {load}, {TIERED} / fcfs": _ratio(
             per[TIERED]["PREMIUM.slo_attainment"], per[FIFO]["PREMIUM.slo_attainment"]
         )
         for load, per in ours.items()
@@ -1267,7 +1281,7 @@ def _beyond_figure(
         ),
         headline=(
             f"at {top}: PREMIUM SLO {_pct(ours[top][FIFO]['PREMIUM.slo_attainment'])} (fcfs) vs "
-            f"{_pct(ours[top][TIERED]['PREMIUM.slo_attainment'])} (tiered); PREMIUM p99 TTFT "
+            f"{_pct(ours[top][TIERED]['PREMIUM.slo_attainment'])} ({TIERED}); PREMIUM p99 TTFT "
             f"{_seconds(ours[top][FIFO]['PREMIUM.ttft_p99_s'])} vs "
             f"{_seconds(ours[top][TIERED]['PREMIUM.ttft_p99_s'])}"
         ),
