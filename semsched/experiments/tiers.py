@@ -29,7 +29,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as PlotFigure
 
-from semsched.core.request import RequestState
+from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.experiments.framework import ExperimentContext, Figure, Table
 from semsched.experiments.plots import bar_chart, policy_colour
@@ -254,30 +254,40 @@ def run_numbers(run: PolicyRun) -> Numbers:
 
 
 def background_numbers(run: PolicyRun) -> Numbers:
-    """BACKGROUND's waits (arrival to first scheduled; unscheduled ones until the run's end) and how many
-    finished while requests were still arriving."""
+    """BACKGROUND's waits, arrival to first scheduled (never scheduled: until it was dropped or the run ended),
+    of the requests not rejected at arrival; the share rejected; the share finished while requests were still
+    arriving."""
     mine = [r for r in run.requests if r.priority == BACKGROUND_PRIORITY]
     if not mine:
-        return {
-            "BACKGROUND.wait_p50_s": None,
-            "BACKGROUND.wait_max_s": None,
-            "BACKGROUND.finished_in_arrivals": None,
-        }
+        return dict.fromkeys(_BACKGROUND_KEYS, None)
     last_arrival_s = max(r.arrival_time_s for r in run.requests)
-    end_s = run.result.end_time_s
-    waits = [
-        (r.first_scheduled_time_s if r.first_scheduled_time_s is not None else end_s) - r.arrival_time_s
-        for r in mine
-    ]
+    admitted = [r for r in mine if r.state is not RequestState.REJECTED]
+    waits = [_waited_s(r, run.result.end_time_s) for r in admitted]
     in_time = sum(
         r.state is RequestState.FINISHED and r.finish_time_s is not None and r.finish_time_s <= last_arrival_s
         for r in mine
     )
     return {
-        "BACKGROUND.wait_p50_s": float(np.median(waits)),
-        "BACKGROUND.wait_max_s": float(max(waits)),
+        "BACKGROUND.wait_p50_s": float(np.median(waits)) if waits else None,
+        "BACKGROUND.wait_max_s": float(max(waits)) if waits else None,
+        "BACKGROUND.rejected": 1.0 - len(admitted) / len(mine),
         "BACKGROUND.finished_in_arrivals": in_time / len(mine),
     }
+
+
+_BACKGROUND_KEYS = (
+    "BACKGROUND.wait_p50_s",
+    "BACKGROUND.wait_max_s",
+    "BACKGROUND.rejected",
+    "BACKGROUND.finished_in_arrivals",
+)
+
+
+def _waited_s(request: Request, end_s: float) -> float:
+    if request.first_scheduled_time_s is not None:
+        return request.first_scheduled_time_s - request.arrival_time_s
+    until_s = request.finish_time_s if request.finish_time_s is not None else end_s
+    return until_s - request.arrival_time_s
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -697,7 +707,7 @@ def _targets_notes(ours: Mapping[str, Numbers], capacity: Capacity, wait_s: floa
         "request after 3, it does not stop KV-pressure preemptions.",
         "The BACKGROUND bound: tiered's aging is capped (1.5 levels), so under sustained PREMIUM load no bound "
         "follows from it (figure 'starvation'); a fair-share mechanism that would state one has not landed. "
-        f"Longest BACKGROUND wait under tiered here: {_seconds(wait_s)}.",
+        f"Longest BACKGROUND wait under {TIERED} here (admitted requests): {_seconds(wait_s)}.",
         "Shed and rejected requests count as misses in attainment and produce no tokens, so shedding's price "
         "shows in tok/s; rejections per run are in results.json (num_rejected).",
     ]
@@ -1001,6 +1011,7 @@ def _starvation_figure(ctx: ExperimentContext, base: _Base) -> Figure:
         ("BACKGROUND finished while arrivals last", "BACKGROUND.finished_in_arrivals", _pct),
         ("BACKGROUND wait p50", "BACKGROUND.wait_p50_s", _seconds),
         ("BACKGROUND wait max", "BACKGROUND.wait_max_s", _seconds),
+        ("BACKGROUND rejected", "BACKGROUND.rejected", _pct),
         ("BACKGROUND SLO (E2E 60 s) met", "BACKGROUND.slo_attainment", _pct),
         ("PREMIUM SLO met", "PREMIUM.slo_attainment", _pct),
         ("PREMIUM p99 TTFT", "PREMIUM.ttft_p99_s", _seconds),
@@ -1046,7 +1057,8 @@ def _starvation_figure(ctx: ExperimentContext, base: _Base) -> Figure:
             f"PREMIUM is 80 % of the traffic at {STARVATION_LOAD:g}x the measured capacity, so PREMIUM alone asks "
             f"{0.8 * STARVATION_LOAD:.1f}x what the engine serves; BACKGROUND is the other 20 %. Arrivals last "
             f"about {duration:.0f} s (seed {base.grid.seeds[0]}); then the queue drains, which is when starved "
-            "requests finish. 'Wait' is arrival to first scheduled (to the end of the run if never).",
+            "requests finish. 'Wait' is arrival to first scheduled (never scheduled: to its drop or the run's "
+            "end), over the requests not rejected at arrival.",
             "Why aging cannot help here: a BACKGROUND request's effective priority falls from 3 to at best "
             "3 - 1.5 = 1.5, still behind every PREMIUM request (1, and lower once PREMIUM ages too); aging only "
             "lifts it above STANDARD. Only uncapped aging (max_age_boost=1000) or a fair share of engine time "
@@ -1069,12 +1081,9 @@ def _wait_plot(point: Point) -> Callable[[Path], None]:
         for policy, runs in point.runs.items():
             run = runs[0]
             mine = [r for r in run.requests if r.priority == priority]
-            end_s = run.result.end_time_s
-            xs = [r.arrival_time_s for r in mine]
-            ys = [
-                (r.first_scheduled_time_s if r.first_scheduled_time_s is not None else end_s) - r.arrival_time_s
-                for r in mine
-            ]
+            admitted = [r for r in mine if r.state is not RequestState.REJECTED]
+            xs = [r.arrival_time_s for r in admitted]
+            ys = [_waited_s(r, run.result.end_time_s) for r in admitted]
             series[policy] = (xs, ys)
         _panels(
             path,
