@@ -1088,7 +1088,7 @@ def _wait_plot(point: Point) -> Callable[[Path], None]:
         _panels(
             path,
             [
-                (
+                Panel(
                     "BACKGROUND wait by arrival time (first seed)",
                     "arrival time (s)",
                     "wait until first scheduled (s)",
@@ -1194,13 +1194,13 @@ def _reservation_plot(
         _panels(
             path,
             [
-                (
+                Panel(
                     "SLO attainment (tiered)",
                     "KV blocks reserved (%)",
                     "requests meeting every target (fraction)",
                     attainment,
                 ),
-                ("output tokens/s by tier", "KV blocks reserved (%)", "output tokens/s", tokens),
+                Panel("output tokens/s by tier", "KV blocks reserved (%)", "output tokens/s", tokens),
             ],
         )
 
@@ -1308,17 +1308,18 @@ def _beyond_plot(ours: Mapping[str, Mapping[str, Numbers]]) -> Callable[[Path], 
         _panels(
             path,
             [
-                (
+                Panel(
                     "PREMIUM SLO attainment",
                     "load (% of measured capacity)",
                     "fraction meeting every target",
                     series("PREMIUM.slo_attainment"),
                 ),
-                (
+                Panel(
                     "PREMIUM p99 TTFT",
                     "load (% of measured capacity)",
-                    "p99 TTFT (s)",
+                    "p99 TTFT (s, log scale)",
                     series("PREMIUM.ttft_p99_s"),
+                    log=True,
                 ),
             ],
         )
@@ -1354,14 +1355,25 @@ Series = Mapping[str, tuple[Sequence[float], Sequence[float | None]]]
 _MARKERS = ("o", "s", "^", "D", "v", "x")
 
 
-def _panels(path: Path, panels: Sequence[tuple[str, str, str, Series]]) -> None:
+@dataclass(frozen=True)
+class Panel:
+    """One panel of :func:`_panels`: title, axis labels, one line per label, and whether y is logarithmic."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    series: Series
+    log: bool = False
+
+
+def _panels(path: Path, panels: Sequence[Panel]) -> None:
     """Side-by-side line plots, one line per label (a policy keeps its colour); ``None`` values left out."""
     figure = PlotFigure(figsize=(6.0 * len(panels), 4.2), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (title, xlabel, ylabel, series) in zip(axes, panels, strict=True):
+    for ax, panel in zip(axes, panels, strict=True):
         drawn = False
-        for k, (label, (xs, ys)) in enumerate(series.items()):
+        for k, (label, (xs, ys)) in enumerate(panel.series.items()):
             points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and math.isfinite(y)]
             if points:
                 drawn = True
@@ -1375,9 +1387,11 @@ def _panels(path: Path, panels: Sequence[tuple[str, str, str, Series]]) -> None:
                     label=label,
                     color=policy_colour(label),
                 )
-        ax.set_title(title, fontsize="medium")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set_title(panel.title, fontsize="medium")
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        if drawn and panel.log:
+            ax.set_yscale("log")
         if drawn:
             ax.legend(fontsize="small")
             ax.grid(alpha=0.3)
