@@ -20,9 +20,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from semsched.core.errors import SemschedError
 from semsched.core.scheduler import SchedulerConfig
+from semsched.experiments.plots import policy_colour
 from semsched.metrics import Summary, print_comparison, write_json, write_requests_csv, write_summary_csv
 from semsched.metrics import request_metrics as metrics_of
-from semsched.metrics.plots import plot_class_bars
+from semsched.metrics.plots import plot_class_bars, plot_series
+from semsched.metrics.series import DEFAULT_BIN_S, write_series_csv
 from semsched.policies import POLICIES, PolicyError
 from semsched.sim.engine import ProgressCallback
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
@@ -196,7 +198,16 @@ def show(console: Console, runs: dict[str, PolicyRun], title: str) -> None:
     print_comparison(console, {p: r.summary for p, r in runs.items()})
 
 
-def write_outputs(console: Console, out: Path, runs: dict[str, PolicyRun], meta: dict[str, Any]) -> None:
+def write_outputs(
+    console: Console,
+    out: Path,
+    runs: dict[str, PolicyRun],
+    meta: dict[str, Any],
+    *,
+    series_bin_s: float = DEFAULT_BIN_S,
+) -> None:
+    """summary.json/.csv, requests.csv and comparison.png; series.csv and series.png (monitoring series per
+    ``series_bin_s`` of simulated time, each policy in its :func:`policy_colour`)."""
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Summary] = {p: r.summary for p, r in runs.items()}
     meta = meta | {"wall_s": {p: round(r.wall_s, 3) for p, r in runs.items()}}
@@ -205,8 +216,12 @@ def write_outputs(console: Console, out: Path, runs: dict[str, PolicyRun], meta:
     for index, (policy, run) in enumerate(runs.items()):
         write_requests_csv(out / "requests.csv", [metrics_of(r) for r in run.requests], policy, append=index > 0)
     plot_class_bars(results, out / "comparison.png")
+    series = {p: r.series(series_bin_s) for p, r in runs.items()}
+    write_series_csv(out / "series.csv", series)
+    plot_series(series, out / "series.png", {p: policy_colour(p) for p in runs})
     console.print(
-        f"report: {out / 'summary.json'} (and summary.csv, requests.csv)\nplot:   {out / 'comparison.png'}"
+        f"report: {out / 'summary.json'} (and summary.csv, requests.csv, series.csv)\n"
+        f"plots:  {out / 'comparison.png'}, {out / 'series.png'}"
     )
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from rich.console import Console
 
 from semsched.cli.common import (
+    UsageError,
     add_run_args,
     cluster_spec,
     policy_specs,
@@ -24,11 +26,19 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("simulate", help="compare policies on one workload at one request rate")
     add_run_args(parser)
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
+    parser.add_argument(
+        "--series-bin",
+        type=float,
+        default=60.0,
+        help="seconds of simulated time per row of series.csv (monitoring series; default 60)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     policies, cluster = policy_specs(args.policy), cluster_spec(args)
+    if not (math.isfinite(args.series_bin) and args.series_bin > 0):
+        raise UsageError(f"--series-bin: must be a finite number > 0 (got {args.series_bin:g})")
     workload = workload_for(args, args.rate)  # its size is checked first: a refused run leaves no --out behind
     if args.out is not None:
         prepared_out_dir(args.out)
@@ -38,5 +48,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.out is not None:
         from semsched.cli.common import write_outputs
 
-        write_outputs(console, args.out, runs, run_meta(args, workload, cluster, rate=args.rate))
+        meta = run_meta(args, workload, cluster, rate=args.rate)
+        write_outputs(console, args.out, runs, meta, series_bin_s=args.series_bin)
     return 0

@@ -10,7 +10,7 @@ requests has a target reports no attainment (``None``, "—" in tables), never 1
 
 Modules: :mod:`.request_metrics` (one request), :mod:`.tdg` (eq. 3 of seed 001), :mod:`.summary`
 (aggregation), :mod:`.report` (JSON, CSV, rich tables), :mod:`.units` (one display unit per table column),
-:mod:`.plots` (PNG figures).
+:mod:`.plots` (PNG figures), :mod:`.series` (per-minute monitoring series of a simulated run).
 """
 
 from semsched.metrics.report import (

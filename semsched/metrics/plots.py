@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from semsched.core.plan import PreemptionMode
 from semsched.metrics.report import ColumnKind, metric_kind
+from semsched.metrics.series import MonitoringSeries
 from semsched.metrics.summary import ClassSummary, Summary
 from semsched.metrics.units import MISSING
 
@@ -205,3 +208,90 @@ def _panels(count: int) -> tuple[Figure, list[Axes]]:
 def _save(figure: Figure, path: PathLike) -> None:
     figure.savefig(Path(path), format="png", dpi=120)
     figure.clear()
+
+
+# ---- monitoring series --------------------------------------------------------------------------------------
+_SERIES_TOP_PANELS = 5  # preemptions by mode (3), swap blocks in use, rejections
+
+
+def plot_series(
+    series: Mapping[str, MonitoringSeries], path: PathLike, colours: Mapping[str, str] | None = None
+) -> None:
+    """Write :func:`series_figure` as a PNG."""
+    _save(series_figure(series, colours), path)
+
+
+def series_figure(series: Mapping[str, MonitoringSeries], colours: Mapping[str, str] | None = None) -> Figure:
+    """Monitoring series against time, one line per policy (``colours``: policy -> colour; default one of
+    matplotlib's cycle each). First row: preemptions per bin by mode, swap blocks in use (max), rejections per
+    bin; second row: mean queue depth per priority; third: SLO compliance per priority. A panel with nothing
+    to draw says so, and so does the figure when there are no series."""
+    colour_of = dict(colours) if colours is not None else _colours(series)
+    priorities = sorted({p for one in series.values() for p in one.priorities})
+    tiers = {p: sorted({t for one in series.values() if p in one.tiers for t in one.tiers[p]}) for p in priorities}
+    columns = max(_SERIES_TOP_PANELS, len(priorities))
+    figure = Figure(figsize=(_PANEL_SIZE_IN[0] * columns, _PANEL_SIZE_IN[1] * 3), layout="constrained")
+    FigureCanvasAgg(figure)
+    grid = figure.subplots(3, columns, squeeze=False)
+    per_bin = _per_bin(next(iter(series.values())).bin_s) if series else "per bin"
+    top = list(grid[0][:_SERIES_TOP_PANELS])
+    for ax, mode in zip(top, PreemptionMode, strict=False):
+        _series_lines(ax, series, colour_of, partial(_preemptions_of, mode=mode))
+        ax.set_title(f"preemptions ({mode.value}) {per_bin}")
+    _series_lines(top[3], series, colour_of, lambda one: one.swap_blocks_max)
+    top[3].set_title("swap blocks in use (max)")
+    _series_lines(top[4], series, colour_of, lambda one: one.num_rejections)
+    top[4].set_title(f"rejections {per_bin}")
+    for row, (title, values_of) in enumerate(_PRIORITY_ROWS, start=1):
+        for ax, p in zip(grid[row], priorities, strict=False):
+            _series_lines(ax, series, colour_of, partial(values_of, p))
+            ax.set_title(f"{title} p{p}" + (f" ({', '.join(tiers[p])})" if tiers[p] else ""))
+            if row == 2:
+                ax.set_ylim(0.0, 1.05)
+        for ax in grid[row][len(priorities):]:
+            ax.set_axis_off()
+    for ax in [*top, *(ax for row in grid[1:] for ax in row[: len(priorities)])]:
+        ax.set_xlabel("time (min)")
+        ax.grid(alpha=0.3)
+        _note_if_empty(ax)
+    for ax in grid[0][_SERIES_TOP_PANELS:]:
+        ax.set_axis_off()
+    _legend(top)
+    return figure
+
+
+def _series_lines(
+    ax: Axes,
+    series: Mapping[str, MonitoringSeries],
+    colours: Mapping[str, str],
+    values_of: Callable[[MonitoringSeries], Sequence[float | None]],
+) -> None:
+    """One step line per policy, each bin's value across the bin (minutes); missing values leave gaps, a policy
+    with no value draws nothing."""
+    for policy, one in series.items():
+        values = [math.nan if v is None else float(v) for v in values_of(one)]
+        if _has_data(values):
+            edges_min = np.append(one.starts_s, one.num_bins * one.bin_s) / 60.0
+            ax.stairs(values, edges_min, label=policy, color=colours.get(policy), baseline=None)
+
+
+def _preemptions_of(one: MonitoringSeries, mode: PreemptionMode) -> Sequence[float | None]:
+    return one.preemptions_by_mode[mode]
+
+
+def _queue_depth_of(p: int, one: MonitoringSeries) -> Sequence[float | None]:
+    return one.queue_depth_mean.get(p, ())
+
+
+def _slo_compliance_of(p: int, one: MonitoringSeries) -> Sequence[float | None]:
+    return one.slo_compliance(p) if p in one.slo_requests else ()
+
+
+_PRIORITY_ROWS: tuple[tuple[str, Callable[[int, MonitoringSeries], Sequence[float | None]]], ...] = (
+    ("queue depth (mean)", _queue_depth_of),
+    ("SLO compliance", _slo_compliance_of),
+)
+
+
+def _per_bin(bin_s: float) -> str:
+    return "per min" if bin_s == 60.0 else f"per {bin_s:g} s"

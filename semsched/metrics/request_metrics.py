@@ -118,6 +118,24 @@ def request_metrics(req: Request) -> RequestMetrics:
     )
 
 
+#: reasons the scheduling core gives without a ``kind:`` prefix, by a phrase each contains, and their kind
+_UNPREFIXED_REASONS = (("exceeds the KV capacity", "too large for the KV cache"),)
+
+
+def rejection_kind(reason: str) -> str:
+    """What kind of rejection or drop ``reason`` is, for counting by reason: the text before its first ``:``
+    (``"shed"``, ``"queue full"``, ``"hopeless"``, ``"dropped"``); the core's request-too-large message, which
+    has no prefix, is ``"too large for the KV cache"``; any other reason without a ``:`` is its own kind
+    (``"never schedulable"``)."""
+    head, colon, _ = reason.partition(":")
+    if colon:
+        return head.strip()
+    for phrase, kind in _UNPREFIXED_REASONS:
+        if phrase in reason:
+            return kind
+    return reason.strip()
+
+
 def all_met(*outcomes: bool | None) -> bool | None:
     """Whether every target that exists was met: ``None`` when no outcome has a target."""
     present = [o for o in outcomes if o is not None]

@@ -25,14 +25,15 @@ Conventions:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from semsched.core.request import Request, RequestState
-from semsched.metrics.request_metrics import RequestMetrics, request_metrics
+from semsched.metrics.request_metrics import RequestMetrics, rejection_kind, request_metrics
 from semsched.metrics.tdg import TDGTotals, TDGWeights, request_ideal_gains, request_tdg_gains
 
 DISTRIBUTIONS = ("ttft", "tpot", "e2e", "normalized_latency", "queueing_delay", "itl")
@@ -80,6 +81,8 @@ class ClassSummary:
     Latencies are in seconds (normalized latency in seconds per output token); rates are per second.
     ``num_with_slo`` requests have at least one target: they are what ``slo_attainment`` divides by, and an
     attainment, goodput or TDG ratio is ``None`` when its targets are absent (see the module docstring).
+    ``rejections_by_reason`` counts the rejected and dropped requests by :func:`.rejection_kind` of their reason
+    (JSON only: CSV columns are fixed).
     """
 
     label: str
@@ -110,6 +113,7 @@ class ClassSummary:
     tdg: float
     tdg_ideal: float
     tdg_ratio: float | None
+    rejections_by_reason: Mapping[str, int] = field(default_factory=dict)
 
     def distribution(self, name: str) -> Distribution:
         """One of :data:`DISTRIBUTIONS` by its short name (``"ttft"``, ``"e2e"``, ...)."""
@@ -139,8 +143,15 @@ class ClassSummary:
     def to_dict(self) -> dict[str, Any]:
         """Scalars under their :func:`metric_column` names, distributions under their field names."""
         scalars = {metric_column(name): _json_float(getter(self)) for name, getter in SCALAR_METRICS.items()}
-        dists = {field: self.distribution(name).to_dict() for name, field in _DISTRIBUTION_FIELDS.items()}
-        return {"label": self.label, "priority": self.priority, "tiers": list(self.tiers), **scalars, **dists}
+        dists = {key: self.distribution(name).to_dict() for name, key in _DISTRIBUTION_FIELDS.items()}
+        return {
+            "label": self.label,
+            "priority": self.priority,
+            "tiers": list(self.tiers),
+            **scalars,
+            **dists,
+            "rejections_by_reason": dict(self.rejections_by_reason),
+        }
 
 
 _DISTRIBUTION_FIELDS = {
@@ -181,7 +192,7 @@ _SCALAR_COLUMNS = {
     "goodput": "goodput_requests_per_s",
     "preemptions": "num_preemptions",
 }
-_DISTRIBUTION_UNITS = {name: field.removeprefix(name) for name, field in _DISTRIBUTION_FIELDS.items()}
+_DISTRIBUTION_UNITS = {name: key.removeprefix(name) for name, key in _DISTRIBUTION_FIELDS.items()}
 
 
 def metric_names() -> list[str]:
@@ -319,7 +330,14 @@ def _class_summary(
         tdg=tdg.gain,
         tdg_ideal=tdg.ideal_gain,
         tdg_ratio=tdg.ratio if any(m.ttft_tpot_slo_met is not None for m in metrics) else None,
+        rejections_by_reason=rejections_by_reason(metrics),
     )
+
+
+def rejections_by_reason(metrics: Iterable[RequestMetrics]) -> dict[str, int]:
+    """Rejected and dropped requests counted by :func:`.rejection_kind` of their reason, most frequent first."""
+    counts = Counter(rejection_kind(m.rejection_reason) for m in metrics if m.rejection_reason is not None)
+    return dict(counts.most_common())
 
 
 def _count_state(metrics: Sequence[RequestMetrics], state: RequestState) -> int:

@@ -32,6 +32,7 @@ from semsched.core.scheduler import Scheduler
 from semsched.latency.base import LatencyModel
 from semsched.latency.profiles import EngineOverheads
 from semsched.sim.executor import Executor, ModelExecutor
+from semsched.sim.monitor import DEFAULT_SAMPLE_INTERVAL_S, Monitor, MonitorLog
 from semsched.sim.router import InstanceView, Router, RouterError
 from semsched.sim.speed import SpeedTrace
 
@@ -72,13 +73,14 @@ class Instance:
 
 @dataclass
 class SimResult:
-    """Every request (terminal state) plus engine counters."""
+    """Every request (terminal state) plus engine counters and what the run recorded for monitoring."""
 
     requests: list[Request]
     end_time_s: float
     num_steps: int
     num_events: int
     busy_time_s: list[float] = field(default_factory=list)
+    monitor: MonitorLog = field(default_factory=lambda: MonitorLog(DEFAULT_SAMPLE_INTERVAL_S))
 
     @property
     def finished(self) -> list[Request]:
@@ -97,7 +99,11 @@ class _StepDone(NamedTuple):
 
 
 class Simulation:
-    """Runs a request stream through a cluster of instances behind a router."""
+    """Runs a request stream through a cluster of instances behind a router.
+
+    Each run records a :class:`~semsched.sim.monitor.MonitorLog` (preemptions, and the waiting queue per priority
+    and swap space in use every ``sample_interval_s`` of simulated time), returned in :class:`SimResult`.
+    """
 
     def __init__(
         self,
@@ -107,6 +113,7 @@ class Simulation:
         fast_forward: bool = True,
         max_steady_steps: int = 1_000_000,
         progress: ProgressCallback | None = None,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
     ) -> None:
         if not instances:
             raise ValueError("instances: need at least one")
@@ -115,6 +122,8 @@ class Simulation:
         self.fast_forward = fast_forward
         self.max_steady_steps = max_steady_steps
         self.progress = progress
+        self.sample_interval_s = sample_interval_s
+        self._monitor = Monitor([i.scheduler for i in self.instances], sample_interval_s)  # checks the interval
         self._views = tuple(InstanceView(i, inst.scheduler) for i, inst in enumerate(self.instances))
         self._heap: list[_StepDone] = []
         self._seq = itertools.count()
@@ -124,21 +133,28 @@ class Simulation:
         """Simulate until every request has finished or been rejected."""
         arrivals = sorted(requests, key=lambda r: r.arrival_time_s)
         index, total, now_s = 0, len(arrivals), 0.0
+        monitor = self._monitor = Monitor([i.scheduler for i in self.instances], self.sample_interval_s)
+        next_sample_s = monitor.next_sample_s
         while index < total or self._heap:
             self._next_arrival_s = arrivals[index].arrival_time_s if index < total else math.inf
             if self._heap and self._heap[0].time_s < self._next_arrival_s:
                 event = heapq.heappop(self._heap)
                 now_s = event.time_s
+                if now_s > next_sample_s:  # the first event past a grid point: the state before it is sampled
+                    next_sample_s = monitor.sample_before(now_s)
                 self._complete(event)
                 continue
             request = arrivals[index]
             index += 1
             now_s = request.arrival_time_s
+            if now_s > next_sample_s:
+                next_sample_s = monitor.sample_before(now_s)
             self._arrive(request, now_s)
             if self.progress is not None and index % 512 == 0:
                 self.progress(index, total)
         if self.progress is not None:
             self.progress(total, total)
+        monitor_log = monitor.finish(now_s)
         self._drop_stuck(now_s)
         return SimResult(
             requests=list(requests),
@@ -146,6 +162,7 @@ class Simulation:
             num_steps=sum(i.num_steps for i in self.instances),
             num_events=sum(i.num_events for i in self.instances),
             busy_time_s=[i.busy_time_s for i in self.instances],
+            monitor=monitor_log,
         )
 
     # ---- events ----------------------------------------------------------------------------------------
@@ -158,6 +175,7 @@ class Simulation:
             )
         instance = self.instances[target]
         if instance.scheduler.add_request(request, now_s).accepted:
+            self._monitor.enqueued(request)
             instance.executor.take_arrival(engine_idle=not instance.busy)
             if not instance.busy:  # the instance had nothing to do: it wakes up and steps
                 self._step(target, now_s)
@@ -179,6 +197,8 @@ class Simulation:
         """Schedule and execute one step (or a fast-forwarded stretch); its update waits for its end."""
         instance = self.instances[index]
         plan = instance.scheduler.schedule(now_s)
+        if plan.prefill or plan.preempted or plan.swapped_in:  # (a plan of decodes changes no queue)
+            self._monitor.record_plan(index, plan, now_s)
         if plan.is_empty:
             return  # idle until the next arrival
         stretch = self._execute_repeated(instance, plan, now_s)

@@ -8,13 +8,14 @@ same latency profile.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency import load_profile_info
 from semsched.metrics import Summary, TDGWeights, summarize
+from semsched.metrics.series import DEFAULT_BIN_S, MonitoringSeries, monitoring_series
 from semsched.policies import make_policy
 from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
 from semsched.sim.router import make_router, router_class
@@ -45,6 +46,12 @@ class PolicyRun:
     result: SimResult
     summary: Summary
     wall_s: float  # wall-clock seconds the simulation itself took (not the summary)
+
+    def series(
+        self, bin_s: float = DEFAULT_BIN_S, *, target_shares: Mapping[int, float] | None = None
+    ) -> MonitoringSeries:
+        """The run's monitoring series per ``bin_s`` of simulated time (:mod:`semsched.metrics.series`)."""
+        return monitoring_series(self.requests, self.result.monitor, bin_s=bin_s, target_shares=target_shares)
 
 
 def build_simulation(

@@ -1,3 +1,4 @@
+import csv
 import json
 from pathlib import Path
 
@@ -30,6 +31,28 @@ def test_simulate_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "fcfs" in capsys.readouterr().out
 
 
+def test_simulate_writes_monitoring_series(tmp_path: Path) -> None:
+    argv = ["simulate", "--policy", "fcfs,priority-preempt:mode=swap", "--rate", "6", "--duration", "40",
+            "--gpu-blocks", "400", "--cpu-blocks", "100", "--series-bin", "10", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    with (tmp_path / "series.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    header = list(rows[0])
+    assert header[:4] == ["policy", "bin", "start_s", "end_s"]
+    expected = {"preemptions_swap", "preemptions_recompute", "preemptions_kv_pressure", "preemptions_priority",
+                "swap_blocks_max", "rejections", "queue_depth_mean_p1", "queue_depth_max_p3",
+                "slo_compliance_p1", "slo_compliance_rolling_p2", "token_share_p0"}
+    assert expected <= set(header)
+    for policy in ("fcfs", "priority-preempt:mode=swap"):
+        starts = [float(r["start_s"]) for r in rows if r["policy"] == policy]
+        assert starts == [10.0 * k for k in range(len(starts))] and len(starts) >= 4
+    report = json.loads((tmp_path / "summary.json").read_text())
+    for policy, result in report["results"].items():
+        preemptions = sum(int(r["preemptions"]) for r in rows if r["policy"] == policy)
+        assert preemptions == result["overall"]["num_preemptions"] > 0  # (no drops: every one is counted)
+    assert (tmp_path / "series.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_sweep_writes_plot(tmp_path: Path) -> None:
     code = main(["sweep", "--policy", "fcfs,sjf", "--rates", "2,3", "--duration", "15", "--out", str(tmp_path)])
     assert code == 0
@@ -59,6 +82,7 @@ def test_sweep_says_when_the_workload_keeps_its_own_timing(tmp_path: Path,
         (["simulate", "--workload", "no-such-workload"], "no-such-workload"),
         (["simulate", "--profile", "no-such-profile"], "no-such-profile"),
         (["simulate", "--max-seqs", "0"], "max_num_seqs"),
+        (["simulate", "--series-bin", "0"], "--series-bin"),
     ],
 )
 def test_bad_input_is_one_clear_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

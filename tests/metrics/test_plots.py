@@ -3,8 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.request import Request, RequestState
 from semsched.metrics.plots import (
     NO_DATA,
@@ -12,9 +14,13 @@ from semsched.metrics.plots import (
     latency_vs_rate_figure,
     plot_class_bars,
     plot_latency_vs_rate,
+    plot_series,
+    series_figure,
 )
+from semsched.metrics.series import MonitoringSeries, monitoring_series
 from semsched.metrics.summary import Summary, summarize
 from semsched.metrics.units import MISSING
+from semsched.sim.monitor import MonitorLog, PreemptionRecord, QueueSample
 from tests.metrics.factories import RequestFactory
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -117,3 +123,55 @@ def test_a_policy_keeps_its_colour_in_every_panel(make_request: RequestFactory) 
     latency, attainment = (colours(ax) for ax in figure.axes)
     assert list(latency) == ["fcfs"] and list(attainment) == ["edf", "fcfs"]
     assert latency["fcfs"] == attainment["fcfs"] != attainment["edf"]
+
+
+# ---- monitoring series -----------------------------------------------------------------------------------------
+def _series(make_request: RequestFactory, log: MonitorLog) -> MonitoringSeries:
+    requests = [
+        make_request([1.0, 2.0], request_id="a", priority=1, tier="PREMIUM", ttft_slo_s=0.5),
+        make_request([70.0], request_id="b", priority=3, tier="BACKGROUND", arrival_time_s=65.0),
+    ]
+    return monitoring_series(requests, log)
+
+
+def _titled(figure: Figure) -> dict[str, Axes]:
+    return {ax.get_title(): ax for ax in figure.axes if ax.get_title()}
+
+
+def test_series_figure_draws_each_policy_in_its_colour(tmp_path: Path, make_request: RequestFactory) -> None:
+    busy = MonitorLog(
+        1.0,
+        num_swap_blocks=10,
+        preemptions=[PreemptionRecord(3.0, 0, "b", 3, "BACKGROUND", PreemptionMode.SWAP,
+                                      PreemptionReason.PRIORITY)],
+        queue_samples=[QueueSample(0.0, {1: 1, 3: 2}, 4), QueueSample(61.0, {3: 1}, 0)],
+        end_time_s=70.0,
+    )
+    idle = MonitorLog(1.0, end_time_s=70.0)
+    series = {"fcfs": _series(make_request, idle), "tiered": _series(make_request, busy)}
+    colours = {"fcfs": "#1f77b4", "tiered": "#d62728"}
+    figure = series_figure(series, colours)
+    panels = _titled(figure)
+    assert set(panels) >= {
+        "preemptions (swap) per min", "queue depth (mean) p1 (PREMIUM)", "SLO compliance p3 (BACKGROUND)",
+        "swap blocks in use (max)", "rejections per min",
+    }
+    lines = {patch.get_label(): patch.get_edgecolor() for patch in panels["preemptions (swap) per min"].patches}
+    assert set(lines) == {"fcfs", "tiered"} and to_hex(lines["tiered"]) == colours["tiered"]
+    assert [t.get_text() for t in panels["SLO compliance p3 (BACKGROUND)"].texts] == [NO_DATA]  # no target
+    assert not panels["SLO compliance p1 (PREMIUM)"].texts
+    plot_series(series, tmp_path / "series.png", colours)
+    _assert_png(tmp_path / "series.png")
+
+
+def test_series_figure_without_data_says_so(tmp_path: Path, make_request: RequestFactory) -> None:
+    assert all(notes == [NO_DATA] for notes in _notes(series_figure({})) if notes)
+    empty = {"fcfs": monitoring_series([], MonitorLog(1.0))}
+    figure = series_figure(empty)
+    panels = _titled(figure)
+    assert not panels["swap blocks in use (max)"].has_data()
+    assert [t.get_text() for t in panels["swap blocks in use (max)"].texts] == [NO_DATA]
+    plot_series(empty, tmp_path / "empty.png")
+    plot_series({}, tmp_path / "none.png")
+    _assert_png(tmp_path / "empty.png")
+    _assert_png(tmp_path / "none.png")

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from semsched.core.request import LengthDistribution, Request, RequestState, TokenTimeline
-from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, all_met, request_metrics
+from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, all_met, rejection_kind, request_metrics
 from tests.metrics.factories import RequestFactory
+from tests.support import make_scheduler
 
 
 def test_latencies_from_token_times(make_request: RequestFactory) -> None:
@@ -109,6 +110,29 @@ def test_rejection_reason_only_for_rejected_and_dropped(make_request: RequestFac
     assert request_metrics(rejected).rejection_reason == reason
     assert request_metrics(dropped).rejection_reason == "never schedulable"
     assert request_metrics(finished).rejection_reason is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        ("shed: PREMIUM TTFT p99 at risk; BACKGROUND shed", "shed"),
+        ("queue full: 3 BACKGROUND requests waiting, its limit 3", "queue full"),
+        ("hopeless: E2E at least 7 s", "hopeless"),
+        ("dropped: KV cache full; tiered ends it rather than preempt it again", "dropped"),
+        ("never schedulable", "never schedulable"),
+        ("a: b: c", "a"),
+    ],
+)
+def test_rejection_kind_is_the_text_before_the_first_colon(reason: str, kind: str) -> None:
+    assert rejection_kind(reason) == kind
+
+
+def test_the_cores_too_large_rejection_has_a_kind_of_its_own() -> None:
+    scheduler = make_scheduler("fcfs", num_gpu_blocks=4, block_size=16)
+    request = Request("big", prompt_tokens=100, max_output_tokens=10, arrival_time_s=0.0)
+    assert not scheduler.add_request(request, 0.0).accepted
+    assert request.finish_reason is not None and ":" not in request.finish_reason
+    assert rejection_kind(request.finish_reason) == "too large for the KV cache"
 
 
 def test_attributes_of_the_request(make_request: RequestFactory) -> None:

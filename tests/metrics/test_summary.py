@@ -231,6 +231,24 @@ def test_to_dict_is_strict_json_with_nulls(make_request: RequestFactory) -> None
     assert data["by_priority"]["4"]["ttft_tpot_attainment"] is None
 
 
+def test_rejections_are_counted_by_kind_of_reason_per_class(make_request: RequestFactory) -> None:
+    def ended(request_id: str, state: RequestState, reason: str, priority: int) -> Request:
+        return make_request([], request_id=request_id, state=state, finish_reason=reason, priority=priority)
+
+    requests = [
+        ended("a", RequestState.REJECTED, "shed: PREMIUM at risk", 3),
+        ended("b", RequestState.REJECTED, "shed: PREMIUM at risk again", 3),
+        ended("c", RequestState.REJECTED, "queue full: 2 waiting", 2),
+        ended("d", RequestState.DROPPED, "never schedulable", 2),
+        make_request([1.0], request_id="e", priority=2),
+    ]
+    s = summarize(requests)
+    assert s.overall.rejections_by_reason == {"shed": 2, "queue full": 1, "never schedulable": 1}
+    assert s.by_priority[2].rejections_by_reason == {"queue full": 1, "never schedulable": 1}
+    assert json.loads(json.dumps(s.to_dict()))["by_priority"]["3"]["rejections_by_reason"] == {"shed": 2}
+    assert summarize([make_request([1.0])]).overall.to_dict()["rejections_by_reason"] == {}
+
+
 def test_json_names_carry_units(make_request: RequestFactory) -> None:
     data = summarize(_two_class_run(make_request)).to_dict()["overall"]
     assert {"throughput_requests_per_s", "goodput_requests_per_s", "output_tokens_per_s"} <= set(data)
