@@ -39,7 +39,17 @@ rules:
   meet their E2E target are rejected at once. Every rejection is explicit, its reason prefixed ``shed:``,
   ``queue full:`` or ``hopeless:`` (:mod:`semsched.policies.slo_guard`).
 
-Not here yet (issue 14): fair share between tiers.
+* **Fair share** (``fair_shares``, off by default): output tokens served per priority over ``share_window_s``; a
+  class served less than its target share ranks ahead of every class that is not, at the next re-key. Bound
+  (stated, and tested in tests/policies/test_tiered.py): with a positive share, the request at the head of its
+  class's queue is first scheduled within ``share_window_s + rekey_s + 2 * L * t`` whatever the load of more
+  important classes, where ``L`` is the longest output a running request may produce and ``t`` the longest
+  step: within ``L`` steps the requests of its own class that keep its share up have finished, within
+  ``share_window_s`` their tokens have left the window (the class is short), within ``rekey_s`` the queue
+  knows, and within ``L`` more steps every request running then has finished, while nothing else is admitted
+  ahead of it. Aging alone gives no such bound: its cap (1.5) is below the gap from BACKGROUND to PREMIUM (2),
+  and waiting PREMIUM requests age too. The queue learns a class is short (or no longer) only at a re-key, so a
+  saturating class gets its share to within about ``rekey_s / share_window_s`` (tested: 20 % asked, 21 % served).
 """
 
 from __future__ import annotations
@@ -56,8 +66,12 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import Request
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
+from semsched.policies.fair_share import ShareMeter
 from semsched.policies.registry import register_policy
 from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
+
+#: how far ahead a class short of its fair share ranks (more than any priority gap)
+SHORT_OF_SHARE_BOOST = 1e6
 
 #: ``Request.policy_state`` key: when the request's first token came (for its TPOT allowance)
 FIRST_TOKEN_KEY = "tiered.first_token_s"
@@ -87,6 +101,10 @@ class TieredConfig(PolicyConfig):
     min_prefill_tokens: int = _param(64, "prefill tokens a step may always take under TPOT protection")
     tpot_margin: float = _param(0.2, "TPOT protection aims this fraction under each target (the step's price is "
                                      "a lower bound)")
+    fair_shares: tuple[float, ...] | None = _param(
+        None, "target share of served tokens per priority 0/1/2/...: a class served less than its share over "
+              "share_window_s ranks ahead of every class that is not (a floor against starvation)")
+    share_window_s: float = _param(60.0, "engine time over which fair shares are measured (seconds)")
     shedding: bool = _param(False, "reject arrivals of less important tiers while a tier with targets misses "
                                    "them (the SLO guard: slo_guard.py)")
     slo_window_s: float = _param(60.0, "engine time over which the SLO guard keeps TTFT and TPOT observations")
@@ -119,6 +137,9 @@ class TieredConfig(PolicyConfig):
         _check_int("min_prefill_tokens", self.min_prefill_tokens, 1, 2**31 - 1)
         _check_float("tpot_margin", self.tpot_margin, 0.0, 0.9)
         self.guard_config()  # the SLO guard's own checks, now
+        _check_float("share_window_s", self.share_window_s, 1.0, 86_400.0)
+        if self.fair_shares is not None:
+            ShareMeter(dict(enumerate(self.fair_shares)), self.share_window_s)  # its checks, now
         _check_float("link_gb_per_s", self.link_gb_per_s, 1e-3, 1e6)
         if self.model not in KNOWN_SHAPES:
             raise ValueError(f"model must be one of {', '.join(sorted(KNOWN_SHAPES))}, got {self.model!r}")
@@ -162,12 +183,14 @@ class Tiered(Policy):
         needed = cfg.preemption == "cheapest" or cfg.protect_tpot or cfg.guards_slos
         self._latency: LatencyModel | None = load_profile(cfg.profile) if needed else None
         self._guard = SLOGuard(cfg.guard_config(), latency=self._latency) if cfg.guards_slos else None
+        shares = cfg.fair_shares
+        self._shares = ShareMeter(dict(enumerate(shares)), cfg.share_window_s) if shares is not None else None
 
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":
             return self.config.protect_tpot
-        if hook == "on_tokens":  # first tokens: for TPOT protection and for the SLO guard's observations
-            return self.config.protect_tpot or self._guard is not None
+        if hook == "on_tokens":  # TPOT protection, the SLO guard's observations, fair shares
+            return self.config.protect_tpot or self._guard is not None or self._shares is not None
         if hook in ("admit", "on_arrival", "on_preempt", "on_finish"):
             return self._guard is not None
         return super().uses_hook(hook)
@@ -190,7 +213,8 @@ class Tiered(Policy):
 
     @property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
-        return self.config.rekey_s if self.config.aging_per_s > 0 and self.config.max_age_boost > 0 else None
+        aging = self.config.aging_per_s > 0 and self.config.max_age_boost > 0
+        return self.config.rekey_s if aging or self._shares is not None else None
 
     @cached_property
     def _costs(self) -> PreemptionCostModel:
@@ -209,11 +233,15 @@ class Tiered(Policy):
     # ---- ordering ----------------------------------------------------------------------------------------
     def effective_priority(self, request: Request, now_s: float) -> float:
         """The tier's priority, less the aging boost since arrival; a promoted request's is at most the
-        protected tier's."""
+        protected tier's; a class short of its fair share ranks ahead of every class that is not."""
         cfg = self.config
         waited = max(now_s - request.arrival_time_s, 0.0)
         effective = request.priority - min(waited * cfg.aging_per_s, cfg.max_age_boost)
-        return min(effective, cfg.protected_priority) if self.promoted(request) else effective
+        if self.promoted(request):
+            effective = min(effective, cfg.protected_priority)
+        if self._shares is not None and request.priority in self._shares.short(now_s):
+            effective -= SHORT_OF_SHARE_BOOST
+        return effective
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (self.effective_priority(request, now_s), request.arrival_time_s)
@@ -300,6 +328,8 @@ class Tiered(Policy):
             request.policy_state[FIRST_TOKEN_KEY] = now_s
         if self._guard is not None:
             self._guard.on_tokens(request, num_tokens, now_s)
+        if self._shares is not None:
+            self._shares.record(request.priority, num_tokens, now_s)
 
     def _prefill_within(self, target_s: float, num_decode: int, context_tokens: int, most: int) -> int:
         """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s`` (binary search:

@@ -173,15 +173,17 @@ def _copy(request: Request) -> Request:
 
 
 def _run(scheduler: object, requests: list[Request], step_s: float = 0.01,
-         on_plan: Callable[[BatchPlan], None] | None = None) -> None:
+         on_plan: Callable[[BatchPlan], None] | None = None, until_s: float | None = None) -> None:
     """Drive the scheduler step by step with a fixed step time, checking the core's invariants and calling
-    ``on_plan`` on every step's plan as soon as it is formed."""
+    ``on_plan`` on every step's plan as soon as it is formed (until ``until_s`` of engine time, if given)."""
     from semsched.core.scheduler import Scheduler
 
     assert isinstance(scheduler, Scheduler)
     pending = sorted(requests, key=lambda r: r.arrival_time_s)
     now, index, steps = 0.0, 0, 0
     while index < len(pending) or scheduler.has_unfinished():
+        if until_s is not None and now >= until_s:
+            return
         while index < len(pending) and pending[index].arrival_time_s <= now:
             scheduler.add_request(pending[index], now)
             index += 1
@@ -358,3 +360,53 @@ def test_bad_guard_parameters_name_themselves() -> None:
         make_policy("tiered:shedding=true;shed_headroom=0.5;resume_headroom=0.1")
     with pytest.raises((PolicyError, ValueError), match="max_waiting"):
         make_policy("tiered:max_waiting=1/-2")
+
+
+def test_fair_share_bounds_how_long_background_waits_under_sustained_premium_load() -> None:
+    """PREMIUM arrives at twice what the engine serves for 15 s; one BACKGROUND request every 2 s. Without a
+    share BACKGROUND waits until the PREMIUM backlog is gone; with 10 % it starts within the bound the policy
+    states: share_window_s + rekey_s + 2 * L * t (here 2 + 1 + 2 * 5 * 0.01 = 3.1 s)."""
+    step_s, longest_output, window_s, rekey_s = 0.01, 5, 2.0, 1.0
+
+    def workload() -> list[Request]:
+        # 2 slots, one prefill step and 5 decode steps of 10 ms each: ~33 req/s served, 66 req/s arrive
+        premium = [make_request(f"p{i}", prompt=16, output=longest_output, priority=PREMIUM, arrival=i * 0.015)
+                   for i in range(1000)]
+        background = [make_request(f"b{i}", prompt=16, output=longest_output, priority=BACKGROUND,
+                                   arrival=2.0 + 2.0 * i) for i in range(6)]
+        return premium + background
+
+    waits = {}
+    for spec in ("tiered:aging_per_s=0",
+                 f"tiered:aging_per_s=0;fair_shares=0/0/0/0.1;share_window_s={window_s};rekey_s={rekey_s}"):
+        requests = workload()
+        scheduler = make_scheduler(spec, max_num_seqs=2, block_size=16, num_gpu_blocks=1000, watermark=0.0)
+        _run(scheduler, requests, step_s=step_s)
+        assert all(r.state is RequestState.FINISHED for r in requests)
+        waits[spec] = [r.first_scheduled_time_s - r.arrival_time_s for r in requests  # type: ignore[operator]
+                       if r.priority == BACKGROUND]
+    unfair, fair = waits.values()
+    assert min(unfair) > 5.0  # starved while the PREMIUM backlog lasts
+    assert max(fair) <= window_s + rekey_s + 2 * longest_output * step_s
+
+
+def test_fair_share_serves_a_saturating_class_about_its_share() -> None:
+    """PREMIUM and BACKGROUND both arrive faster than the engine serves: BACKGROUND gets about its 20 % of the
+    output tokens (not nothing, as under strict priority, and not much more: the boost stops once it has it;
+    the queue learns it only at a re-key, so the share overshoots by up to about rekey_s / share_window_s)."""
+    step_s, output = 0.01, 5
+    served: dict[int, int] = {}
+
+    def count(plan: BatchPlan) -> None:
+        for request in plan.decode:
+            served[request.priority] = served.get(request.priority, 0) + 1
+
+    for spec, lowest, highest in (("tiered:aging_per_s=0", 0.0, 0.0),
+                                  ("tiered:aging_per_s=0;fair_shares=0/0/0/0.2;share_window_s=10", 0.18, 0.27)):
+        served.clear()
+        requests = [make_request(f"{name}{i}", prompt=16, output=output, priority=priority, arrival=i * 0.01)
+                    for i in range(3000) for name, priority in (("p", PREMIUM), ("b", BACKGROUND))]
+        scheduler = make_scheduler(spec, max_num_seqs=2, block_size=16, num_gpu_blocks=1000, watermark=0.0)
+        _run(scheduler, requests, step_s=step_s, until_s=30.0, on_plan=count)
+        share = served.get(BACKGROUND, 0) / sum(served.values())
+        assert lowest <= share <= highest, (spec, share)
