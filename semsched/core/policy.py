@@ -25,6 +25,7 @@ Hook summary (all times are arguments; a policy never reads a clock):
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,6 +84,13 @@ class PolicyConfig:
             if allowed and value not in allowed:
                 choices = " or ".join(repr(a) for a in allowed)
                 raise ValueError(f"{item.name} must be {choices}, got {value!r}")
+
+
+def next_rekey_s(now_s: float, interval_s: float) -> float:
+    """When the waiting queue is next re-keyed after a re-key at ``now_s``: the next multiple of ``interval_s``.
+    A fixed grid rather than ``now_s + interval_s``, so the re-key times do not depend on which instants the
+    scheduler happened to be called at (the simulator's fast-forward skips calls while nothing waits)."""
+    return (math.floor(now_s / interval_s) + 1) * interval_s
 
 
 class Policy:

@@ -31,7 +31,7 @@ from semsched.core.plan import (
     ScheduledChunk,
     StepResult,
 )
-from semsched.core.policy import Policy, StepBudget
+from semsched.core.policy import Policy, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState, TokenTimeline
 
 
@@ -428,7 +428,7 @@ class Scheduler:
         interval = self.policy.rekey_interval_s
         if interval is None or now_s < self._next_rekey_s:
             return
-        self._next_rekey_s = now_s + interval
+        self._next_rekey_s = next_rekey_s(now_s, interval)
         self._waiting.rekey(lambda request: self.policy.waiting_key(request, now_s))
 
     def _enforce_exclusive(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:

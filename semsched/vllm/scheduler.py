@@ -63,7 +63,7 @@ from semsched.core.displacement import (
 )
 from semsched.core.kv import Reservation, blocks_for
 from semsched.core.plan import PreemptionMode, PreemptionReason
-from semsched.core.policy import Policy, SortKey, StepBudget
+from semsched.core.policy import Policy, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
 from semsched.core.scheduler import drop_reason, static_victim_order
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
@@ -514,7 +514,7 @@ class Scheduler(_VllmScheduler):
         interval = self.semsched_policy.rekey_interval_s
         if interval is None or now < self._next_rekey_s:
             return
-        self._next_rekey_s = now + interval
+        self._next_rekey_s = next_rekey_s(now, interval)
         self.waiting.rekey()  # type: ignore[attr-defined]
         self.kv_holding_waiting.rekey()  # type: ignore[attr-defined]
 
