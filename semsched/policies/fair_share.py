@@ -25,10 +25,10 @@ class ShareMeter:
 
     def __init__(self, targets: Mapping[int, float], window_s: float) -> None:
         if not math.isfinite(window_s) or window_s < BUCKET_S:
-            raise ValueError(f"share window_s must be a number of seconds >= {BUCKET_S:g}, got {window_s!r}")
+            raise ValueError(f"share_window_s must be a number of seconds >= {BUCKET_S:g}, got {window_s!r}")
         bad = {p: t for p, t in targets.items() if not (math.isfinite(t) and 0.0 <= t <= 1.0)}
         if bad or math.fsum(targets.values()) > 1.0 + 1e-9:
-            raise ValueError(f"fair shares must be from 0 to 1 and sum to at most 1, got {dict(targets)!r}")
+            raise ValueError(f"fair_shares must each be from 0 to 1 and sum to at most 1, got {dict(targets)!r}")
         self.targets = dict(targets)
         self.window_s = window_s
         self._buckets: deque[tuple[int, dict[int, int]]] = deque()  # (bucket index, tokens per priority)

@@ -59,8 +59,9 @@ class AdapterMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.preemptions = Counter(
-            "semsched_preemptions", "Requests preempted by the semsched scheduler, by reason", ["reason"],
-            registry=registry,
+            "semsched_preemptions",
+            "Requests preempted by the semsched scheduler, by reason and mode (recompute; drop: it ended)",
+            ["reason", "mode"], registry=registry,
         )
         self.rejections = Counter(
             "semsched_rejections", "Requests rejected at admission, by reason", ["reason"], registry=registry
@@ -82,6 +83,12 @@ class AdapterMetrics:
             "Finished requests with an SLO, per priority class, tier, SLO kind (ttft, tpot, e2e) and outcome "
             "(met, missed)",
             ["priority", "tier", "slo", "outcome"], registry=registry,
+        )
+        self.output_tokens = Counter(
+            "semsched_output_tokens",
+            "Output tokens served, per priority class and tier, counted when a request ends (finished or not); "
+            "a class's share of served tokens is its rate over the sum of all",
+            ["priority", "tier"], registry=registry,
         )
         self.ttft = Histogram(
             "semsched_ttft_seconds", "Engine-side time to first token, per priority class and tier",

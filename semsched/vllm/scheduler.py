@@ -66,6 +66,7 @@ from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.policy import Policy, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
 from semsched.core.scheduler import drop_reason, static_victim_order
+from semsched.policies.slo_guard import rejection_kind
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
 from semsched.vllm.metrics import (
     AdapterMetrics,
@@ -229,6 +230,14 @@ class _Tracked:
     tier_label: str
     first_token_s: float | None = None
     reported_tokens: int = 0  # output tokens already reported to ``on_tokens``
+
+
+def _policy_rejection_label(reason: str) -> str:
+    """The ``semsched_rejections_total`` label of a policy's rejection: the SLO guard's kind (``shed``,
+    ``queue_full``, ``hopeless``) when its reason names one, else ``policy`` (reasons are free text: one label
+    each would make the series unbounded)."""
+    kind = rejection_kind(reason)
+    return kind.replace(" ", "_") if kind is not None else "policy"
 
 
 @dataclass
@@ -466,7 +475,8 @@ class Scheduler(_VllmScheduler):
             return
         decision = self.semsched_policy.admit(shadow, self._view, now)
         if not decision.accepted:
-            self._reject(request, "policy", f"{REJECTED_PREFIX}{self.semsched_policy.name}: {decision.reason}")
+            self._reject(request, _policy_rejection_label(decision.reason),
+                         f"{REJECTED_PREFIX}{self.semsched_policy.name}: {decision.reason}")
             return
         self._tracked[request.request_id] = _Tracked(request, shadow, tier)
         cls = self.semsched_policy.exclusive_class(shadow)
@@ -750,6 +760,7 @@ class Scheduler(_VllmScheduler):
         policy, shadow = self.semsched_policy, self._refresh(entry)
         if self._drops and policy.preemption_mode(shadow, self._view) is PreemptionMode.DROP:
             message = f"semsched: {drop_reason(policy.name, shadow, reason)}"
+            self.metrics.preemptions.labels(label, "drop").inc()
             self._reject(entry.request, "dropped", message)
             self.finish_requests(entry.request.request_id, RequestStatus.FINISHED_ABORTED)
             return
@@ -757,7 +768,7 @@ class Scheduler(_VllmScheduler):
         shadow.state = RequestState.PREEMPTED_RECOMPUTE
         # vLLM queued it before the count changed, and the policy's key may depend on the count
         self.waiting.rekey_request(entry.request)  # type: ignore[attr-defined]
-        self.metrics.preemptions.labels(label).inc()
+        self.metrics.preemptions.labels(label, "recompute").inc()  # vLLM has no swap space
         policy.on_preempt(shadow, now)
 
     def _steady_step(self, output: Any, resumed: set[str]) -> bool:
@@ -859,6 +870,8 @@ class Scheduler(_VllmScheduler):
         if cls is not None:
             self._class_counts[cls] -= 1
         self.semsched_policy.on_finish(shadow, now)
+        if shadow.num_output_tokens:
+            self.metrics.output_tokens.labels(str(shadow.priority), entry.tier_label).inc(shadow.num_output_tokens)
         if completed:
             self._record_finish(entry, now)
 

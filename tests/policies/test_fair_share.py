@@ -25,5 +25,5 @@ def test_shares_over_the_window() -> None:
 
 @pytest.mark.parametrize(("targets", "window_s"), [({1: 0.7, 2: 0.4}, 10.0), ({1: -0.1}, 10.0), ({1: 0.5}, 0.5)])
 def test_bad_settings_are_refused(targets: dict[int, float], window_s: float) -> None:
-    with pytest.raises(ValueError, match="fair shares|window_s"):
+    with pytest.raises(ValueError, match="fair_shares|share_window_s"):
         ShareMeter(targets, window_s)

@@ -124,7 +124,7 @@ def test_priority_preempt_serves_late_high_priority_first_unlike_vllm(
 @SCHEDULING
 def test_displacement_is_counted_as_priority_preemption(tiny_model_dir: Path, async_scheduling: bool) -> None:
     def count(reason: str) -> float:
-        return REGISTRY.get_sample_value("semsched_preemptions_total", {"reason": reason}) or 0.0
+        return _sample("semsched_preemptions_total", reason=reason, mode="recompute")
 
     before = count("priority")
     h = _harness(tiny_model_dir, "priority-preempt", async_scheduling=async_scheduling)
@@ -240,8 +240,10 @@ def test_drops_at_the_preemption_limit_alike_and_tell_the_client(tiny_model_dir:
         )
     rng = random.Random(14)
     workload = _random_workload(rng)
+    drops_before = _sample("semsched_preemptions_total", reason="kv_pressure", mode="drop")
     finished, _ = _run_workload(_harness(tiny_model_dir, policy, **dataclasses.asdict(config)), workload, rng)
     dropped = [f for f in finished if f.finish_reason == "abort"]
+    assert _sample("semsched_preemptions_total", reason="kv_pressure", mode="drop") - drops_before == len(dropped)
     assert all(str(f.stop_reason).startswith("semsched: dropped: KV cache full") for f in dropped)
     assert dropped or config is LOCKSTEP_SLOT_CONFIG  # (blocks for everything: nothing to drop for)
     assert sorted(f.request_id for f in finished) == sorted(r[1] for r in workload)  # nothing lost
@@ -304,6 +306,28 @@ def test_policy_rejection_reaches_the_client(tiny_model_dir: Path, async_schedul
     assert finished["short"].num_output_tokens == 4
     assert finished["long"].finish_reason == "abort"
     assert "rejected by test-reject-long: prompt_tokens 150 > 100" in str(finished["long"].stop_reason)
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_metrics_count_rejections_by_kind_and_tokens_per_tier(tiny_model_dir: Path) -> None:
+    """A full BACKGROUND queue (tiered:max_waiting) rejects with reason 'queue full:', counted under the label
+    queue_full, not the catch-all 'policy'; served tokens are counted per priority and tier as requests end."""
+    queue_full = ("semsched_rejections_total", {"reason": "queue_full"})
+    tokens = ("semsched_output_tokens_total", {"priority": "3", "tier": "BACKGROUND"})
+    before = {name: _sample(name, **labels) for name, labels in (queue_full, tokens)}
+    h = _harness(tiny_model_dir, "tiered:max_waiting=0/0/0/1", max_num_seqs=1)
+    rng = random.Random(4)
+    for i in range(3):  # all three wait when they arrive: the first fills BACKGROUND's queue of one
+        h.add(f"bg{i}", _prompt(rng, 20), 5, priority=3, extra_args={"tier": "BACKGROUND"})
+    finished = {f.request_id: f for r in h.run() for f in r.finished}
+    assert finished["bg0"].num_output_tokens == 5
+    rejected = [f for f in finished.values() if f.finish_reason == "abort"]
+    assert len(rejected) == 2 and all("queue full:" in str(f.stop_reason) for f in rejected)
+    assert _sample(queue_full[0], **queue_full[1]) - before[queue_full[0]] == 2
+    assert _sample(tokens[0], **tokens[1]) - before[tokens[0]] == 5
 
 
 @SCHEDULING
