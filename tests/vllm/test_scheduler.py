@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,6 +329,29 @@ def test_metrics_count_rejections_by_kind_and_tokens_per_tier(tiny_model_dir: Pa
     assert len(rejected) == 2 and all("queue full:" in str(f.stop_reason) for f in rejected)
     assert _sample(queue_full[0], **queue_full[1]) - before[queue_full[0]] == 2
     assert _sample(tokens[0], **tokens[1]) - before[tokens[0]] == 5
+
+
+def test_shedding_rejects_background_while_premium_misses_its_ttft(tiny_model_dir: Path) -> None:
+    """tiered's SLO guard inside vLLM: 25 PREMIUM requests stamped as having arrived 10 s ago all miss their
+    200 ms TTFT; the next BACKGROUND arrival is shed: an abort whose reason names it, counted as 'shed'. A
+    PREMIUM arrival is never shed."""
+    shed = ("semsched_rejections_total", {"reason": "shed"})
+    before = _sample(shed[0], **shed[1])
+    h = _harness(tiny_model_dir, "tiered:shedding=true", max_num_seqs=8)
+    rng = random.Random(5)
+    late = time.time() - 10.0
+    for i in range(25):
+        h.add(f"premium{i}", _prompt(rng, 16), 2, priority=1, extra_args={"tier": "PREMIUM"}, arrival_time=late)
+    finished = {f.request_id: f for r in h.run() for f in r.finished}
+    assert all(f.finish_reason == "length" for f in finished.values()) and len(finished) == 25
+    time.sleep(1.1)  # the guard re-judges at arrivals at most once a second (its evaluate_every_s)
+    h.add("background", _prompt(rng, 16), 2, priority=3, extra_args={"tier": "BACKGROUND"})
+    h.add("premium-after", _prompt(rng, 16), 2, priority=1, extra_args={"tier": "PREMIUM"})
+    finished = {f.request_id: f for r in h.run() for f in r.finished}
+    assert finished["background"].finish_reason == "abort"
+    assert str(finished["background"].stop_reason).startswith("semsched: rejected by tiered: shed: ")
+    assert finished["premium-after"].finish_reason == "length"
+    assert _sample(shed[0], **shed[1]) - before == 1
 
 
 @SCHEDULING
