@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from semsched.core.errors import SemschedError
 from semsched.core.scheduler import SchedulerConfig
+from semsched.core.tiers import TierError, load_tier_table
 from semsched.experiments.plots import policy_colour
 from semsched.metrics import Summary, print_comparison, write_json, write_requests_csv, write_summary_csv
 from semsched.metrics import request_metrics as metrics_of
@@ -52,6 +53,13 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         "--workload",
         default="azure-conv",
         help="workload spec name:key=value;key=value (see `semsched workloads`) or a .csv/.jsonl trace path",
+    )
+    parser.add_argument(
+        "--tiers",
+        type=Path,
+        default=None,
+        help="YAML tier table the workload draws tiers and SLOs from (default: the built-in table; `semsched "
+        "tiers --yaml` prints it); give it to tiered as tier_table= too for its shares and reserves",
     )
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of arrivals (default 600)")
     parser.add_argument("--seed", type=int, default=0)
@@ -132,6 +140,11 @@ def workload_for(args: argparse.Namespace, rate: float) -> Workload:
         if args.max_requests < 1:
             raise UsageError(f"--max-requests: must be >= 1 (got {args.max_requests})")
         extra["max_requests"] = args.max_requests
+    if args.tiers is not None:
+        try:
+            extra["tiers"] = load_tier_table(args.tiers)
+        except TierError as error:
+            raise UsageError(f"--tiers: {error}") from None
     return build_workload(args.workload, rate_per_s=rate, duration_s=args.duration, seed=args.seed, **extra)
 
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from semsched.core.kv import Reservation
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.request import Request
+from semsched.core.tiers import TierSpec
 
 SortKey = tuple[float, ...]
 
@@ -111,6 +112,9 @@ class Policy:
     #: True when ``victim_key`` depends only on what never changes while a request runs (arrival, priority,
     #: deadline): the scheduler then re-sorts its running list only after admissions
     static_victim_key: ClassVar[bool] = False
+    #: the deployment's tier table when the policy was given one (``tiered:tier_table=``): the vLLM adapter
+    #: takes the SLOs of a request that names a tier from it (default: :data:`semsched.core.tiers.DEFAULT_TIERS`)
+    tier_table: tuple[TierSpec, ...] | None = None
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()

@@ -17,10 +17,13 @@ The default table follows the priority-tier design in seed 003 ("Priority Tier A
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import yaml
 
 from semsched.core.errors import SemschedError
 
@@ -42,6 +45,10 @@ class TierSpec:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     e2e_slo_s: float | None = None
+    #: target share of served output tokens (``tiered``'s fair share; 0: none)
+    fair_share: float = 0.0
+    #: fraction of the KV blocks kept for this tier and more important ones (``tiered``'s reservation; 0: none)
+    reserve_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -54,6 +61,10 @@ class TierSpec:
             value = getattr(self, field_name)
             if value is not None and (not math.isfinite(value) or value <= 0):
                 raise TierError(f"TierSpec.{field_name}: must be a finite number > 0 or None (got {value!r})")
+        for field_name in ("fair_share", "reserve_fraction"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise TierError(f"TierSpec.{field_name}: must be a number from 0 to 1 (got {value!r})")
 
 
 SYSTEM = TierSpec("SYSTEM", priority=0, weight=0.05)
@@ -87,3 +98,109 @@ def normalised_weights(tiers: Sequence[TierSpec], weights: Sequence[float] | Non
     if not np.all(np.isfinite(raw)) or np.any(raw < 0) or raw.sum() <= 0:
         raise TierError(f"weights: must be finite, >= 0 and not all zero (got {raw.tolist()})")
     return np.asarray(raw / raw.sum(), dtype=np.float64)
+
+
+# ---- a deployment's tier table in YAML ----------------------------------------------------------------------
+#: the keys of one tier in a tier-table file; SLOs in milliseconds, as in a request's ``vllm_xargs``
+TIER_TABLE_KEYS: dict[str, str] = {
+    "name": "the tier's name (requests name it in vllm_xargs.tier; workloads draw it)",
+    "priority": "scheduling priority, an integer; lower is more important; one tier per priority",
+    "weight": "share of traffic when a workload draws tiers (default 0)",
+    "ttft_slo_ms": "time-to-first-token target in ms (omit: none)",
+    "tpot_slo_ms": "time-per-output-token target in ms (omit: none)",
+    "e2e_slo_ms": "end-to-end latency target in ms (omit: none)",
+    "fair_share": "target share of served output tokens, 0 to 1 (tiered's fair share; default 0)",
+    "reserve_fraction": "fraction of KV blocks kept for this tier and more important ones (tiered; default 0)",
+}
+_MS_KEYS = {"ttft_slo_ms": "ttft_slo_s", "tpot_slo_ms": "tpot_slo_s", "e2e_slo_ms": "e2e_slo_s"}
+
+
+def load_tier_table(path: str | Path) -> tuple[TierSpec, ...]:
+    """Read a tier table from a YAML file: a mapping with ``tiers``, a list of tiers with the keys of
+    :data:`TIER_TABLE_KEYS` (``name`` and ``priority`` required), ordered by priority on return.
+
+    Raises :class:`TierError` naming the file and the field (``tiers[2].ttft_slo_ms``) for a missing file,
+    unknown key, bad value, repeated name or priority, fair shares summing past 1, or reserves reaching 1.
+    """
+    source = Path(path)
+    try:
+        document = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise TierError(f"tier table {source}: cannot read it ({error.strerror or error})") from error
+    except yaml.YAMLError as error:
+        raise TierError(f"tier table {source}: not valid YAML ({error})") from error
+    try:
+        return tier_table_from_mapping(document)
+    except TierError as error:
+        raise TierError(f"tier table {source}: {error}") from error
+
+
+def tier_table_from_mapping(document: object) -> tuple[TierSpec, ...]:
+    """The tiers of a parsed tier-table document (see :func:`load_tier_table`)."""
+    if not isinstance(document, Mapping) or set(document) != {"tiers"}:
+        raise TierError("the document must be a mapping with one key, 'tiers' (a list of tiers)")
+    entries = document["tiers"]
+    if not isinstance(entries, list) or not entries:
+        raise TierError("tiers: must be a non-empty list of tiers")
+    tiers = tuple(_tier_from_entry(i, entry) for i, entry in enumerate(entries))
+    tier_index(tiers)  # names are unique
+    priorities = [t.priority for t in tiers]
+    repeated = sorted({p for p in priorities if priorities.count(p) > 1})
+    if repeated:
+        raise TierError(f"tiers: priority {repeated[0]} is given to more than one tier (one tier per priority)")
+    if math.fsum(t.fair_share for t in tiers) > 1.0 + 1e-9:
+        raise TierError(f"tiers: fair_share values sum to {math.fsum(t.fair_share for t in tiers):g}, more than 1")
+    if math.fsum(t.reserve_fraction for t in tiers) >= 1.0:
+        raise TierError("tiers: reserve_fraction values must sum to less than 1 (something must stay unreserved)")
+    return tuple(sorted(tiers, key=lambda t: t.priority))
+
+
+def _tier_from_entry(index: int, entry: object) -> TierSpec:
+    where = f"tiers[{index}]"
+    if not isinstance(entry, Mapping):
+        raise TierError(f"{where}: must be a mapping of {', '.join(TIER_TABLE_KEYS)}")
+    unknown = sorted(set(map(str, entry)) - set(TIER_TABLE_KEYS))
+    if unknown:
+        raise TierError(f"{where}.{unknown[0]}: unknown key; known: {', '.join(TIER_TABLE_KEYS)}")
+    for required in ("name", "priority"):
+        if required not in entry:
+            raise TierError(f"{where}.{required}: required")
+    name, priority = entry["name"], entry["priority"]
+    if not isinstance(name, str) or not name.strip() or len(name) > 64:
+        raise TierError(f"{where}.name: must be a non-empty string of at most 64 characters (got {name!r})")
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 2**31 - 1:
+        raise TierError(f"{where}.priority: must be an integer from 0 to 2**31-1 (got {priority!r})")
+    values: dict[str, Any] = {"name": name, "priority": priority}
+    for key in ("weight", "fair_share", "reserve_fraction", *_MS_KEYS):
+        if key not in entry:
+            continue
+        value = entry[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise TierError(f"{where}.{key}: must be a number (got {value!r})")
+        if key in _MS_KEYS:
+            if not 0 < value <= 86_400_000:
+                raise TierError(f"{where}.{key}: must be > 0 and <= 86,400,000 ms (got {value!r})")
+            values[_MS_KEYS[key]] = value / 1000.0
+        else:
+            values[key] = float(value)
+    values.setdefault("weight", 0.0)
+    try:
+        return TierSpec(**values)
+    except TierError as error:  # "TierSpec.weight: ..." -> "tiers[1].weight: ..."
+        raise TierError(str(error).replace("TierSpec.", f"{where}.", 1)) from error
+
+
+def tier_table_yaml(tiers: Sequence[TierSpec]) -> str:
+    """``tiers`` as a tier-table YAML document that :func:`load_tier_table` reads back to the same specs."""
+    entries = []
+    for tier in tiers:
+        entry: dict[str, Any] = {"name": tier.name, "priority": tier.priority, "weight": tier.weight}
+        for key, attribute in _MS_KEYS.items():
+            value = getattr(tier, attribute)
+            if value is not None:
+                entry[key] = round(value * 1000.0, 9)
+        for key in ("fair_share", "reserve_fraction"):
+            if getattr(tier, key):
+                entry[key] = getattr(tier, key)
+        entries.append(entry)
+    return yaml.safe_dump({"tiers": entries}, sort_keys=False)

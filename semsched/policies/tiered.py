@@ -64,6 +64,7 @@ from semsched.core.kv import Reservation
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request
+from semsched.core.tiers import DEFAULT_TIERS, TierError, load_tier_table
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
@@ -105,6 +106,10 @@ class TieredConfig(PolicyConfig):
         None, "target share of served tokens per priority 0/1/2/...: a class served less than its share over "
               "share_window_s ranks ahead of every class that is not (a floor against starvation)")
     share_window_s: float = _param(60.0, "engine time over which fair shares are measured (seconds)")
+    tier_table: str | None = _param(
+        None, "a deployment's YAML tier table (semsched tiers): its fair shares, reserve fractions (each tier's "
+              "blocks usable by it and more important tiers) and SLOs; the vLLM adapter gives requests naming a "
+              "tier its SLOs")
     shedding: bool = _param(False, "reject arrivals of less important tiers while a tier with targets misses "
                                    "them (the SLO guard: slo_guard.py)")
     slo_window_s: float = _param(60.0, "engine time over which the SLO guard keeps TTFT and TPOT observations")
@@ -140,6 +145,14 @@ class TieredConfig(PolicyConfig):
         _check_float("share_window_s", self.share_window_s, 1.0, 86_400.0)
         if self.fair_shares is not None:
             ShareMeter(dict(enumerate(self.fair_shares)), self.share_window_s)  # its checks, now
+        if self.tier_table is not None:
+            if self.fair_shares is not None or self.reserve_fraction:
+                raise ValueError("tier_table gives each tier's fair_share and reserve_fraction: set them there, "
+                                 "not also as fair_shares or reserve_fraction")
+            try:
+                load_tier_table(self.tier_table)  # a missing or bad file fails now, naming the field
+            except TierError as error:
+                raise ValueError(f"tier_table: {error}") from error
         _check_float("link_gb_per_s", self.link_gb_per_s, 1e-3, 1e6)
         if self.model not in KNOWN_SHAPES:
             raise ValueError(f"model must be one of {', '.join(sorted(KNOWN_SHAPES))}, got {self.model!r}")
@@ -182,9 +195,13 @@ class Tiered(Policy):
         # loaded once, now, so that an unknown profile fails when the policy is built
         needed = cfg.preemption == "cheapest" or cfg.protect_tpot or cfg.guards_slos
         self._latency: LatencyModel | None = load_profile(cfg.profile) if needed else None
-        self._guard = SLOGuard(cfg.guard_config(), latency=self._latency) if cfg.guards_slos else None
-        shares = cfg.fair_shares
-        self._shares = ShareMeter(dict(enumerate(shares)), cfg.share_window_s) if shares is not None else None
+        self.tier_table = load_tier_table(cfg.tier_table) if cfg.tier_table is not None else None
+        tiers = self.tier_table or DEFAULT_TIERS
+        self._guard = SLOGuard(cfg.guard_config(), latency=self._latency, tiers=tiers) if cfg.guards_slos else None
+        shares: dict[int, float] | None = dict(enumerate(cfg.fair_shares)) if cfg.fair_shares is not None else None
+        if self.tier_table is not None and any(t.fair_share for t in self.tier_table):
+            shares = {t.priority: t.fair_share for t in self.tier_table}
+        self._shares = ShareMeter(shares, cfg.share_window_s) if shares is not None else None
 
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":
@@ -223,6 +240,9 @@ class Tiered(Policy):
         return PreemptionCostModel(latency, KNOWN_SHAPES[cfg.model], cfg.link_gb_per_s * 1e9)
 
     def reservations(self, num_gpu_blocks: int) -> tuple[Reservation, ...]:
+        if self.tier_table is not None:  # each tier's blocks: for it and the more important tiers
+            kept = ((t.priority, int(t.reserve_fraction * num_gpu_blocks)) for t in self.tier_table)
+            return tuple(Reservation(priority, blocks) for priority, blocks in kept if blocks)
         reserved = int(self.config.reserve_fraction * num_gpu_blocks)
         return (Reservation(self.config.protected_priority, reserved),) if reserved else ()
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from semsched.core.tiers import DEFAULT_TIERS
+from semsched.core.tiers import DEFAULT_TIERS, TierSpec
 from semsched.vllm.xargs import NO_TIER, RequestOptions
 
 PREEMPTION_REASONS = ("kv_pressure", "priority", "exclusive")
@@ -33,12 +33,14 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _TIER_LABELS = {tier.name.lower(): tier.name for tier in DEFAULT_TIERS}
 
 
-def tier_label(options: RequestOptions) -> str:
-    """The ``tier`` label of a request: a tier of the default table by its name (``PREMIUM``), ``other`` for any
-    other label (clients choose tiers freely; the label keeps the number of series bounded), ``none`` without."""
+def tier_label(options: RequestOptions, tiers: Sequence[TierSpec] = DEFAULT_TIERS) -> str:
+    """The ``tier`` label of a request: a tier of the table (default: the default table) by its name
+    (``PREMIUM``), ``other`` for any other label (clients choose tiers freely; the label keeps the number of
+    series bounded), ``none`` without."""
     if options.tier == NO_TIER:
         return "none"
-    return _TIER_LABELS.get(options.tier.lower(), "other")
+    labels = _TIER_LABELS if tiers is DEFAULT_TIERS else {tier.name.lower(): tier.name for tier in tiers}
+    return labels.get(options.tier.lower(), "other")
 
 
 def unexported_metrics_note(environ: Mapping[str, str] | None = None) -> str | None:

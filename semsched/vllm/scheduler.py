@@ -66,6 +66,7 @@ from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.policy import Policy, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
 from semsched.core.scheduler import drop_reason, static_victim_order
+from semsched.core.tiers import DEFAULT_TIERS
 from semsched.policies.slo_guard import rejection_kind
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
 from semsched.vllm.metrics import (
@@ -438,7 +439,8 @@ class Scheduler(_VllmScheduler):
 
     def _make_shadow(self, request: VllmRequest) -> tuple[Request, str]:
         params = request.sampling_params
-        options = parse_request_options(request.priority, params.extra_args if params is not None else None)
+        tiers = self.semsched_policy.tier_table or DEFAULT_TIERS
+        options = parse_request_options(request.priority, params.extra_args if params is not None else None, tiers)
         shadow = Request(
             request_id=request.request_id,
             prompt_tokens=max(int(request.num_prompt_tokens), 1),
@@ -452,7 +454,7 @@ class Scheduler(_VllmScheduler):
             e2e_slo_s=options.e2e_slo_s,
             predicted_output=options.predicted_output,
         )
-        return shadow, tier_label(options)
+        return shadow, tier_label(options, tiers)
 
     def _waiting_key(self, request: VllmRequest) -> SortKey:
         entry = self._tracked.get(request.request_id)

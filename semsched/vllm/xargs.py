@@ -28,13 +28,14 @@ plain Python so the API-server middleware, the engine-side scheduler and tests s
 from __future__ import annotations
 
 import difflib
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from semsched.core.request import InvalidRequestError, LengthDistribution
-from semsched.core.tiers import DEFAULT_TIERS
+from semsched.core.tiers import DEFAULT_TIERS, TierSpec
 
 MAX_SLO_MS = 86_400_000.0  # one day
 MAX_TIER_CHARS = 64
@@ -63,6 +64,12 @@ SEMSCHED_KEYS = frozenset(
 _KNOWN_TIERS = {tier.name.lower(): tier for tier in DEFAULT_TIERS}
 
 
+@functools.lru_cache(maxsize=8)
+def _tiers_by_name(tiers: tuple[TierSpec, ...]) -> dict[str, TierSpec]:
+    """A tier table by lower-case name (tables are tuples of frozen specs: hashable, cached)."""
+    return {tier.name.lower(): tier for tier in tiers}
+
+
 @dataclass(frozen=True)
 class RequestOptions:
     """Validated scheduling inputs of one request, in semsched's units (seconds, tokens)."""
@@ -76,9 +83,12 @@ class RequestOptions:
     predicted_output: LengthDistribution | None = None
 
 
-def parse_request_options(priority: object, extra_args: Mapping[str, Any] | None) -> RequestOptions:
+def parse_request_options(
+    priority: object, extra_args: Mapping[str, Any] | None, tiers: Sequence[TierSpec] = DEFAULT_TIERS
+) -> RequestOptions:
     """Validate ``priority`` and the semsched keys of ``extra_args``.
 
+    A request naming a tier of ``tiers`` (any case) gets that tier's SLOs where it gives none.
     Raises :class:`InvalidRequestError`; its message starts with the field (``priority`` or
     ``vllm_xargs.<key>``) and states the limit.
     """
@@ -86,7 +96,8 @@ def parse_request_options(priority: object, extra_args: Mapping[str, Any] | None
     args = _args(extra_args)
     _check_near_misses(args)
     tier = _tier(args.get("tier"))
-    defaults = _KNOWN_TIERS.get(tier.lower())
+    known = _KNOWN_TIERS if tiers is DEFAULT_TIERS else _tiers_by_name(tuple(tiers))
+    defaults = known.get(tier.lower())
     return RequestOptions(
         priority=checked_priority,
         tier=tier,

@@ -111,6 +111,36 @@ def test_listing_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert "max_concurrent: int = 100" in out and "tier_weights: float/float/... (optional)" in out
 
 
+def test_tiers_command_writes_a_template_that_simulate_reads(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tiers", "--yaml"]) == 0
+    template = capsys.readouterr().out
+    table = tmp_path / "tiers.yaml"
+    table.write_text(template.replace("PREMIUM", "GOLD").replace("ttft_slo_ms: 200.0", "ttft_slo_ms: 150.0"))
+    assert main(["tiers", str(table)]) == 0
+    shown = capsys.readouterr().out
+    assert "GOLD" in shown and "150.0" in shown and "PREMIUM" not in shown
+    out = tmp_path / "out"
+    argv = ["simulate", "--policy", f"fcfs,tiered:tier_table={table}", "--tiers", str(table), "--rate", "3",
+            "--duration", "10", "--out", str(out)]
+    assert main(argv) == 0
+    with (out / "requests.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    gold = [row for row in rows if row["tier"] == "GOLD"]
+    assert gold and all(float(row["ttft_slo_s"]) == 0.15 for row in gold)
+    assert not any(row["tier"] == "PREMIUM" for row in rows)
+
+
+def test_a_bad_tier_table_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "tiers.yaml"
+    table.write_text("tiers:\n  - {name: GOLD, priority: 0, ttft_slo: 150}\n")
+    assert main(["simulate", "--tiers", str(table), "--duration", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--tiers" in err and "tiers[0].ttft_slo: unknown key" in err and "Traceback" not in err
+    assert main(["tiers", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+
+
 @pytest.fixture
 def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "profiles"

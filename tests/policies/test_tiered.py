@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from semsched.core.kv import Reservation
 from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
 from semsched.core.policy import StepBudget
 from semsched.core.request import Request, RequestState
@@ -410,3 +411,26 @@ def test_fair_share_serves_a_saturating_class_about_its_share() -> None:
         _run(scheduler, requests, step_s=step_s, until_s=30.0, on_plan=count)
         share = served.get(BACKGROUND, 0) / sum(served.values())
         assert lowest <= share <= highest, (spec, share)
+
+
+def test_a_tier_table_gives_shares_reserves_and_slos(tmp_path: Path) -> None:
+    table = tmp_path / "tiers.yaml"
+    table.write_text("tiers:\n"
+                     "  - {name: GOLD, priority: 0, weight: 0.3, ttft_slo_ms: 300, reserve_fraction: 0.2}\n"
+                     "  - {name: SILVER, priority: 1, weight: 0.3, ttft_slo_ms: 900, reserve_fraction: 0.1}\n"
+                     "  - {name: BULK, priority: 2, weight: 0.4, e2e_slo_ms: 60000, fair_share: 0.25}\n")
+    policy = _tiered(f"tiered:tier_table={table}")
+    assert policy.tier_table is not None and [t.name for t in policy.tier_table] == ["GOLD", "SILVER", "BULK"]
+    # each tier's reserve is kept for it and the tiers more important than it
+    assert policy.reservations(1000) == (Reservation(0, 200), Reservation(1, 100))
+    assert policy.uses_hook("on_tokens") and policy.rekey_interval_s == policy.config.rekey_s  # fair share on
+    assert _tiered().tier_table is None
+
+
+def test_a_tier_table_is_checked_when_the_policy_is_built(tmp_path: Path) -> None:
+    with pytest.raises((PolicyError, ValueError), match="tier_table: tier table .*cannot read it"):
+        make_policy(f"tiered:tier_table={tmp_path / 'missing.yaml'}")
+    table = tmp_path / "tiers.yaml"
+    table.write_text("tiers:\n  - {name: GOLD, priority: 0, fair_share: 0.5}\n")
+    with pytest.raises((PolicyError, ValueError), match="set them there, not also"):
+        make_policy(f"tiered:tier_table={table};reserve_fraction=0.1")

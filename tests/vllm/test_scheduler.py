@@ -354,6 +354,22 @@ def test_shedding_rejects_background_while_premium_misses_its_ttft(tiny_model_di
     assert _sample(shed[0], **shed[1]) - before == 1
 
 
+def test_the_policys_tier_table_names_tiers_and_gives_their_slos(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """tiered:tier_table=PATH inside vLLM: a request naming a tier of that table is labelled with it and judged
+    against its SLOs (here an E2E target no request can meet: a missed E2E is counted under GOLD)."""
+    table = tmp_path / "tiers.yaml"
+    table.write_text("tiers:\n  - {name: GOLD, priority: 0, e2e_slo_ms: 0.001}\n  - {name: BULK, priority: 1}\n")
+    missed = ("semsched_slo_requests_total", {"priority": "0", "tier": "GOLD", "slo": "e2e", "outcome": "missed"})
+    finished = ("semsched_requests_finished_total", {"priority": "0", "tier": "GOLD"})
+    before = {name: _sample(name, **labels) for name, labels in (missed, finished)}
+    h = _harness(tiny_model_dir, f"tiered:tier_table={table}")
+    rng = random.Random(6)
+    h.add("gold", _prompt(rng, 16), 3, priority=0, extra_args={"tier": "gold"})
+    assert [f.finish_reason for r in h.run() for f in r.finished] == ["length"]
+    assert _sample(finished[0], **finished[1]) - before[finished[0]] == 1
+    assert _sample(missed[0], **missed[1]) - before[missed[0]] == 1
+
+
 @SCHEDULING
 def test_step_budget_caps_tokens_and_sequences(tiny_model_dir: Path, async_scheduling: bool) -> None:
     h = _harness(tiny_model_dir, "test-small-steps", async_scheduling=async_scheduling)

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from semsched.core.request import InvalidRequestError
-from semsched.core.tiers import PREMIUM
+from semsched.core.tiers import PREMIUM, TierSpec
 from semsched.vllm.xargs import MAX_SLO_MS, SEMSCHED_KEYS, parse_request_options
 
 
@@ -19,6 +19,14 @@ def test_slos_are_converted_to_seconds() -> None:
     assert math.isclose(options.ttft_slo_s or 0, 0.25)
     assert math.isclose(options.tpot_slo_s or 0, 0.0405)
     assert math.isclose(options.e2e_slo_s or 0, 9.0)
+
+
+def test_a_deployments_tier_table_gives_its_tiers_slos() -> None:
+    gold = TierSpec("GOLD", priority=0, weight=1.0, ttft_slo_s=0.3, e2e_slo_s=8.0)
+    options = parse_request_options(0, {"tier": "gold"}, (gold,))
+    assert (options.ttft_slo_s, options.tpot_slo_s, options.e2e_slo_s) == (0.3, None, 8.0)
+    premium = parse_request_options(1, {"tier": "PREMIUM"}, (gold,))  # not in this table: no defaults
+    assert (premium.ttft_slo_s, premium.e2e_slo_s) == (None, None)
 
 
 def test_known_tier_fills_missing_slos_but_not_priority() -> None:
