@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from semsched.core.errors import SemschedError
 from semsched.core.scheduler import SchedulerConfig
 from semsched.core.tiers import TierError, load_tier_table
-from semsched.experiments.plots import policy_colour
+from semsched.experiments.plots import policy_colours
 from semsched.metrics import Summary, print_comparison, write_json, write_requests_csv, write_summary_csv
 from semsched.metrics import request_metrics as metrics_of
 from semsched.metrics.plots import plot_class_bars, plot_series
@@ -220,7 +220,7 @@ def write_outputs(
     series_bin_s: float = DEFAULT_BIN_S,
 ) -> None:
     """summary.json/.csv, requests.csv and comparison.png; series.csv and series.png (monitoring series per
-    ``series_bin_s`` of simulated time, each policy in its :func:`policy_colour`)."""
+    ``series_bin_s`` of simulated time, each policy in its :func:`policy_colours` colour)."""
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Summary] = {p: r.summary for p, r in runs.items()}
     meta = meta | {"wall_s": {p: round(r.wall_s, 3) for p, r in runs.items()}}
@@ -231,7 +231,7 @@ def write_outputs(
     plot_class_bars(results, out / "comparison.png")
     series = {p: r.series(series_bin_s) for p, r in runs.items()}
     write_series_csv(out / "series.csv", series)
-    plot_series(series, out / "series.png", {p: policy_colour(p) for p in runs})
+    plot_series(series, out / "series.png", policy_colours(list(runs)))
     console.print(
         f"report: {out / 'summary.json'} (and summary.csv, requests.csv, series.csv)\n"
         f"plots:  {out / 'comparison.png'}, {out / 'series.png'}"

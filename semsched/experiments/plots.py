@@ -35,10 +35,27 @@ _TAB20 = (
 
 
 def policy_colour(spec: str) -> str:
-    """The colour of policy ``spec`` in every figure."""
+    """The colour of policy ``spec`` in every figure (where two policies of one figure would share one,
+    :func:`policy_colours` moves the later one on)."""
     if spec in _KNOWN:
         return _TAB10[_KNOWN.index(spec)]
     return _TAB20[zlib.crc32(spec.encode()) % len(_TAB20)]
+
+
+def policy_colours(specs: Sequence[str]) -> dict[str, str]:
+    """A colour for each policy of one figure: its :func:`policy_colour`, unless a policy before it in
+    ``specs`` has that colour already; then the next free colour of tab20 (wrapping round), so the policies of
+    one figure differ while they are at most ten variants."""
+    colours: dict[str, str] = {}
+    for spec in specs:
+        colour = policy_colour(spec)
+        if colour in colours.values() and colour in _TAB20:
+            start = _TAB20.index(colour)
+            free = [c for i in range(1, len(_TAB20)) if (c := _TAB20[(start + i) % len(_TAB20)])
+                    not in colours.values()]
+            colour = free[0] if free else colour
+        colours[spec] = colour
+    return colours
 
 
 def bar_chart(
@@ -55,10 +72,11 @@ def bar_chart(
     width = 0.8 / max(len(series), 1)
     positions = np.arange(len(groups), dtype=np.float64)
     drawn = False
+    colours = policy_colours(list(series))
     for k, (policy, values) in enumerate(series.items()):
         heights = [_finite(v) for v in values]
         drawn |= any(not math.isnan(h) for h in heights)
-        ax.bar(positions + k * width, heights, width=width, label=policy, color=policy_colour(policy))
+        ax.bar(positions + k * width, heights, width=width, label=policy, color=colours[policy])
     ax.set_xticks(positions + width * (len(series) - 1) / 2)
     ax.set_xticklabels(list(groups), fontsize="small")
     _finish(ax, figure, path, ylabel=ylabel, title=title, log=log and drawn, drawn=drawn)
@@ -76,12 +94,13 @@ def line_chart(
     """One line per policy through its ``(x, y)`` points; ``None`` values are left out."""
     figure, ax = _figure()
     drawn = False
+    colours = policy_colours(list(series))
     for policy, (xs, ys) in series.items():
         points = [(x, _finite(y)) for x, y in zip(xs, ys, strict=True)]
         points = [(x, y) for x, y in points if not math.isnan(y)]
         if points:
             drawn = True
-            ax.plot(*zip(*points, strict=True), marker="o", label=policy, color=policy_colour(policy))
+            ax.plot(*zip(*points, strict=True), marker="o", label=policy, color=colours[policy])
     ax.set_xlabel(xlabel)
     _finish(ax, figure, path, ylabel=ylabel, title=title, log=log and drawn, drawn=drawn)
 

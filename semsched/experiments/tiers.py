@@ -32,7 +32,7 @@ from matplotlib.figure import Figure as PlotFigure
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.experiments.framework import ExperimentContext, Figure, Table
-from semsched.experiments.plots import bar_chart, policy_colour
+from semsched.experiments.plots import bar_chart, policy_colours
 from semsched.experiments.registry import Experiment, register_experiment
 from semsched.latency.preemption import KNOWN_SHAPES, PCIE4_X16_BYTES_PER_S, PreemptionCostModel
 from semsched.latency.roofline import A100_80GB, LLAMA_3_70B, RooflineLatencyModel
@@ -1385,6 +1385,7 @@ def _panels(path: Path, panels: Sequence[Panel]) -> None:
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
         drawn = False
+        colours = policy_colours(list(panel.series))
         for k, (label, (xs, ys)) in enumerate(panel.series.items()):
             points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and math.isfinite(y)]
             if points:
@@ -1397,7 +1398,7 @@ def _panels(path: Path, panels: Sequence[Panel]) -> None:
                     linestyle=linestyle,
                     markersize=4,
                     label=label,
-                    color=policy_colour(label),
+                    color=colours[label],
                 )
         ax.set_title(panel.title, fontsize="medium")
         ax.set_xlabel(panel.xlabel)
