@@ -52,11 +52,13 @@ ARTICLE_COLUMNS: dict[str, str] = {
     "Priority + Preemption": PREEMPT,
     "Priority + Preemption + SLO": TIERED,
 }
-#: tiered with optional mechanisms on, run beside the article's columns
+#: tiered as shipped (TPOT protection on, no shedding), without TPOT protection, with a wider TPOT margin, and
+#: with every admission mechanism on, run beside the article's columns
 TIERED_VARIANTS: tuple[str, ...] = (
     PLAIN_TIERED,
-    "tiered:protect_tpot=true",
-    "tiered:shedding=true;reject_hopeless=true;protect_tpot=true",
+    "tiered:protect_tpot=false",
+    "tiered:tpot_margin=0.4",
+    "tiered:shedding=true;reject_hopeless=true",
 )
 TABLE_POLICIES: tuple[str, ...] = (*ARTICLE_COLUMNS.values(), *TIERED_VARIANTS)
 #: tiered with a 10 % fair share of served tokens for BACKGROUND (seed 003 §4's starvation floor)

@@ -258,7 +258,8 @@ def test_tpot_protection_caps_prefill_to_the_tightest_protected_target() -> None
     assert budget.max_num_batched_tokens == 2 + _largest_prefill(0.03 * 0.8, decode_s)
     # only STANDARD decodes: not protected, the engine's budget
     assert policy.step_budget(_BudgetView([standard]), now_s=0.0) is None  # type: ignore[arg-type]
-    assert _tiered().step_budget(_BudgetView([premium]), now_s=0.0) is None  # type: ignore[arg-type]  # off
+    off = _tiered("tiered:protect_tpot=false")
+    assert off.step_budget(_BudgetView([premium]), now_s=0.0) is None  # type: ignore[arg-type]
 
 
 def test_tpot_protection_lets_a_request_spend_what_it_banked() -> None:
@@ -266,8 +267,9 @@ def test_tpot_protection_lets_a_request_spend_what_it_banked() -> None:
     premium = _decoding("premium", priority=PREMIUM, context=1000, tpot_slo_s=0.03)
     policy.on_tokens(premium, 1, now_s=10.0)  # its first token
     premium.num_output_tokens = 11  # 10 gaps in 0.1 s: 0.2 s banked against 30 ms each
+    premium.num_computed_tokens += 10  # its KV holds the prompt and the first 10 generated tokens
     c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
-    decode_s = c["gamma1"] * 1000 + c["gamma2"]
+    decode_s = c["gamma1"] * 1010 + c["gamma2"]
     budget = policy.step_budget(_BudgetView([premium]), now_s=10.1)  # type: ignore[arg-type]
     assert budget is not None
     assert budget.max_num_batched_tokens == 1 + _largest_prefill(0.03 * 11 - 0.1, decode_s)
@@ -281,6 +283,76 @@ def test_tpot_protection_always_lets_some_prefill_through() -> None:
     huge = _decoding("huge", priority=PREMIUM, context=10_000_000, tpot_slo_s=0.03)  # decode alone is too slow
     budget = policy.step_budget(_BudgetView([huge]), now_s=0.0)  # type: ignore[arg-type]
     assert budget is not None and budget.max_num_batched_tokens == 1 + 100
+
+
+def test_tpot_protection_does_not_hold_back_protected_prompts() -> None:
+    """A protected request still in its prompt gets its prompt's tokens whatever the TPOT cap, and less
+    important requests in their prompts wait (compute nothing) until the protected prompts are done."""
+    policy = _tiered("tiered:protect_tpot=true;pace_e2e=false")
+    premium = _decoding("premium", priority=PREMIUM, context=1000, tpot_slo_s=0.03)
+    standard = _decoding("standard", priority=STANDARD, context=3000, tpot_slo_s=0.08)
+    prompt = make_request("new-premium", prompt=900, output=10, priority=PREMIUM)
+    prompt.num_computed_tokens = 100  # 800 prompt tokens to go
+    standard_prompt = make_request("new-standard", prompt=900, output=10, priority=STANDARD)
+    c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
+    decode_s = c["gamma1"] * 4000 + c["gamma2"]
+    assert _largest_prefill(0.03 * 0.8, decode_s) < 800  # the cap alone would hold it back
+    view = _BudgetView([premium, standard, prompt, standard_prompt])
+    budget = policy.step_budget(view, now_s=0.0)  # type: ignore[arg-type]
+    assert budget is not None and budget.max_num_batched_tokens == 2 + 800
+    order = policy.running_order(view.running, view, now_s=0.0)  # type: ignore[arg-type]
+    assert order == [premium, prompt, standard]  # most protected first; STANDARD's prompt waits
+    # a protected request waiting to start counts too, until it runs
+    policy = _tiered("tiered:protect_tpot=true;pace_e2e=false")
+    waiting = make_request("waiting-premium", prompt=500, output=10, priority=PREMIUM)
+    policy.on_arrival(waiting, now_s=0.0)
+    view = _BudgetView([premium, standard, standard_prompt])
+    assert policy.step_budget(view, now_s=0.0).max_num_batched_tokens == 2 + 500  # type: ignore[arg-type,union-attr]
+    assert policy.running_order(view.running, view, now_s=0.0) == [premium, standard]  # type: ignore[arg-type]
+    waiting.state = RequestState.RUNNING
+    assert policy.running_order(view.running, view, now_s=0.0) is None  # type: ignore[arg-type]
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), blocks=st.integers(60, 200))
+def test_tpot_protection_serves_protected_prompts_first_and_finishes_everything(seed: int, blocks: int) -> None:
+    """With targets on every tier: in a step that starts a protected request, no less important running request
+    computes prompt tokens (the step's budget was raised for the protected prompt and goes to it), and every
+    request still finishes with all its tokens."""
+    requests = random_requests(seed, 40, rate=20.0, max_prompt=120, max_output=60, num_priorities=4,
+                               with_slos=True)
+    scheduler = make_scheduler("tiered:protect_tpot=true", block_size=4, num_gpu_blocks=blocks,
+                               max_num_batched_tokens=64, watermark=0.0)
+
+    started = 0
+
+    def check(plan: BatchPlan) -> None:
+        nonlocal started
+        if any(c.request.priority <= PREMIUM for c in plan.prefill if c.context_tokens == 0):
+            started += 1
+            continuing = [c.request for c in plan.prefill if c.context_tokens > 0]
+            assert all(r.priority <= PREMIUM or r.num_preemptions >= 3 for r in continuing), continuing
+
+    _run(scheduler, requests, on_plan=check)
+    assert started
+    for request in requests:
+        assert request.num_output_tokens == request.target_output_tokens, request.request_id
+
+
+def test_tpot_protection_keeps_the_pace_an_e2e_target_needs() -> None:
+    """A protected decode with 5 s left for at most 200 more tokens needs 25 ms steps: that, less the margin,
+    caps the prefill (tighter than its 30 ms TPOT target); a request that cannot make it any more holds nothing
+    back."""
+    c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
+    decode_s = c["gamma1"] * 1000 + c["gamma2"]
+    premium = make_request("premium", prompt=1000, output=200, priority=PREMIUM, tpot_slo_s=0.03, e2e_slo_s=10.0)
+    premium.num_computed_tokens, premium.num_output_tokens = 1000, 0  # decoding its first token
+    for spec, aim_s in (("tiered:tpot_margin=0.2", 5.0 / 200 * 0.8), ("tiered:tpot_margin=0.2;pace_e2e=false",
+                                                                         0.03 * 0.8)):
+        budget = _tiered(spec).step_budget(_BudgetView([premium]), now_s=5.0)  # type: ignore[arg-type]
+        assert budget is not None and budget.max_num_batched_tokens == 1 + _largest_prefill(aim_s, decode_s)
+    late = _tiered("tiered:tpot_margin=0.2").step_budget(_BudgetView([premium]), now_s=9.99)  # type: ignore[arg-type]
+    assert late is not None and late.max_num_batched_tokens == 1 + _largest_prefill(0.03 * 0.8, decode_s)
 
 
 @settings(max_examples=20, deadline=None)
@@ -332,7 +404,7 @@ def test_drop_ends_the_request_and_frees_its_blocks() -> None:
 
 
 def test_the_slo_guard_is_wired_only_when_asked_for() -> None:
-    plain, guarded = _tiered(), _tiered("tiered:shedding=true")
+    plain, guarded = _tiered("tiered:protect_tpot=false"), _tiered("tiered:shedding=true;protect_tpot=false")
     assert not any(plain.uses_hook(h) for h in ("on_tokens", "admit", "on_arrival", "on_finish", "step_budget"))
     assert all(guarded.uses_hook(h) for h in ("on_tokens", "admit", "on_arrival", "on_preempt", "on_finish"))
     assert not guarded.uses_hook("step_budget") and guarded.uses_hook("victims_for")
