@@ -1,8 +1,9 @@
 """The package layout's import rules (docs/architecture.md), checked on every module's import statements.
 
 * ``semsched/core``: the standard library, numpy and ``semsched.core`` only;
-* ``semsched/policies``: also ``semsched.policies`` and ``semsched.latency`` (policies that estimate time take a
-  latency model; they never import the simulator, vLLM or predictors);
+* ``semsched/policies``: also ``semsched.policies``, ``semsched.latency`` (policies that estimate time take a
+  latency model) and ``yaml`` (a policy reads its own configuration files); never the simulator, vLLM or
+  predictors;
 * ``semsched/vllm`` (the adapter users load into vLLM): never the simulator, workloads, metrics, the calibration
   lab or the experiments.
 """
@@ -61,7 +62,7 @@ def violations(package: str, allowed: tuple[str, ...] = (), forbidden: tuple[str
     ("package", "allowed"),
     [
         ("core", ("numpy", "semsched.core")),
-        ("policies", ("numpy", "semsched.core", "semsched.policies", "semsched.latency")),
+        ("policies", ("numpy", "yaml", "semsched.core", "semsched.policies", "semsched.latency")),
     ],
 )
 def test_inner_packages_import_only_what_they_may(package: str, allowed: tuple[str, ...]) -> None:

@@ -20,13 +20,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from semsched.core.errors import SemschedError
 from semsched.core.scheduler import SchedulerConfig
-from semsched.core.tiers import TierError, load_tier_table
+from semsched.core.tiers import TierError
 from semsched.experiments.plots import policy_colours
 from semsched.metrics import Summary, print_comparison, write_json, write_requests_csv, write_summary_csv
 from semsched.metrics import request_metrics as metrics_of
 from semsched.metrics.plots import plot_class_bars, plot_series
 from semsched.metrics.series import DEFAULT_BIN_S, write_series_csv
 from semsched.policies import POLICIES, PolicyError
+from semsched.policies.tier_table import load_tier_table
 from semsched.sim.engine import ProgressCallback
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
 from semsched.workloads import Workload, build_workload

@@ -12,10 +12,11 @@ from rich.table import Table
 
 from semsched.cli.common import UsageError
 from semsched.core.specs import ParameterInfo, describe_parameters
-from semsched.core.tiers import DEFAULT_TIERS, TIER_TABLE_KEYS, TierError, load_tier_table, tier_table_yaml
+from semsched.core.tiers import DEFAULT_TIERS, TIER_TABLE_KEYS, TierError
 from semsched.latency import packaged_profiles, user_profile_dir, user_profiles
 from semsched.metrics.units import MISSING, time_unit_for
 from semsched.policies import POLICIES
+from semsched.policies.tier_table import load_tier_table, tier_table_yaml
 from semsched.workloads import WorkloadConfig, describe_workloads
 
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from semsched.core.errors import SemschedError
 
@@ -100,7 +98,7 @@ def normalised_weights(tiers: Sequence[TierSpec], weights: Sequence[float] | Non
     return np.asarray(raw / raw.sum(), dtype=np.float64)
 
 
-# ---- a deployment's tier table in YAML ----------------------------------------------------------------------
+# ---- a deployment's tier table (read from YAML by semsched.policies.tier_table) ---------------------------------
 #: the keys of one tier in a tier-table file; SLOs in milliseconds, as in a request's ``vllm_xargs``
 TIER_TABLE_KEYS: dict[str, str] = {
     "name": "the tier's name (requests name it in vllm_xargs.tier; workloads draw it)",
@@ -115,28 +113,13 @@ TIER_TABLE_KEYS: dict[str, str] = {
 _MS_KEYS = {"ttft_slo_ms": "ttft_slo_s", "tpot_slo_ms": "tpot_slo_s", "e2e_slo_ms": "e2e_slo_s"}
 
 
-def load_tier_table(path: str | Path) -> tuple[TierSpec, ...]:
-    """Read a tier table from a YAML file: a mapping with ``tiers``, a list of tiers with the keys of
+def tier_table_from_mapping(document: object) -> tuple[TierSpec, ...]:
+    """The tiers of a parsed tier-table document: a mapping with ``tiers``, a list of tiers with the keys of
     :data:`TIER_TABLE_KEYS` (``name`` and ``priority`` required), ordered by priority on return.
 
-    Raises :class:`TierError` naming the file and the field (``tiers[2].ttft_slo_ms``) for a missing file,
-    unknown key, bad value, repeated name or priority, fair shares summing past 1, or reserves reaching 1.
+    Raises :class:`TierError` naming the field (``tiers[2].ttft_slo_ms``) for an unknown key, bad value, repeated
+    name or priority, fair shares summing past 1, or reserves reaching 1.
     """
-    source = Path(path)
-    try:
-        document = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise TierError(f"tier table {source}: cannot read it ({error.strerror or error})") from error
-    except yaml.YAMLError as error:
-        raise TierError(f"tier table {source}: not valid YAML ({error})") from error
-    try:
-        return tier_table_from_mapping(document)
-    except TierError as error:
-        raise TierError(f"tier table {source}: {error}") from error
-
-
-def tier_table_from_mapping(document: object) -> tuple[TierSpec, ...]:
-    """The tiers of a parsed tier-table document (see :func:`load_tier_table`)."""
     if not isinstance(document, Mapping) or set(document) != {"tiers"}:
         raise TierError("the document must be a mapping with one key, 'tiers' (a list of tiers)")
     entries = document["tiers"]
@@ -190,8 +173,9 @@ def _tier_from_entry(index: int, entry: object) -> TierSpec:
         raise TierError(str(error).replace("TierSpec.", f"{where}.", 1)) from error
 
 
-def tier_table_yaml(tiers: Sequence[TierSpec]) -> str:
-    """``tiers`` as a tier-table YAML document that :func:`load_tier_table` reads back to the same specs."""
+def tier_table_document(tiers: Sequence[TierSpec]) -> dict[str, Any]:
+    """``tiers`` as a tier-table document (the mapping a YAML file holds) that :func:`tier_table_from_mapping`
+    reads back to the same specs."""
     entries = []
     for tier in tiers:
         entry: dict[str, Any] = {"name": tier.name, "priority": tier.priority, "weight": tier.weight}
@@ -203,4 +187,4 @@ def tier_table_yaml(tiers: Sequence[TierSpec]) -> str:
             if getattr(tier, key):
                 entry[key] = getattr(tier, key)
         entries.append(entry)
-    return yaml.safe_dump({"tiers": entries}, sort_keys=False)
+    return {"tiers": entries}

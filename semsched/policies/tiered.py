@@ -69,12 +69,13 @@ from semsched.core.kv import Reservation
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request, RequestState
-from semsched.core.tiers import DEFAULT_TIERS, TierError, load_tier_table
+from semsched.core.tiers import DEFAULT_TIERS, TierError
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
 from semsched.policies.registry import register_policy
 from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
+from semsched.policies.tier_table import load_tier_table
 
 #: how far ahead a class short of its fair share ranks (more than any priority gap)
 SHORT_OF_SHARE_BOOST = 1e6

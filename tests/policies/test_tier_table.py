@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from semsched.core.tiers import DEFAULT_TIERS, TierError, load_tier_table, tier_table_yaml
+from semsched.core.tiers import DEFAULT_TIERS, TierError
+from semsched.policies.tier_table import load_tier_table, tier_table_yaml
 
 TABLE = """
 tiers:
