@@ -187,6 +187,11 @@ def _in_prompt(request: Request) -> bool:
     return request.num_computed_tokens + 1 < request.prompt_tokens + request.num_output_tokens
 
 
+def _tokens_left(request: Request) -> int:
+    """Tokens ``request`` must compute before its next token: its prompt, or a recompute's prompt and output."""
+    return request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+
+
 def _check_int(name: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer from {low:,} to {high:,}, got {value!r}")
@@ -217,14 +222,16 @@ class Tiered(Policy):
         if self.tier_table is not None and any(t.fair_share for t in self.tier_table):
             shares = {t.priority: t.fair_share for t in self.tier_table}
         self._shares = ShareMeter(shares, cfg.share_window_s) if shares is not None else None
-        #: TPOT protection: protected requests waiting to run (their prompts are not held back)
+        #: TPOT protection: protected requests waiting to run (their prompts are not held back), and the
+        #: protected prompt tokens step_budget counted at a time (running_order of the same step reuses them)
         self._protected_waiting: dict[str, Request] = {}
+        self._prompt_work: tuple[float, int] = (-math.inf, 0)
 
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":
             return self.config.protect_tpot
-        if hook == "on_tokens":  # TPOT protection, the SLO guard's observations, fair shares
-            return self.config.protect_tpot or self._guard is not None or self._shares is not None
+        if hook == "on_tokens":  # the SLO guard's observations, fair shares (TPOT protection notes first tokens
+            return self._guard is not None or self._shares is not None  # itself, sparing a call per token)
         if hook == "running_order":  # TPOT protection: protected prompts before less important ones
             return self.config.protect_tpot
         if hook in ("on_arrival", "on_preempt", "on_finish"):  # the guard; TPOT protection's waiting list
@@ -336,7 +343,7 @@ class Tiered(Policy):
         with the prefill as one fresh chunk: exact for a new prompt, a lower bound for a chunk on top of cached
         tokens (a later chunk or a recompute), hence the margin.
 
-        A protected request still in its prompt (running, or waiting: :meth:`_protected_prompt_tokens`) adds its
+        A protected request still in its prompt (running, or waiting: :meth:`_pending_prompt_tokens`) adds its
         prompt to the cap, so TPOT protection never delays a protected first token; without that exemption it
         cost PREMIUM more TTFT attainment (48 % -> 19 % on the demo workload) than it gained in TPOT.
         """
@@ -344,20 +351,24 @@ class Tiered(Policy):
             return None
         target_s, num_decode, context_tokens = math.inf, 0, 0
         paces: list[float] = []
-        protected = self.config.protected_priority
-        for request in view.running_requests():
-            if not _in_prompt(request):  # decoding
-                num_decode += 1
-                context_tokens += request.num_computed_tokens
-                if request.priority > protected:
-                    continue
-                if request.tpot_slo_s is not None:
-                    target_s = min(target_s, self._step_allowance_s(request, now_s))
-                if request.e2e_slo_s is not None and self.config.pace_e2e:
-                    paces.append(self._e2e_pace_s(request, now_s))
+        cfg = self.config
+        running = view.running_requests()
+        for request in running:  # this runs every step: one pass, no calls for requests that do not matter
+            computed = request.num_computed_tokens
+            if request.prompt_tokens + request.num_output_tokens - computed > 1:
+                continue  # in its prompt (or recomputing)
+            num_decode += 1
+            context_tokens += computed
+            if request.priority > cfg.protected_priority:
+                continue
+            if request.tpot_slo_s is not None:
+                target_s = min(target_s, self._step_allowance_s(request, now_s))
+            if request.e2e_slo_s is not None and cfg.pace_e2e:
+                paces.append(self._e2e_pace_s(request, now_s))
+        prompt_tokens = self._pending_prompt_tokens(running, now_s)
         if paces:  # the E2E paces the decode batch alone can keep (a lost cause holds nothing back)
             decode_s = self._latency.step_time_s([], num_decode, context_tokens)
-            margin = 1.0 - self.config.tpot_margin
+            margin = 1.0 - cfg.tpot_margin
             target_s = min([target_s, *(max(pace * margin, decode_s) for pace in paces if pace >= decode_s)])
         if target_s == math.inf:
             return None
@@ -366,7 +377,7 @@ class Tiered(Policy):
         prefill = self._prefill_within(target_s, num_decode, context_tokens, most)
         # a protected request's own prompt is not held back: its TTFT is at stake; running_order serves these
         # tokens before any less important prefill
-        prefill = max(prefill, min(self._protected_prompt_tokens(view), most))
+        prefill = max(prefill, min(prompt_tokens, most))
         return StepBudget(num_decode + prefill, budget.max_num_seqs) if prefill < most else None
 
     def running_order(
@@ -376,24 +387,38 @@ class Tiered(Policy):
         requests in theirs compute nothing: the step's prefill budget, capped for the TPOT of protected decodes,
         goes to the protected prompt first (and waiting ones are admitted after the running requests are
         served). Otherwise ``None``: every running request, most protected first."""
-        if not self.config.protect_tpot or not self._protected_prompt_tokens(view):
+        if not self.config.protect_tpot or not self._pending_prompt_tokens(running, now_s):
             return None
-        return [r for r in sorted(running, key=self.victim_key)
-                if self._protected(r) or not _in_prompt(r)]
+        return [r for r in sorted(running, key=self.victim_key) if self._protected(r) or not _in_prompt(r)]
+
+    def _pending_prompt_tokens(self, running: Sequence[Request], now_s: float) -> int:
+        """Prompt tokens protected requests still need, waiting or running; counted once per step (the core
+        asks step_budget first, the vLLM adapter running_order)."""
+        when, tokens = self._prompt_work
+        if when == now_s:
+            return tokens
+        tokens = self._waiting_prompt_tokens()
+        protected, limit = self.config.protected_priority, self.config.preemption_limit
+        for request in running:
+            left = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            if left > 1 and (request.priority <= protected or request.num_preemptions >= limit):
+                tokens += left
+        self._prompt_work = (now_s, tokens)
+        return tokens
 
     def _protected(self, request: Request) -> bool:
         return request.priority <= self.config.protected_priority or self.promoted(request)
 
-    def _protected_prompt_tokens(self, view: SchedulerView) -> int:
-        """Prompt tokens protected requests still need: those waiting (arrived or preempted, forgotten once
-        they run or end) and those running that are still in their prompt."""
+    def _waiting_prompt_tokens(self) -> int:
+        """Prompt tokens of the protected requests waiting to run (arrived or preempted; forgotten once they run
+        or end)."""
         waiting = self._protected_waiting
-        for request_id in [i for i, r in waiting.items()
-                           if r.state is RequestState.RUNNING or r.state.is_terminal]:
+        if not waiting:
+            return 0
+        ended = [i for i, r in waiting.items() if r.state is RequestState.RUNNING or r.state.is_terminal]
+        for request_id in ended:
             del waiting[request_id]
-        tokens = sum(r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens for r in waiting.values())
-        return tokens + sum(r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens
-                            for r in view.running_requests() if _in_prompt(r) and self._protected(r))
+        return sum(_tokens_left(r) for r in waiting.values())
 
     def _step_allowance_s(self, request: Request, now_s: float) -> float:
         """How long the next step may take with ``request`` decoding: its TPOT target, plus the time it is ahead
@@ -402,7 +427,9 @@ class Tiered(Policy):
         assert request.tpot_slo_s is not None
         aim_s = request.tpot_slo_s * (1.0 - self.config.tpot_margin)
         first_s = request.policy_state.get(FIRST_TOKEN_KEY)
-        if first_s is None:
+        if first_s is None:  # first seen decoding: its first token came at the end of the last step
+            if request.num_output_tokens:
+                request.policy_state[FIRST_TOKEN_KEY] = now_s
             return aim_s
         # after the next step, (tokens so far) gaps must average at most the aim
         banked_s = aim_s * request.num_output_tokens - (now_s - first_s)

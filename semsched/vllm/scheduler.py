@@ -340,7 +340,9 @@ class Scheduler(_VllmScheduler):
         self._static_victim_order = static_victim_order(policy)
         self._running_sorted = False  # ``running`` in victim_key order since the last admission
         self._shadows_fresh = False  # running shadows refreshed in this schedule() call
-        self._fixed_budget = not policy.uses_hook("step_budget")
+        # (running list, its length, its shadows): what running_shadows() built last in this schedule() call
+        self._shadow_cache: tuple[list[VllmRequest], int, list[Request]] | None = None
+        self._budgets = policy.uses_hook("step_budget")
         self._stable = policy.stable_between_events and policy.rekey_interval_s is None
         # the last step scheduled one token for every running request and nothing else changed (see _steady_step)
         self._decode_steady = False
@@ -424,7 +426,12 @@ class Scheduler(_VllmScheduler):
 
     def running_shadows(self) -> list[Request]:
         """Shadows of the running requests, in ``running`` order, refreshed (until the next step, the victim
-        order reuses them)."""
+        order reuses them). Several hooks ask in one ``schedule()`` call (victims, running order, step budget):
+        while ``running`` is the same list, unchanged in length and order, the list built first is returned."""
+        cache = self._shadow_cache
+        running = self.running
+        if self._shadows_fresh and cache is not None and cache[0] is running and cache[1] == len(running):
+            return cache[2]
         tracked = self._tracked
         shadows = []
         for request in self.running:
@@ -435,6 +442,7 @@ class Scheduler(_VllmScheduler):
                 shadow.num_output_tokens = request.num_output_tokens
                 shadows.append(shadow)
         self._shadows_fresh = True
+        self._shadow_cache = (self.running, len(self.running), shadows)
         return shadows
 
     def _make_shadow(self, request: VllmRequest) -> tuple[Request, str]:
@@ -500,6 +508,7 @@ class Scheduler(_VllmScheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self._now_s = time.time()
         self._shadows_fresh = False
+        self._shadow_cache = None
         self._maybe_rekey(now)
         displaced: dict[str, str] = {}
         best = best_class(self._class_counts) if self._class_counts else None
@@ -508,11 +517,14 @@ class Scheduler(_VllmScheduler):
         self.waiting.gate = self._gate(best, displaced)  # type: ignore[attr-defined]
         if self._displaces:
             self._displace_for_waiting(displaced, now)
-        held_back = self._order_running(now)
-        self._apply_step_budget(now, len(held_back))
+        tokens, seqs = self._step_limits(now)
+        held_back = self._order_running(now, tokens, seqs)
+        self.max_num_scheduled_tokens = self._step_tokens = tokens
+        self.max_num_active_reqs = max(0, seqs - len(held_back))
         try:
             output = super().schedule(*args, **kwargs)
         finally:
+            self._shadow_cache = None  # vLLM changed ``running`` (admissions, preemptions)
             self.waiting.gate = None  # type: ignore[attr-defined]
             self.max_num_scheduled_tokens = self._configured.max_num_batched_tokens
             self.max_num_active_reqs = self._configured.max_num_seqs
@@ -680,9 +692,10 @@ class Scheduler(_VllmScheduler):
         if entry is not None:
             self._count_preemption(entry, PreemptionReason.PRIORITY, reason, self._now_s)
 
-    def _order_running(self, now: float) -> list[VllmRequest]:
-        """Order ``running`` for this step (budget from the front, KV victims from the back); returns the
-        requests the policy holds back this step (removed from ``running`` until vLLM has scheduled)."""
+    def _order_running(self, now: float, tokens: int, seqs: int) -> list[VllmRequest]:
+        """Order ``running`` for this step (budget from the front, KV victims from the back) within the step's
+        ``tokens`` and ``seqs``; returns the requests the policy holds back this step (removed from ``running``
+        until vLLM has scheduled)."""
         if self._custom_running_order and self.running:
             order = self.semsched_policy.running_order(self.running_shadows(), self._view, now)
             if order is not None:
@@ -694,37 +707,38 @@ class Scheduler(_VllmScheduler):
                 return held_back
         if len(self.running) < 2 or (self._running_sorted and self._static_victim_order):
             return []
-        if self._order_is_moot():
+        if self._order_is_moot(tokens, seqs):
             self._running_sorted = False  # (sorted on the next step where the order matters)
             return []
         if not self._shadows_fresh:
             self.running_shadows()
         tracked, victim_key = self._tracked, self._victim_key
+        self._shadow_cache = None  # (the order changes in place)
         self.running.sort(key=lambda r: victim_key(tracked[r.request_id].shadow) if r.request_id in tracked
                           else _LAST)
         self._running_sorted = True
         return []
 
-    def _order_is_moot(self) -> bool:
+    def _order_is_moot(self, tokens: int, seqs: int) -> bool:
         """Whether vLLM's batch builder will serve every running request alike whatever their order: each needs
-        one token (the last step scheduled exactly that, without speculation, and nothing joined since), the
-        budget covers them all and so do the free KV blocks (a decode takes at most one new block). Then no
-        request is left without budget and none is preempted for KV, the only decisions ``running``'s order
-        makes, and re-sorting can wait for a step where it matters."""
+        one token (the last step scheduled exactly that, without speculation, and nothing joined since), this
+        step's budget (``tokens``, ``seqs``) covers them all and so do the free KV blocks (a decode takes at most
+        one new block). Then no request is left without budget and none is preempted for KV, the only decisions
+        ``running``'s order makes, and re-sorting can wait for a step where it matters."""
         count = len(self.running)
-        return (self._decode_steady and self._fixed_budget and count <= self.max_num_scheduled_tokens
+        return (self._decode_steady and count <= tokens and count <= seqs
                 and count <= int(self.kv_cache_manager.block_pool.get_num_free_blocks()))
 
-    def _apply_step_budget(self, now: float, held_back: int) -> None:
+    def _step_limits(self, now: float) -> tuple[int, int]:
+        """This step's token budget and sequence cap: the engine's, lowered by the policy's ``step_budget``
+        (asked before the running order, as the core scheduler does)."""
         configured = self._configured
-        budget = self.semsched_policy.step_budget(self._view, now)
-        tokens = configured.max_num_batched_tokens
-        seqs = configured.max_num_seqs
+        tokens, seqs = configured.max_num_batched_tokens, configured.max_num_seqs
+        budget = self.semsched_policy.step_budget(self._view, now) if self._budgets else None
         if budget is not None:
             tokens = max(1, min(tokens, budget.max_num_batched_tokens))
             seqs = max(1, min(seqs, budget.max_num_seqs))
-        self.max_num_scheduled_tokens = self._step_tokens = tokens
-        self.max_num_active_reqs = max(0, seqs - held_back)
+        return tokens, seqs
 
     def _after_schedule(self, output: Any, displaced: dict[str, str], now: float) -> None:
         tracked = self._tracked

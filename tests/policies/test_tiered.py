@@ -265,7 +265,8 @@ def test_tpot_protection_caps_prefill_to_the_tightest_protected_target() -> None
 def test_tpot_protection_lets_a_request_spend_what_it_banked() -> None:
     policy = _tiered("tiered:protect_tpot=true;tpot_margin=0")
     premium = _decoding("premium", priority=PREMIUM, context=1000, tpot_slo_s=0.03)
-    policy.on_tokens(premium, 1, now_s=10.0)  # its first token
+    premium.num_output_tokens = 1  # its first token came at the end of the step before 10.0
+    policy.step_budget(_BudgetView([premium]), now_s=10.0)  # type: ignore[arg-type]
     premium.num_output_tokens = 11  # 10 gaps in 0.1 s: 0.2 s banked against 30 ms each
     premium.num_computed_tokens += 10  # its KV holds the prompt and the first 10 generated tokens
     c = {k: float(v) for k, v in yaml.safe_load(PROFILE_FILE.read_text())["coefficients"].items()}
@@ -309,8 +310,8 @@ def test_tpot_protection_does_not_hold_back_protected_prompts() -> None:
     view = _BudgetView([premium, standard, standard_prompt])
     assert policy.step_budget(view, now_s=0.0).max_num_batched_tokens == 2 + 500  # type: ignore[arg-type,union-attr]
     assert policy.running_order(view.running, view, now_s=0.0) == [premium, standard]  # type: ignore[arg-type]
-    waiting.state = RequestState.RUNNING
-    assert policy.running_order(view.running, view, now_s=0.0) is None  # type: ignore[arg-type]
+    waiting.state = RequestState.RUNNING  # admitted in that step: the next one holds nothing back
+    assert policy.running_order(view.running, view, now_s=0.01) is None  # type: ignore[arg-type]
 
 
 @settings(max_examples=20, deadline=None)
