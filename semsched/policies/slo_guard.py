@@ -3,8 +3,9 @@
 :class:`SLOGuard` is not a policy: ``tiered`` owns one and forwards its ``admit``, ``on_arrival``, ``on_tokens``,
 ``on_preempt`` and ``on_finish`` hooks to it. It answers arrivals with :class:`~semsched.core.plan.Admission`,
 and every rejection reason starts with a stable prefix (:data:`SHED`, :data:`QUEUE_FULL`, :data:`HOPELESS`) so
-reports can count rejections by cause (:func:`rejection_kind`). Schedulers call ``on_tokens`` only for a policy
-whose ``uses_hook("on_tokens")`` is true: the owner must say so while a guard is active, or nothing is observed.
+reports can count rejections by cause (:func:`guard_rejection_kind`; reports count any reason with
+:func:`semsched.metrics.request_metrics.rejection_kind`). Schedulers call ``on_tokens`` only for a policy whose
+``uses_hook("on_tokens")`` is true: the owner must say so while a guard is active, or nothing is observed.
 
 Design, and where it departs from the seed's ``SLOMonitor``:
 
@@ -90,7 +91,7 @@ _WAITING_STATES = frozenset(
 _MAX_INT = 2**31 - 1
 
 
-def rejection_kind(reason: str) -> str | None:
+def guard_rejection_kind(reason: str) -> str | None:
     """The cause a rejection reason names (``"shed"``, ``"queue full"``, ``"hopeless"``), or None if not ours."""
     for prefix in REJECTION_PREFIXES:
         if reason.startswith(prefix):
@@ -281,7 +282,7 @@ class SLOGuard:
         self._futile_level, self._futile_until_s = 0, -math.inf  # levels from this one not tried again until
         self._pending: dict[int, dict[str, Request]] = {}  # admitted, no first token yet (TTFT lower bounds)
         self._queued: dict[int, dict[str, Request]] = {}  # waiting (only priorities with a limit)
-        self.rejections: Counter[str] = Counter()  # by rejection_kind
+        self.rejections: Counter[str] = Counter()  # by guard_rejection_kind
 
     # ---- state -----------------------------------------------------------------------------------------------
     @property
@@ -324,7 +325,7 @@ class SLOGuard:
         reason = self._hopeless(request, now_s) or self._shed(request) or self._queue_full(request)
         if reason is None:
             return Admission.accept()
-        self.rejections[rejection_kind(reason) or "other"] += 1
+        self.rejections[guard_rejection_kind(reason) or "other"] += 1
         return Admission.reject(reason)
 
     def _hopeless(self, request: Request, now_s: float) -> str | None:

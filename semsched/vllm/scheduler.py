@@ -67,7 +67,7 @@ from semsched.core.policy import Policy, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
 from semsched.core.scheduler import drop_reason, static_victim_order
 from semsched.core.tiers import DEFAULT_TIERS
-from semsched.policies.slo_guard import rejection_kind
+from semsched.policies.slo_guard import guard_rejection_kind
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
 from semsched.vllm.metrics import (
     AdapterMetrics,
@@ -237,7 +237,7 @@ def _policy_rejection_label(reason: str) -> str:
     """The ``semsched_rejections_total`` label of a policy's rejection: the SLO guard's kind (``shed``,
     ``queue_full``, ``hopeless``) when its reason names one, else ``policy`` (reasons are free text: one label
     each would make the series unbounded)."""
-    kind = rejection_kind(reason)
+    kind = guard_rejection_kind(reason)
     return kind.replace(" ", "_") if kind is not None else "policy"
 
 

@@ -31,7 +31,7 @@ from semsched.policies.slo_guard import (
     SLOGuardConfig,
     SLOGuardError,
     SLOMonitor,
-    rejection_kind,
+    guard_rejection_kind,
 )
 from tests.support import make_request, run_checked
 
@@ -319,7 +319,7 @@ def test_shed_reason_names_the_class_the_metric_and_the_target() -> None:
     reason = feeder.arrive(BACKGROUND, 1.0)[1].reason
     quantile_s = linear_quantile([0.31] * 5, 0.99)
     assert reason == f"shed: PREMIUM p99 TTFT {quantile_s:.3g} s over its 0.2 s target; BACKGROUND shed"
-    assert rejection_kind(reason) == "shed"
+    assert guard_rejection_kind(reason) == "shed"
     assert guard.rejections == {"shed": 1}
 
 
@@ -338,7 +338,7 @@ def test_queue_limit_per_priority() -> None:
     feeder.arrive(BACKGROUND, 0.0)
     decision = feeder.arrive(BACKGROUND, 0.0)[1]
     assert decision.reason == f"{QUEUE_FULL} 2 BACKGROUND requests waiting, its limit 2"
-    assert rejection_kind(decision.reason) == "queue full"
+    assert guard_rejection_kind(decision.reason) == "queue full"
     for _ in range(5):
         assert feeder.arrive(STANDARD, 0.0)[1].accepted
     first.state = RequestState.RUNNING  # scheduled: no longer waits
@@ -391,7 +391,7 @@ def test_hopeless_against_the_hand_computed_bound() -> None:
     long = feeder.request(PREMIUM, 0.0, prompt=prompt, output=200, e2e_slo_s=e2e_s, predicted_output=predicted)
     assert guard.e2e_lower_bound_s(long, 0.0) == pytest.approx(hundred_tokens_s, rel=1e-12)
     decision = guard.admit(long, 0.0)
-    assert decision.reason.startswith(HOPELESS) and rejection_kind(decision.reason) == "hopeless"
+    assert decision.reason.startswith(HOPELESS) and guard_rejection_kind(decision.reason) == "hopeless"
     assert "5 s target" in decision.reason
 
 
