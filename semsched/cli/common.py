@@ -28,6 +28,7 @@ from semsched.metrics.plots import plot_class_bars, plot_series
 from semsched.metrics.series import DEFAULT_BIN_S, write_series_csv
 from semsched.policies import POLICIES, PolicyError
 from semsched.policies.tier_table import load_tier_table
+from semsched.predict.cost import PredictorCostError, parse_predictor_cost
 from semsched.sim.engine import ProgressCallback
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
 from semsched.workloads import Workload, build_workload
@@ -77,6 +78,15 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="refuse a workload with more requests than this (default: the workload builder's limit)",
+    )
+    parser.add_argument(
+        "--predictor",
+        default=None,
+        metavar="SPEC",
+        help="cost of predicting before scheduling (seed 000 Tables 1-2): MODE:latency_s=S;batch_size=N, MODE "
+        "immediate (batch whatever is queued) or full (wait for batch_size requests; optional max_wait_s=S), "
+        "optional workers=N; a request enters the scheduler when its batch ends, latency still counts from "
+        "arrival (default: no predictor cost)",
     )
     parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
     parser.add_argument("--out", type=Path, default=None, help="write JSON/CSV/PNG here")
@@ -128,7 +138,11 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
     )
     if args.instances < 1:
         raise UsageError(f"--instances: must be >= 1 (got {args.instances})")
-    return ClusterSpec(args.profile, args.instances, args.router, scheduler)
+    try:
+        predictor = parse_predictor_cost(args.predictor) if args.predictor is not None else None
+    except PredictorCostError as error:
+        raise UsageError(f"--predictor: {error}") from None
+    return ClusterSpec(args.profile, args.instances, args.router, scheduler, predictor)
 
 
 def workload_for(args: argparse.Namespace, rate: float) -> Workload:
@@ -254,4 +268,5 @@ def run_meta(
         "router": cluster.router,
         "scheduler": vars(cluster.scheduler) if hasattr(cluster.scheduler, "__dict__") else str(cluster.scheduler),
         "fast_forward": not args.per_iteration,
+        "predictor": cluster.predictor.spec if cluster.predictor is not None else None,
     }

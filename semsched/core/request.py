@@ -162,8 +162,14 @@ class Request:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     e2e_slo_s: float | None = None
+    #: semantic urgency level, 0 = most urgent (seed 000); what the scheduler believes (a prediction, when one
+    #: was made); ``urgency_true`` keeps the true level beside a prediction, for reports only
     urgency: int | None = None
     predicted_output: LengthDistribution | None = None
+    urgency_true: int | None = None
+    #: when the request's predictions are ready and it may enter the scheduler (None: at arrival). The simulator
+    #: hands the request over then; latency is still measured from ``arrival_time_s``
+    ready_time_s: float | None = None
 
     # progress, owned by the scheduler
     state: RequestState = RequestState.WAITING
@@ -196,6 +202,17 @@ class Request:
                 raise InvalidRequestError(f"{name}: must be a finite number > 0 (got {value!r})")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise InvalidRequestError(f"priority: must be an integer (got {self.priority!r})")
+        for name in ("urgency", "urgency_true"):
+            level = getattr(self, name)
+            if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
+                raise InvalidRequestError(f"{name}: must be an integer >= 0 or None (got {level!r})")
+        if self.ready_time_s is not None and (
+            not math.isfinite(self.ready_time_s) or self.ready_time_s < self.arrival_time_s
+        ):
+            raise InvalidRequestError(
+                f"ready_time_s: must be a finite number >= arrival_time_s ({self.arrival_time_s}) "
+                f"(got {self.ready_time_s!r})"
+            )
         # read on the hot path every step, so computed once (the fields it derives from never change)
         self.target_output_tokens = self._target_output_tokens()
 

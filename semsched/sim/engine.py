@@ -9,6 +9,11 @@ by time then sequence number, merged with the time-sorted arrival stream; an arr
 step completion is handled first, so it joins the next step, as in a real engine loop. A router
 (:mod:`semsched.sim.router`) picks each arrival's instance from read-only views of them.
 
+Hand-over: a request reaches the router at its :func:`handover_time_s`: its ``ready_time_s`` when a predictor
+must process it first (:mod:`semsched.predict.cost`), else its arrival. The arrival stream is ordered by hand-over
+time, and hand-over times are what steps and fast-forward stretches are cut at; metrics still count from
+``arrival_time_s``, so the predictor's delay is part of a request's waiting time.
+
 Fast-forward: a decode-only plan that nothing will disturb (no arrival, no finish, no block exhaustion, a policy
 whose decisions do not drift; see :meth:`Scheduler.steady_decode_steps`) is executed for many steps in one
 event (:meth:`Executor.execute_repeated`), with the step end times accumulated left to right exactly as the
@@ -98,6 +103,12 @@ class _StepDone(NamedTuple):
     outcome: StepResult | np.ndarray
 
 
+def handover_time_s(request: Request) -> float:
+    """When the simulator hands ``request`` to the router: when its predictions are ready (``ready_time_s``),
+    else at its arrival."""
+    return request.arrival_time_s if request.ready_time_s is None else request.ready_time_s
+
+
 class Simulation:
     """Runs a request stream through a cluster of instances behind a router.
 
@@ -130,13 +141,15 @@ class Simulation:
         self._next_arrival_s = math.inf
 
     def run(self, requests: Sequence[Request]) -> SimResult:
-        """Simulate until every request has finished or been rejected."""
-        arrivals = sorted(requests, key=lambda r: r.arrival_time_s)
+        """Simulate until every request has finished or been rejected; each request enters the cluster at its
+        :func:`handover_time_s`."""
+        arrivals = sorted(requests, key=handover_time_s)  # stable: ties keep the caller's order
+        handovers_s = [handover_time_s(r) for r in arrivals]
         index, total, now_s = 0, len(arrivals), 0.0
         monitor = self._monitor = Monitor([i.scheduler for i in self.instances], self.sample_interval_s)
         next_sample_s = monitor.next_sample_s
         while index < total or self._heap:
-            self._next_arrival_s = arrivals[index].arrival_time_s if index < total else math.inf
+            self._next_arrival_s = handovers_s[index] if index < total else math.inf
             if self._heap and self._heap[0].time_s < self._next_arrival_s:
                 event = heapq.heappop(self._heap)
                 now_s = event.time_s
@@ -145,8 +158,8 @@ class Simulation:
                 self._complete(event)
                 continue
             request = arrivals[index]
+            now_s = handovers_s[index]
             index += 1
-            now_s = request.arrival_time_s
             if now_s > next_sample_s:
                 next_sample_s = monitor.sample_before(now_s)
             self._arrive(request, now_s)

@@ -17,6 +17,7 @@ from semsched.latency import load_profile_info
 from semsched.metrics import Summary, TDGWeights, summarize
 from semsched.metrics.series import DEFAULT_BIN_S, MonitoringSeries, monitoring_series
 from semsched.policies import make_policy
+from semsched.predict.cost import PredictorCost
 from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
 from semsched.sim.router import make_router, router_class
 from semsched.workloads import Workload
@@ -26,12 +27,14 @@ DEFAULT_PROFILE = "a100-qwen1.5-4b"
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What is simulated: ``num_instances`` identical engines behind ``router``."""
+    """What is simulated: ``num_instances`` identical engines behind ``router``, and optionally a ``predictor``
+    in front of them whose batches delay each request's hand-over (:mod:`semsched.predict.cost`)."""
 
     profile: str = DEFAULT_PROFILE
     num_instances: int = 1
     router: str = "round-robin"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    predictor: PredictorCost | None = None
 
     def __post_init__(self) -> None:
         if self.num_instances < 1:
@@ -76,10 +79,13 @@ def run_policy(
     tdg_weights: TDGWeights | None = None,
     max_output_tokens: int | None = None,
 ) -> PolicyRun:
-    """Simulate ``workload`` under ``policy`` (a spec such as ``"edf:deadline=e2e"``)."""
+    """Simulate ``workload`` under ``policy`` (a spec such as ``"edf:deadline=e2e"``); with a predictor in the
+    cluster, each request enters the cluster when its prediction is ready."""
     cluster = cluster or ClusterSpec()
     simulation = build_simulation(policy, cluster, fast_forward=fast_forward, progress=progress)
     requests = workload.to_requests(max_output_tokens)
+    if cluster.predictor is not None:
+        cluster.predictor.apply(requests)
     started = time.perf_counter()
     result = simulation.run(requests)
     wall_s = time.perf_counter() - started
