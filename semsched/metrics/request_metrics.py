@@ -34,7 +34,9 @@ REQUEST_ATTRIBUTES: Mapping[str, Callable[[Request], AttributeValue]] = {
     "max_output_tokens": lambda r: r.max_output_tokens,
     "target_output_tokens": lambda r: r.target_output_tokens,
     "urgency": lambda r: r.urgency,
-    "predicted_output_mean_tokens": lambda r: None if r.predicted_output is None else r.predicted_output.mean,
+    "urgency_true": lambda r: r.urgency_true,
+    #: mean of the predicted output-length distribution, in tokens (empty without a prediction)
+    "predicted_length": lambda r: None if r.predicted_output is None else r.predicted_output.mean,
     "ttft_slo_s": lambda r: r.ttft_slo_s,
     "tpot_slo_s": lambda r: r.tpot_slo_s,
     "e2e_slo_s": lambda r: r.e2e_slo_s,

@@ -4,8 +4,10 @@ Start with :func:`build_workload` (workload specs ``name:key=value;key=value``, 
 :mod:`semsched.workloads.registry`; :func:`describe_workloads` lists them with their parameters) and
 :meth:`Workload.to_requests`. Module map: ``workload`` (the data type), ``arrivals`` (arrival processes),
 ``lengths`` (prompt/output length samplers), ``traces`` (real trace loaders), ``tiers`` (drawing or reading
-each request's tier; the tier table is :mod:`semsched.core.tiers`), ``registry`` (named workloads, their
-parameters and the request-count limit), ``fit_default`` (regenerates the packaged length fit).
+each request's tier; the tier table is :mod:`semsched.core.tiers`), ``urgency`` (drawing or mislabelling each
+request's urgency level), ``registry`` (named workloads, their parameters and the request-count limit),
+``ktas_ed`` (the emergency-department workload on real triage data), ``fit_default`` (regenerates the packaged
+length fit).
 """
 
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierError, TierSpec
@@ -19,6 +21,7 @@ from semsched.workloads.arrivals import (
     poisson_arrivals_until,
     spike_arrivals,
 )
+from semsched.workloads.ktas_ed import KtasEdConfig  # registers "ktas-ed"
 from semsched.workloads.lengths import (
     EmpiricalLengths,
     LengthError,
@@ -53,6 +56,7 @@ from semsched.workloads.traces import (
     read_mooncake_jsonl,
     rescale_to_rate,
 )
+from semsched.workloads.urgency import draw_urgency, side_stream, with_believed_urgency
 from semsched.workloads.workload import Workload, WorkloadError
 
 __all__ = [
@@ -62,6 +66,7 @@ __all__ = [
     "DEFAULT_TIERS",
     "DataNotFoundError",
     "EmpiricalLengths",
+    "KtasEdConfig",
     "LengthError",
     "LengthSampler",
     "LoadReport",
@@ -81,6 +86,7 @@ __all__ = [
     "build_workload",
     "data_dir",
     "describe_workloads",
+    "draw_urgency",
     "expected_spike_requests",
     "find_data_file",
     "fitted_lengths",
@@ -96,7 +102,9 @@ __all__ = [
     "read_mooncake_jsonl",
     "register_workload",
     "rescale_to_rate",
+    "side_stream",
     "spearman_correlation",
     "spike_arrivals",
     "tiers_from_column",
+    "with_believed_urgency",
 ]

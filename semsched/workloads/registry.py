@@ -28,13 +28,20 @@ Registered names
   requests between 1 and ``max_concurrent`` (default :data:`SPIKE_MAX_CONCURRENT`). Without ``gap_s`` the gap
   is chosen so that the mean rate is ``rate_per_s`` (505 requests/s gives the seed's 0.1 s gap with 100
   concurrent requests, 50.5 requests/s its 1.0 s gap); with it, ``rate_per_s`` is not used. Lengths from the
-  conversation fit.
+  conversation fit, outputs capped at seed 000's 500 tokens (``max_output_tokens``, default
+  :data:`SPIKE_MAX_OUTPUT_TOKENS` here). Each request gets an urgency level from 0 (most urgent) to
+  ``urgency_levels - 1``, drawn uniformly (or by ``urgency_weights``) from a generator of its own, so the
+  arrivals, lengths and tiers of a seed do not depend on it; ``urgency_error`` makes that fraction of the
+  believed levels wrong (seed 000's noisy oracle, the true levels kept as ``urgency_true``).
 * ``gamma-conv``: bursty gamma arrivals (gap coefficient of variation ``cv``, default :data:`GAMMA_CONV_CV`)
   with conversation-fit lengths.
+* ``ktas-ed``: seed 000's emergency department, patients of the KTAS triage file in spikes, urgency from their
+  KTAS level (:mod:`semsched.workloads.ktas_ed`, registered when :mod:`semsched.workloads` is imported).
 
 Every workload also takes ``max_prompt_tokens`` / ``max_output_tokens`` (longer requests are cut to the cap,
-e.g. to fit a model's context) and ``tier_weights`` (one weight per tier of the tier table, ``/``-separated,
-e.g. ``tier_weights=5/20/50/25`` for SYSTEM/PREMIUM/STANDARD/BACKGROUND; default: each tier's own weight).
+e.g. to fit a model's context; no cap by default, except in ``spikes``) and ``tier_weights`` (one weight per
+tier of the tier table, ``/``-separated, e.g. ``tier_weights=5/20/50/25`` for SYSTEM/PREMIUM/STANDARD/BACKGROUND;
+default: each tier's own weight).
 """
 
 from __future__ import annotations
@@ -69,11 +76,16 @@ from semsched.workloads.traces import (
     load_mooncake_jsonl,
     rescale_to_rate,
 )
+from semsched.workloads.urgency import URGENCY_STREAM, draw_urgency, side_stream, with_believed_urgency
 from semsched.workloads.workload import Workload, WorkloadError
 
 DEFAULT_MAX_REQUESTS = 1_000_000
 """The most requests :func:`build_workload` creates unless its ``max_requests`` says otherwise."""
 SPIKE_MAX_CONCURRENT = 100
+SPIKE_MAX_OUTPUT_TOKENS = 500
+"""Seed 000's longest output in the spike experiments: the default ``max_output_tokens`` of ``spikes``."""
+SPIKE_URGENCY_LEVELS = 5
+MAX_URGENCY_LEVELS = 1_000
 MAX_SPIKE_CONCURRENT = 1_000_000
 GAMMA_CONV_CV = 3.0
 GAMMA_CV_RANGE = (0.01, 100.0)
@@ -92,11 +104,11 @@ class BuildArgs:
     num_requests: int | None = None
 
     def __post_init__(self) -> None:
-        if not _is_finite_number(self.rate_per_s) or self.rate_per_s <= 0:
+        if not is_finite_number(self.rate_per_s) or self.rate_per_s <= 0:
             raise WorkloadError(f"rate_per_s: must be a finite number > 0 (got {self.rate_per_s!r})")
-        if self.duration_s is not None and (not _is_finite_number(self.duration_s) or self.duration_s <= 0):
+        if self.duration_s is not None and (not is_finite_number(self.duration_s) or self.duration_s <= 0):
             raise WorkloadError(f"duration_s: must be a finite number > 0 or None (got {self.duration_s!r})")
-        if self.num_requests is not None and (not _is_int(self.num_requests) or self.num_requests < 1):
+        if self.num_requests is not None and (not is_int(self.num_requests) or self.num_requests < 1):
             raise WorkloadError(f"num_requests: must be an integer >= 1 or None (got {self.num_requests!r})")
 
     def required_count(self) -> int:
@@ -113,7 +125,8 @@ class BuildArgs:
 
 
 # ---- parameters ------------------------------------------------------------------------------------------
-def _param(default: Any, doc: str) -> Any:
+def parameter(default: Any, doc: str) -> Any:
+    """A config field with its default and the one-line doc listings show."""
     return field(default=default, metadata={"doc": doc})
 
 
@@ -125,22 +138,18 @@ class WorkloadConfig:
     :meth:`expected_requests` how many requests the build arguments would give.
     """
 
-    max_prompt_tokens: int | None = _param(None, "prompts longer than this are cut to it")
-    max_output_tokens: int | None = _param(None, "outputs longer than this are cut to it")
-    tier_weights: tuple[float, ...] | None = _param(
+    max_prompt_tokens: int | None = parameter(None, "prompts longer than this are cut to it")
+    max_output_tokens: int | None = parameter(None, "outputs longer than this are cut to it")
+    tier_weights: tuple[float, ...] | None = parameter(
         None, "one weight per tier, '/'-separated, in tier-table order (default: the tiers' own weights)"
     )
 
     def __post_init__(self) -> None:
         for name in ("max_prompt_tokens", "max_output_tokens"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or not 1 <= value <= MAX_LENGTH_TOKENS):
+            if value is not None and (not is_int(value) or not 1 <= value <= MAX_LENGTH_TOKENS):
                 raise WorkloadError(f"{name}: must be an integer from 1 to {MAX_LENGTH_TOKENS} (got {value!r})")
-        weights = self.tier_weights
-        if weights is not None and (
-            not weights or not all(_is_finite_number(w) and w >= 0 for w in weights) or not math.fsum(weights) > 0
-        ):
-            raise WorkloadError(f"tier_weights: must be finite numbers >= 0, not all zero (got {weights!r})")
+        check_weights("tier_weights", self.tier_weights)
 
     def expected_requests(self, args: BuildArgs) -> float | None:
         """How many requests ``args`` would give, computed before anything is drawn; None when that is known
@@ -166,12 +175,12 @@ class PoissonConfig(WorkloadConfig):
 class GammaConfig(WorkloadConfig):
     """Gamma-renewal arrivals at ``rate_per_s`` whose gaps have coefficient of variation ``cv``."""
 
-    cv: float = _param(GAMMA_CONV_CV, "coefficient of variation of the gaps (1 = Poisson, > 1 = bursty)")
+    cv: float = parameter(GAMMA_CONV_CV, "coefficient of variation of the gaps (1 = Poisson, > 1 = bursty)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         low, high = GAMMA_CV_RANGE
-        if not _is_finite_number(self.cv) or not low <= self.cv <= high:
+        if not is_finite_number(self.cv) or not low <= self.cv <= high:
             raise WorkloadError(f"cv: must be a number from {low:g} to {high:g} (got {self.cv!r})")
 
     def expected_requests(self, args: BuildArgs) -> float | None:
@@ -180,20 +189,35 @@ class GammaConfig(WorkloadConfig):
 
 @dataclass(frozen=True)
 class SpikesConfig(WorkloadConfig):
-    """Seed 000's spikes: every ``gap_s`` a batch of 1 to ``max_concurrent`` requests (uniform)."""
+    """Seed 000's spikes: every ``gap_s`` a batch of 1 to ``max_concurrent`` requests (uniform), each with an
+    urgency level drawn at random; outputs capped at seed 000's 500 tokens unless ``max_output_tokens`` says
+    otherwise."""
 
-    gap_s: float | None = _param(None, "seconds between spikes (default: the gap that gives rate_per_s)")
-    max_concurrent: int = _param(SPIKE_MAX_CONCURRENT, "each spike holds 1 to this many requests, uniformly")
+    max_output_tokens: int | None = parameter(SPIKE_MAX_OUTPUT_TOKENS, "outputs longer than this are cut to it")
+    gap_s: float | None = parameter(None, "seconds between spikes (default: the gap that gives rate_per_s)")
+    max_concurrent: int = parameter(SPIKE_MAX_CONCURRENT, "each spike holds 1 to this many requests, uniformly")
+    urgency_levels: int = parameter(SPIKE_URGENCY_LEVELS, "urgency levels, 0 = most urgent; one drawn per request")
+    urgency_weights: tuple[float, ...] | None = parameter(
+        None, "one weight per urgency level, '/'-separated, most urgent first (default: uniform)"
+    )
+    urgency_error: float = parameter(
+        0.0, "fraction of requests whose believed urgency is wrong (seed 000's noisy oracle; 0 = exact)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.gap_s is not None and (not _is_finite_number(self.gap_s) or self.gap_s <= 0):
-            raise WorkloadError(f"gap_s: must be a finite number > 0 (got {self.gap_s!r})")
-        if not _is_int(self.max_concurrent) or not 1 <= self.max_concurrent <= MAX_SPIKE_CONCURRENT:
-            limit = f"{MAX_SPIKE_CONCURRENT:,}"
-            raise WorkloadError(
-                f"max_concurrent: must be an integer from 1 to {limit} (got {self.max_concurrent!r})"
-            )
+        check_spikes(self.gap_s, self.max_concurrent)
+        self._check_urgency()
+
+    def _check_urgency(self) -> None:
+        levels = self.urgency_levels
+        if not is_int(levels) or not 1 <= levels <= MAX_URGENCY_LEVELS:
+            limit = f"{MAX_URGENCY_LEVELS:,}"
+            raise WorkloadError(f"urgency_levels: must be an integer from 1 to {limit} (got {levels!r})")
+        check_weights("urgency_weights", self.urgency_weights, count=levels, of="urgency level")
+        check_fraction("urgency_error", self.urgency_error)
+        if self.urgency_error > 0 and levels < 2:
+            raise WorkloadError("urgency_error: a wrong label needs at least 2 urgency levels (urgency_levels=1)")
 
     @property
     def uses_rate(self) -> bool:
@@ -215,7 +239,7 @@ class SpikesConfig(WorkloadConfig):
 class TraceConfig(WorkloadConfig):
     """A recorded trace, rescaled to ``rate_per_s`` unless ``rescale`` is false."""
 
-    rescale: bool = _param(True, "stretch the trace's gaps to rate_per_s (false: keep its own timing)")
+    rescale: bool = parameter(True, "stretch the trace's gaps to rate_per_s (false: keep its own timing)")
 
     @property
     def uses_rate(self) -> bool:
@@ -226,7 +250,7 @@ class TraceConfig(WorkloadConfig):
 class TraceFileConfig(TraceConfig):
     """A trace read from ``path``."""
 
-    path: str = _param("", "an Azure-format .csv or Mooncake-format .jsonl trace file (required)")
+    path: str = parameter("", "an Azure-format .csv or Mooncake-format .jsonl trace file (required)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -322,7 +346,7 @@ def build_workload(
     the module docstring). Every bad name, parameter or argument raises :class:`WorkloadError` naming it.
     """
     args = BuildArgs(rate_per_s, duration_s, num_requests)
-    if not _is_int(max_requests) or max_requests < 1:
+    if not is_int(max_requests) or max_requests < 1:
         raise WorkloadError(f"max_requests: must be an integer >= 1 (got {max_requests!r})")
     info, config = parse_workload_spec(spec)
     expected = config.expected_requests(args)
@@ -389,11 +413,39 @@ def _is_untiered(workload: Workload) -> bool:
     return all(spec.name == UNTIERED.name for spec in workload.tiers)
 
 
-def _is_int(value: object) -> bool:
+def check_spikes(gap_s: float | None, max_concurrent: int) -> None:
+    """A spike gap (None: derived from the rate) and a spike's most requests are in range."""
+    if gap_s is not None and (not is_finite_number(gap_s) or gap_s <= 0):
+        raise WorkloadError(f"gap_s: must be a finite number > 0 (got {gap_s!r})")
+    if not is_int(max_concurrent) or not 1 <= max_concurrent <= MAX_SPIKE_CONCURRENT:
+        limit = f"{MAX_SPIKE_CONCURRENT:,}"
+        raise WorkloadError(f"max_concurrent: must be an integer from 1 to {limit} (got {max_concurrent!r})")
+
+
+def check_weights(
+    name: str, weights: tuple[float, ...] | None, *, count: int | None = None, of: str = ""
+) -> None:
+    """Weights are None, or finite numbers >= 0 that are not all zero (``count`` of them, one per ``of``)."""
+    if weights is None:
+        return
+    if not weights or not all(is_finite_number(w) and w >= 0 for w in weights) or not math.fsum(weights) > 0:
+        raise WorkloadError(f"{name}: must be finite numbers >= 0, not all zero (got {weights!r})")
+    if count is not None and len(weights) != count:
+        raise WorkloadError(f"{name}: {len(weights)} given, one per {of} needed ({count})")
+
+
+def check_fraction(name: str, value: float) -> None:
+    """``value`` is a number from 0 to 1."""
+    if not is_finite_number(value) or not 0 <= value <= 1:
+        raise WorkloadError(f"{name}: must be a number from 0 to 1 (got {value!r})")
+
+
+def is_int(value: object) -> bool:
+    """An integer that is not a bool."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-def _is_finite_number(value: object) -> bool:
+def is_finite_number(value: object) -> bool:
     """A real number that is finite as a float (a huge int is not: it cannot become one)."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.number):
         return False
@@ -454,11 +506,17 @@ def _azure_code(config: PoissonConfig, args: BuildArgs, rng: np.random.Generator
 
 @register_workload("spikes", SpikesConfig)
 def _spikes(config: SpikesConfig, args: BuildArgs, rng: np.random.Generator) -> Workload:
-    """Seed 000's spikes: every gap_s a batch of 1 to max_concurrent requests; conversation-fit lengths."""
+    """Seed 000's spikes: every gap_s 1 to max_concurrent requests, each with an urgency; max_output_tokens = 500.
+
+    Conversation-fit lengths, outputs capped at seed 000's 500 tokens unless ``max_output_tokens`` says otherwise;
+    urgency levels drawn from a generator of their own."""
     if args.duration_s is None:
         args.required_count()
     times_s = spike_arrivals(config.gap_for(args), config.max_concurrent, args.duration_s, rng, args.num_requests)
-    return _synthetic("spikes", times_s, fitted_lengths("azure-conv"), rng)
+    workload = _synthetic("spikes", times_s, fitted_lengths("azure-conv"), rng)
+    urgency_rng = side_stream(rng, URGENCY_STREAM)  # leaves rng, and so the tiers drawn next, as they were
+    true = draw_urgency(len(workload), config.urgency_levels, urgency_rng, config.urgency_weights)
+    return with_believed_urgency(workload, true, config.urgency_levels, config.urgency_error, urgency_rng)
 
 
 @register_workload("gamma-conv", GammaConfig)

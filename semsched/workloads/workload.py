@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semsched.core.errors import SemschedError
-from semsched.core.request import Request
+from semsched.core.request import LengthDistribution, Request
 from semsched.core.tiers import UNTIERED, TierError, TierSpec, tier_index
 
 FloatArray = npt.NDArray[np.float64]
@@ -34,6 +34,11 @@ class Workload:
     ``arrival_time_s`` is finite, >= 0 and non-decreasing; ``prompt_tokens`` and ``output_tokens`` are
     integers >= 1; ``priority`` is an integer (lower = more important, as in vLLM); every ``tier`` label names
     a :class:`TierSpec` in ``tiers``, which holds the SLOs of each tier. Arrays are stored read-only.
+
+    Optional per-request data, ``None`` when the workload has none: ``urgency`` (the level the scheduler
+    believes, 0 = most urgent; possibly a prediction), ``urgency_true`` (the true level beside a believed one;
+    only with ``urgency``), both integers >= 0; ``predicted_length`` (a point prediction of the output tokens,
+    >= 1); ``prompt_text`` (the prompt itself).
     """
 
     name: str
@@ -43,6 +48,10 @@ class Workload:
     priority: IntArray
     tier: tuple[str, ...]
     tiers: tuple[TierSpec, ...] = field(default=(UNTIERED,))
+    urgency: IntArray | None = None
+    urgency_true: IntArray | None = None
+    predicted_length: IntArray | None = None
+    prompt_text: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float))
@@ -52,9 +61,10 @@ class Workload:
         object.__setattr__(self, "tiers", tuple(self.tiers))
         self._check_lengths()
         self._check_arrivals()
-        _check_at_least_one("prompt_tokens", self.prompt_tokens)
-        _check_at_least_one("output_tokens", self.output_tokens)
+        _check_at_least("prompt_tokens", self.prompt_tokens, 1)
+        _check_at_least("output_tokens", self.output_tokens, 1)
         self._check_tiers()
+        self._check_optional()
 
     # ---- construction helpers ----------------------------------------------------------------------------
     @classmethod
@@ -79,7 +89,6 @@ class Workload:
 
     # ---- validation --------------------------------------------------------------------------------------
     def _check_lengths(self) -> None:
-        n = self.arrival_time_s.shape[0]
         sizes = {
             "prompt_tokens": self.prompt_tokens.shape[0],
             "output_tokens": self.output_tokens.shape[0],
@@ -87,8 +96,30 @@ class Workload:
             "tier": len(self.tier),
         }
         for name, size in sizes.items():
-            if size != n:
-                raise WorkloadError(f"{name}: has {size} entries but arrival_time_s has {n}")
+            self._check_size(name, size)
+
+    def _check_optional(self) -> None:
+        minimum = {"urgency": 0, "urgency_true": 0, "predicted_length": 1}
+        for name, least in minimum.items():
+            values = getattr(self, name)
+            if values is not None:
+                array = np.asarray(_frozen_array(name, values, int), dtype=np.int64)
+                self._check_size(name, array.shape[0])
+                _check_at_least(name, array, least)
+                object.__setattr__(self, name, array)
+        if self.urgency_true is not None and self.urgency is None:
+            raise WorkloadError("urgency_true: given without urgency (the believed level it stands beside)")
+        if self.prompt_text is not None:
+            texts = tuple(self.prompt_text)
+            self._check_size("prompt_text", len(texts))
+            for i, text in enumerate(texts):
+                if not isinstance(text, str):
+                    raise WorkloadError(f"prompt_text[{i}]: must be a string (got {type(text).__name__})")
+            object.__setattr__(self, "prompt_text", texts)
+
+    def _check_size(self, name: str, size: int) -> None:
+        if size != len(self):
+            raise WorkloadError(f"{name}: has {size} entries but arrival_time_s has {len(self)}")
 
     def _check_arrivals(self) -> None:
         times = self.arrival_time_s
@@ -139,8 +170,10 @@ class Workload:
     def to_requests(self, max_output_tokens: int | None = None) -> list[Request]:
         """Build fresh :class:`Request` objects, ids ``"0"``, ``"1"``, ... in arrival order.
 
-        Each request gets its tier's SLOs and its true ``output_tokens``. ``max_output_tokens`` caps every
-        request (the engine stops there); by default each request's cap is its own true output length.
+        Each request gets its tier's SLOs, its true ``output_tokens`` and the optional data the workload holds
+        (``urgency``, ``urgency_true``, ``predicted_length`` as a point :class:`LengthDistribution`,
+        ``prompt_text``). ``max_output_tokens`` caps every request (the engine stops there); by default each
+        request's cap is its own true output length.
         """
         if max_output_tokens is not None and max_output_tokens < 1:
             raise WorkloadError(f"max_output_tokens: must be >= 1 or None (got {max_output_tokens})")
@@ -160,6 +193,12 @@ class Workload:
             ttft_slo_s=spec.ttft_slo_s,
             tpot_slo_s=spec.tpot_slo_s,
             e2e_slo_s=spec.e2e_slo_s,
+            urgency=_item(self.urgency, i),
+            urgency_true=_item(self.urgency_true, i),
+            predicted_output=None if self.predicted_length is None else LengthDistribution.point(
+                int(self.predicted_length[i])
+            ),
+            prompt_text=None if self.prompt_text is None else self.prompt_text[i],
         )
 
     # ---- derived workloads -------------------------------------------------------------------------------
@@ -206,6 +245,24 @@ class Workload:
             output_tokens=np.asarray(output_tokens, dtype=np.int64),
         )
 
+    def with_urgency(self, urgency: npt.ArrayLike, urgency_true: npt.ArrayLike | None = None) -> Workload:
+        """A copy with believed urgency levels (0 = most urgent), and the true levels when ``urgency`` is a
+        prediction; everything else unchanged."""
+        return dataclasses.replace(
+            self,
+            urgency=np.asarray(urgency),
+            urgency_true=None if urgency_true is None else np.asarray(urgency_true),
+        )
+
+    def with_predicted_length(self, predicted_length: npt.ArrayLike | None) -> Workload:
+        """A copy with a point prediction of each request's output tokens (None: no prediction)."""
+        values = None if predicted_length is None else np.asarray(predicted_length)
+        return dataclasses.replace(self, predicted_length=values)
+
+    def with_prompt_text(self, prompt_text: Sequence[str] | None) -> Workload:
+        """A copy with each request's prompt text (None: no text)."""
+        return dataclasses.replace(self, prompt_text=None if prompt_text is None else tuple(prompt_text))
+
     def with_name(self, name: str) -> Workload:
         """A copy with a new name."""
         return dataclasses.replace(self, name=name)
@@ -218,6 +275,10 @@ class Workload:
             output_tokens=self.output_tokens[index],
             priority=self.priority[index],
             tier=tuple(self.tier[int(i)] for i in index),
+            urgency=_taken(self.urgency, index),
+            urgency_true=_taken(self.urgency_true, index),
+            predicted_length=_taken(self.predicted_length, index),
+            prompt_text=None if self.prompt_text is None else tuple(self.prompt_text[int(i)] for i in index),
         )
 
 
@@ -238,8 +299,16 @@ def _frozen_array(name: str, values: object, kind: type) -> npt.NDArray[np.gener
     return array
 
 
-def _check_at_least_one(name: str, values: IntArray) -> None:
-    bad = np.flatnonzero(values < 1)
+def _check_at_least(name: str, values: IntArray, minimum: int) -> None:
+    bad = np.flatnonzero(values < minimum)
     if bad.size:
         i = int(bad[0])
-        raise WorkloadError(f"{name}[{i}]: must be >= 1 (got {int(values[i])})")
+        raise WorkloadError(f"{name}[{i}]: must be >= {minimum} (got {int(values[i])})")
+
+
+def _item(values: IntArray | None, i: int) -> int | None:
+    return None if values is None else int(values[i])
+
+
+def _taken(values: IntArray | None, index: npt.NDArray[np.intp]) -> IntArray | None:
+    return None if values is None else values[index]

@@ -27,6 +27,7 @@ def build_request(
     num_preemptions: int = 0,
     max_output_tokens: int = 4096,
     urgency: int | None = None,
+    urgency_true: int | None = None,
     predicted_output: LengthDistribution | None = None,
     finish_reason: str | None = None,
 ) -> Request:
@@ -48,6 +49,7 @@ def build_request(
         tpot_slo_s=tpot_slo_s,
         e2e_slo_s=e2e_slo_s,
         urgency=urgency,
+        urgency_true=urgency_true,
         predicted_output=predicted_output,
     )
     req.state = state

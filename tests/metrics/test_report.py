@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from semsched.core.request import Request, RequestState
+from semsched.core.request import LengthDistribution, Request, RequestState
 from semsched.metrics.report import (
     REQUEST_CSV_COLUMNS,
     class_table,
@@ -91,6 +91,21 @@ def test_requests_csv_says_why_and_what_was_asked(tmp_path: Path, make_request: 
     assert (first["priority"], first["tier"], first["urgency"], late["urgency"]) == ("0", "premium", "3", "")
     assert (first["ttft_slo_s"], first["e2e_slo_s"]) == ("1.0", "")
     assert set(REQUEST_ATTRIBUTES) <= set(first)
+
+
+def test_requests_csv_has_urgency_truth_and_predicted_length(tmp_path: Path, make_request: RequestFactory) -> None:
+    prediction = LengthDistribution.point(30)
+    predicted = make_request([0.1], request_id="p", urgency=1, urgency_true=0, predicted_output=prediction)
+    plain = make_request([0.2], request_id="q")
+    path = tmp_path / "requests.csv"
+    write_requests_csv(path, [request_metrics(predicted), request_metrics(plain)], "fcfs")
+    first, second = _read_csv(path)
+    columns = list(first)
+    at = columns.index("urgency")
+    assert columns[at : at + 3] == ["urgency", "urgency_true", "predicted_length"]
+    assert "predicted_output_mean_tokens" not in columns  # one column for the prediction, named as issue 15 asks
+    assert (first["urgency"], first["urgency_true"], first["predicted_length"]) == ("1", "0", "30.0")
+    assert (second["urgency"], second["urgency_true"], second["predicted_length"]) == ("", "", "")
 
 
 def test_csv_duration_columns_are_seconds(

@@ -142,6 +142,7 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
         output_tokens=50,
         max_output_tokens=40,
         urgency=2,
+        urgency_true=1,
         predicted_output=prediction,
         ttft_slo_s=0.5,
         e2e_slo_s=15.0,
@@ -150,7 +151,8 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
         "max_output_tokens": 40,
         "target_output_tokens": 40,  # the true length 50, capped by max_output_tokens
         "urgency": 2,
-        "predicted_output_mean_tokens": 20.0,
+        "urgency_true": 1,
+        "predicted_length": 20.0,
         "ttft_slo_s": 0.5,
         "tpot_slo_s": None,
         "e2e_slo_s": 15.0,
@@ -160,7 +162,8 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
 
 def test_attributes_absent_from_the_request_are_none(make_request: RequestFactory) -> None:
     attributes = request_metrics(make_request([1.0])).attributes
-    assert attributes["urgency"] is None and attributes["predicted_output_mean_tokens"] is None
+    assert attributes["urgency"] is None and attributes["predicted_length"] is None
+    assert attributes["urgency_true"] is None
 
 
 def test_dropped_request_keeps_observed_latencies(make_request: RequestFactory) -> None:

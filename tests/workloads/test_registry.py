@@ -19,8 +19,16 @@ from semsched.workloads import (
     describe_workloads,
     parse_workload_spec,
 )
-from semsched.workloads.arrivals import mean_spike_size
-from semsched.workloads.registry import GAMMA_CONV_CV, SPIKE_MAX_CONCURRENT, SpikesConfig, TraceFileConfig
+from semsched.workloads.arrivals import mean_spike_size, spike_arrivals
+from semsched.workloads.lengths import fitted_lengths
+from semsched.workloads.registry import (
+    GAMMA_CONV_CV,
+    SPIKE_MAX_CONCURRENT,
+    SPIKE_MAX_OUTPUT_TOKENS,
+    SpikesConfig,
+    TraceFileConfig,
+)
+from semsched.workloads.tiers import assign_tiers
 
 SYNTHETIC = ("azure-conv", "azure-code", "spikes", "gamma-conv")
 TRACES = ("azure-conv-trace", "azure-code-trace")
@@ -33,7 +41,7 @@ def _same(a: Workload, b: Workload) -> bool:
 
 
 def test_registered_names() -> None:
-    assert set(WORKLOADS) == set(SYNTHETIC) | set(TRACES) | {"trace"}
+    assert set(WORKLOADS) == set(SYNTHETIC) | set(TRACES) | {"trace", "ktas-ed"}
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)
@@ -136,6 +144,88 @@ def test_spikes_with_num_requests_cut_the_last_spike() -> None:
     assert len(workload) == 17 and np.all(workload.arrival_time_s == 0.0)
 
 
+# ---- spikes: urgency and the output cap ------------------------------------------------------------------
+def _spikes_drawn_as_before(seed: int, duration_s: float) -> Workload:
+    """Spikes every 0.1 s drawn as ``spikes`` drew them before it had urgency: arrivals, lengths, then tiers from
+    one generator, lengths uncapped."""
+    rng = np.random.default_rng(seed)
+    times_s = spike_arrivals(0.1, SPIKE_MAX_CONCURRENT, duration_s, rng)
+    prompt_tokens, output_tokens = fitted_lengths("azure-conv").sample(times_s.size, rng)
+    return assign_tiers(Workload.untiered("spikes", times_s, prompt_tokens, output_tokens), DEFAULT_TIERS, rng)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "spikes:gap_s=0.1",
+        "spikes:gap_s=0.1;urgency_levels=3;urgency_weights=1/2/3;urgency_error=0.4",
+        "spikes:gap_s=0.1;urgency_levels=1",
+        "spikes:gap_s=0.1;max_output_tokens=2147483647",
+    ],
+)
+def test_spikes_urgency_leaves_arrivals_lengths_and_tiers_as_they_were(spec: str) -> None:
+    before = _spikes_drawn_as_before(seed=4, duration_s=5.0)
+    assert before.output_tokens.max() > SPIKE_MAX_OUTPUT_TOKENS  # the default cap changes something
+    built = build_workload(spec, rate_per_s=1.0, duration_s=5.0, seed=4)
+    assert np.array_equal(built.arrival_time_s, before.arrival_time_s)
+    assert np.array_equal(built.prompt_tokens, before.prompt_tokens)
+    assert built.tier == before.tier and np.array_equal(built.priority, before.priority)
+    cap = SpikesConfig().max_output_tokens if "max_output_tokens" not in spec else None
+    expected_output = before.output_tokens if cap is None else np.minimum(before.output_tokens, cap)
+    assert np.array_equal(built.output_tokens, expected_output)
+
+
+def test_spikes_cap_outputs_at_500_by_default() -> None:
+    assert SpikesConfig().max_output_tokens == SPIKE_MAX_OUTPUT_TOKENS == 500
+    workload = build_workload("spikes", rate_per_s=505.0, duration_s=5.0, seed=4)
+    assert workload.output_tokens.max() == SPIKE_MAX_OUTPUT_TOKENS
+    lower = build_workload("spikes:max_output_tokens=100", rate_per_s=505.0, duration_s=5.0, seed=4)
+    assert np.array_equal(lower.output_tokens, np.minimum(workload.output_tokens, 100))
+    assert build_workload("azure-conv", rate_per_s=50.0, duration_s=100.0, seed=4).output_tokens.max() > 500
+
+
+def _within(frequencies: np.ndarray, probs: np.ndarray, n: int) -> bool:
+    """Every frequency within five standard deviations of its probability over ``n`` draws."""
+    return bool(np.all(np.abs(frequencies - probs) <= 5 * np.sqrt(probs * (1 - probs) / n)))
+
+
+@pytest.mark.parametrize(
+    ("spec", "weights"),
+    [
+        ("spikes", (1, 1, 1, 1, 1)),
+        ("spikes:urgency_levels=3", (1, 1, 1)),
+        ("spikes:urgency_levels=4;urgency_weights=1/0/2/5", (1, 0, 2, 5)),
+    ],
+)
+def test_spikes_urgency_levels_follow_their_weights(spec: str, weights: tuple[int, ...]) -> None:
+    workload = build_workload(spec, rate_per_s=505.0, seed=8, num_requests=20_000)
+    assert workload.urgency is not None and workload.urgency_true is None
+    levels = len(weights)
+    probs = np.asarray(weights, dtype=np.float64) / sum(weights)
+    frequencies = np.bincount(workload.urgency, minlength=levels) / len(workload)
+    assert frequencies.size == levels  # nothing outside 0..levels-1
+    assert set(np.flatnonzero(frequencies)) == set(np.flatnonzero(probs))
+    assert _within(frequencies, probs, len(workload))
+
+
+@pytest.mark.parametrize("error", [0.05, 0.3, 1.0])
+def test_spikes_urgency_error_is_the_fraction_believed_wrong(error: float) -> None:
+    exact = build_workload("spikes", rate_per_s=505.0, seed=3, num_requests=2_000)
+    noisy = build_workload(f"spikes:urgency_error={error}", rate_per_s=505.0, seed=3, num_requests=2_000)
+    assert noisy.urgency is not None and noisy.urgency_true is not None and exact.urgency is not None
+    assert np.array_equal(noisy.urgency_true, exact.urgency)  # the same true levels, now kept beside the belief
+    assert np.mean(noisy.urgency != noisy.urgency_true) == pytest.approx(round(error * 2_000) / 2_000)
+    assert noisy.urgency.min() >= 0 and noisy.urgency.max() <= 4
+
+
+def test_spikes_urgency_reaches_the_requests() -> None:
+    workload = build_workload("spikes:urgency_error=0.5", rate_per_s=505.0, seed=3, num_requests=50)
+    requests = workload.to_requests()
+    assert workload.urgency is not None and workload.urgency_true is not None
+    assert [r.urgency for r in requests] == list(workload.urgency)
+    assert [r.urgency_true for r in requests] == list(workload.urgency_true)
+
+
 def test_gamma_cv_parameter() -> None:
     smooth = build_workload("gamma-conv:cv=0.1", rate_per_s=10.0, duration_s=200.0, seed=0)
     gaps = np.diff(smooth.arrival_time_s)
@@ -173,6 +263,13 @@ def test_tier_weights_choose_the_mix() -> None:
         ("spikes:max_concurrent=0", "max_concurrent: must be an integer from 1 to 1,000,000"),
         ("spikes:max_concurrent=99999999999999999999", "max_concurrent: must be an integer from 1 to 1,000,000"),
         ("spikes:max_concurrent=2.5", "parameter 'max_concurrent' must be int, got '2.5'"),
+        ("spikes:urgency_levels=0", "workload 'spikes': urgency_levels: must be an integer from 1 to 1,000"),
+        ("spikes:urgency_weights=1/1", "urgency_weights: 2 given, one per urgency level needed (5)"),
+        ("spikes:urgency_weights=0/0/0/0/0", "urgency_weights: must be finite numbers >= 0, not all zero"),
+        ("spikes:urgency_error=1.5", "workload 'spikes': urgency_error: must be a number from 0 to 1"),
+        ("spikes:urgency_error=nan", "urgency_error: must be a number from 0 to 1"),
+        ("spikes:urgency_levels=1;urgency_error=0.1", "urgency_error: a wrong label needs at least 2 urgency"),
+        ("spikes:max_output_tokens=0", "workload 'spikes': max_output_tokens: must be an integer from 1"),
         ("gamma-conv:cv=0", "workload 'gamma-conv': cv: must be a number from 0.01 to 100"),
         ("gamma-conv:cv=1e999", "workload 'gamma-conv': cv: must be a number from 0.01 to 100"),
         ("azure-conv:max_prompt_tokens=0", "max_prompt_tokens: must be an integer from 1 to 2147483647"),
@@ -209,6 +306,7 @@ def test_parse_workload_spec_validates_without_building() -> None:
         ("gamma-conv:cv=2", True),
         ("spikes", True),
         ("spikes:gap_s=0.1", False),
+        ("ktas-ed", False),
         ("azure-conv-trace", True),
         ("trace:path=x.csv;rescale=false", False),
     ],
@@ -226,6 +324,9 @@ def test_describe_workloads_lists_parameters_with_defaults_and_types() -> None:
     assert (spikes["gap_s"].default, spikes["gap_s"].type_name) == (None, "float (optional)")
     assert (spikes["max_concurrent"].default, spikes["max_concurrent"].type_name) == (SPIKE_MAX_CONCURRENT, "int")
     assert spikes["tier_weights"].type_name == "float/float/... (optional)"
+    assert spikes["max_output_tokens"].default == SPIKE_MAX_OUTPUT_TOKENS
+    assert (spikes["urgency_levels"].default, spikes["urgency_error"].default) == (5, 0.0)
+    assert spikes["urgency_weights"].type_name == "float/float/... (optional)"
     assert {p.name for p in WORKLOADS["gamma-conv"].parameters} >= {"cv", "max_prompt_tokens"}
     assert all(p.doc for info in infos for p in info.parameters)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semsched.core.request import Request
+from semsched.core.request import LengthDistribution, Request
 from semsched.workloads import DEFAULT_TIERS, UNTIERED, Workload, WorkloadError
 from tests.workloads.factories import WorkloadFactory, make_workload
 
@@ -114,3 +114,96 @@ def test_to_requests_round_trips(gaps: list[float], data: st.DataObject) -> None
     assert [r.prompt_tokens for r in requests] == prompts
     assert [r.output_tokens for r in requests] == outputs
     assert [r.arrival_time_s for r in requests] == list(workload.arrival_time_s)
+
+
+def _with_semantics() -> Workload:
+    """Four requests with every optional array: urgency, its truth, predicted lengths and texts."""
+    return dataclasses.replace(
+        make_workload(),
+        urgency=np.array([0, 1, 2, 3]),
+        urgency_true=np.array([0, 2, 2, 1]),
+        predicted_length=np.array([5, 6, 7, 8]),
+        prompt_text=("a", "b", "c", "d"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"urgency": np.array([0, 1, 2])}, "urgency: has 3 entries but arrival_time_s has 4"),
+        ({"urgency": np.array([0, -1, 2, 3])}, "urgency[1]: must be >= 0 (got -1)"),
+        ({"urgency": np.array([0.5, 1, 2, 3])}, "urgency: must hold integers"),
+        ({"urgency_true": np.array([0, 0, 0, -2])}, "urgency_true[3]: must be >= 0 (got -2)"),
+        ({"urgency_true": np.array([0, 0, 0])}, "urgency_true: has 3 entries"),
+        ({"urgency": None}, "urgency_true: given without urgency"),
+        ({"predicted_length": np.array([5, 0, 7, 8])}, "predicted_length[1]: must be >= 1 (got 0)"),
+        ({"predicted_length": np.array([[5, 6, 7, 8]])}, "predicted_length: must be a 1-D array"),
+        ({"prompt_text": ("a", "b")}, "prompt_text: has 2 entries"),
+        ({"prompt_text": ("a", "b", 3, "d")}, "prompt_text[2]: must be a string (got int)"),
+    ],
+)
+def test_optional_arrays_are_validated(change: dict[str, object], message: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        dataclasses.replace(_with_semantics(), **change)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_optional_arrays_are_read_only_copies() -> None:
+    urgency = np.array([3, 2, 1, 0])
+    workload = make_workload().with_urgency(urgency)
+    urgency[0] = 0
+    assert workload.urgency is not None and workload.urgency[0] == 3
+    with pytest.raises(ValueError):
+        workload.urgency[0] = 1
+
+
+def test_optional_arrays_are_absent_by_default() -> None:
+    workload = make_workload()
+    assert _semantics(workload) == (None, None, None, None)
+    request = workload.to_requests()[0]
+    assert (request.urgency, request.urgency_true, request.predicted_output, request.prompt_text) == (None,) * 4
+
+
+def test_to_requests_carries_urgency_predictions_and_text() -> None:
+    requests = _with_semantics().to_requests()
+    assert [(r.urgency, r.urgency_true, r.prompt_text) for r in requests] == [
+        (0, 0, "a"), (1, 2, "b"), (2, 2, "c"), (3, 1, "d")
+    ]  # fmt: skip
+    assert [r.predicted_output for r in requests] == [LengthDistribution.point(n) for n in (5, 6, 7, 8)]
+    assert all(isinstance(r.urgency, int) and isinstance(r.urgency_true, int) for r in requests)
+
+
+def _semantics(workload: Workload) -> tuple[object, ...]:
+    def listed(values: np.ndarray | None) -> list[int] | None:
+        return None if values is None else [int(v) for v in values]
+
+    return (
+        listed(workload.urgency),
+        listed(workload.urgency_true),
+        listed(workload.predicted_length),
+        workload.prompt_text,
+    )
+
+
+def test_optional_arrays_follow_head_slice_and_copies() -> None:
+    workload = _with_semantics()
+    assert _semantics(workload.head(2)) == ([0, 1], [0, 2], [5, 6], ("a", "b"))
+    assert _semantics(workload.slice_time(1.0, 3.0)) == ([1, 2], [2, 2], [6, 7], ("b", "c"))
+    assert _semantics(workload.head(0)) == ([], [], [], ())
+    copies = (
+        workload.with_tiers(DEFAULT_TIERS, tier=("PREMIUM",) * 4, priority=[1] * 4),
+        workload.with_arrival_times([0.0, 0.0, 0.0, 0.0]),
+        workload.with_lengths([1, 1, 1, 1], [2, 2, 2, 2]),
+        workload.with_name("renamed"),
+    )
+    assert all(_semantics(copy) == _semantics(workload) for copy in copies)
+
+
+def test_with_helpers_replace_one_thing() -> None:
+    workload = _with_semantics()
+    exact = workload.with_urgency([4, 4, 4, 4])
+    assert _semantics(exact) == ([4, 4, 4, 4], None, [5, 6, 7, 8], ("a", "b", "c", "d"))
+    assert _semantics(workload.with_predicted_length(None))[2] is None
+    assert _semantics(workload.with_prompt_text(["w", "x", "y", "z"]))[3] == ("w", "x", "y", "z")
+    with pytest.raises(WorkloadError, match="urgency: has 2 entries"):
+        workload.with_urgency([0, 1])
