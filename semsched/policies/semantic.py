@@ -1,0 +1,254 @@
+"""Semantic scheduling (seed 000): by urgency, then estimated remaining time; urgent arrivals preempt, stage-aware.
+
+Seed 000 is "Semantic Scheduling for LLM Inference" (Alg. 1-5).
+
+``semantic`` orders every request by ``(f_e, f_t)``: its urgency level (``Request.urgency``, 0 = most urgent;
+the priority when no urgency is attached) and its *estimated remaining computation time*, priced with a
+latency profile: the prompt still to prefill (or to recompute after a preemption), the KV to reload if it was
+swapped out, and the decode of its predicted remaining output (``Request.predicted_output``; the true length
+without one, as ``length=oracle`` always does).
+
+* **Heap and buffer (Alg. 1, 5).** The waiting queue is the scheduler's min-heap, keyed once at enqueue (a
+  waiting request's estimate does not change while it waits). The paper's unsorted arrival buffer holds a
+  request until its predictions are ready; the simulator models that wait (``Request.ready_time_s``, set by
+  ``semsched.predict.cost``), after which the request is inserted in O(log n), so each step's top of the queue
+  already covers every request whose prediction is done.
+* **Urgent arrivals preempt (Alg. 2).** Each step's batch is the top of running and waiting together: while a
+  more urgent request waits, running prompts of less urgent levels compute nothing (they keep their KV), so
+  the step's tokens go to it; a waiting request that does not fit displaces running requests of a strictly
+  less urgent level, least urgent and longest remaining first, if together they make room.
+* **Stage-aware batching (Alg. 2).** When the most important request among the running ones and the head of
+  the queue is decoding, this step admits no new prompt: newly selected prefills are pushed back, so the
+  urgent decode is not slowed by less important prompts. Prompts already running continue. ``strict`` is the
+  paper's rule (any waiting request ranked after the decoding one is held back); the default ``level`` holds
+  back only prompts of a less urgent level, so requests of the decoding one's own level keep batching.
+* **Priority eviction (Alg. 3-4).** Under KV pressure the victim is the running request with the largest
+  ``(f_e, f_t)``: the least urgent, then the longest remaining; a more urgent request is never evicted while a
+  less urgent one is resident.
+* **Cache or recompute (eq. 3-5).** An evicted request keeps (swaps to CPU) the prefix of its KV that makes
+  resuming cheapest. ``recompute_cost=prefill`` (default) prices what engines do: the dropped tail is
+  recomputed in one prefill pass over it, on top of the kept prefix, and the kept prefix costs its copy out and
+  back; that cost is concave in the kept length, so all or nothing wins. ``recompute_cost=token`` is the
+  paper's: the prompt is kept iff eq. 3 says so, and of the decoded tokens the minimiser of eq. 5
+  (token-by-token recompute) is kept. ``cache=recompute`` or ``swap`` force one mode. Inside vLLM every
+  preemption is a recompute.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from semsched.core.plan import PreemptionMode
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
+from semsched.core.request import Request, RequestState
+from semsched.latency import LatencyModel, load_profile
+from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
+from semsched.policies.registry import register_policy
+
+#: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
+_FIT_CONTEXTS = (0, 8192)
+_WAITING_STATES = frozenset({RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE,
+                             RequestState.PREEMPTED_SWAPPED})
+#: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
+_VERSION_KEY = "semantic.version"
+
+
+def _param(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+def urgency_level(request: Request) -> int:
+    """The level a scheduler believes: ``urgency`` when attached, else the vLLM priority."""
+    return request.urgency if request.urgency is not None else request.priority
+
+
+@dataclass(frozen=True)
+class SemanticConfig(PolicyConfig):
+    profile: str = _param("a100-qwen1.5-4b", "latency profile that prices remaining work and evictions "
+                          "(give it the engine's own)")
+    length: Literal["predicted", "oracle"] = _param(
+        "predicted", "output length behind f_t: the predicted distribution's mean (the truth without one), or the "
+        "truth")
+    preempt: bool = _param(True, "a more urgent waiting request displaces less urgent running ones (Alg. 2)")
+    stage_aware: Literal["level", "strict", "off"] = _param(
+        "level", "while the most important request decodes, push back new prompts: of less urgent levels (level), "
+        "every one (strict: the paper's Alg. 2), or none (off)")
+    cache: Literal["cost", "recompute", "swap"] = _param(
+        "cost", "what an eviction keeps: the cheapest prefix to resume from (eq. 3-5), nothing, or everything")
+    recompute_cost: Literal["prefill", "token"] = _param(
+        "prefill", "how cache=cost prices recomputing dropped KV: one prefill pass (engines) or token by token "
+        "(the paper's eq. 5)")
+
+
+@register_policy
+class Semantic(Policy):
+    name: ClassVar[str] = "semantic"
+    config_cls: ClassVar[type[PolicyConfig]] = SemanticConfig
+    config: SemanticConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self._latency: LatencyModel = load_profile(cfg.profile)
+        self._analytic = self._latency if isinstance(self._latency, AnalyticLatencyModel) else None
+        low, high = (self._latency.step_time_s([], 1, c) for c in _FIT_CONTEXTS)
+        self._g2 = low
+        self._g1 = max(high - low, 0.0) / (_FIT_CONTEXTS[1] - _FIT_CONTEXTS[0])
+        self._queue: list[tuple[SortKey, int, int, Request]] = []  # (key, version, seq, request): lazy deletion
+        self._seq = itertools.count()
+        self._hold_prefills = False
+
+    @property
+    def uses_predicted_lengths(self) -> bool:
+        return self.config.length == "predicted"
+
+    def uses_hook(self, hook: str) -> bool:
+        if hook == "step_budget":
+            return self.config.stage_aware != "off"
+        if hook in ("on_arrival", "on_preempt"):  # they keep the view of the queue's head
+            return self.config.stage_aware != "off" or self.config.preempt
+        if hook == "victims_for" or hook == "running_order":
+            return self.config.preempt
+        return super().uses_hook(hook)
+
+    # ---- f_t: estimated remaining computation time ---------------------------------------------------------
+    def _remaining_output(self, request: Request) -> float:
+        if self.config.length == "oracle":
+            return float(request.remaining_output_tokens)
+        return request.predicted_remaining_tokens()
+
+    def remaining_time_s(self, request: Request) -> float:
+        """Prefill (or recompute) of what is not computed, the reload of swapped KV, and the decode of the
+        expected remaining output at a growing context."""
+        computed = request.num_computed_tokens
+        total = request.prompt_tokens + request.num_output_tokens
+        cost = 0.0
+        if computed > 0 and request.state is not RequestState.RUNNING:
+            cost += self._latency.swap_time_s(computed)  # swapped out: copied back first
+        uncomputed = total - computed
+        if uncomputed > 1:
+            cost += self._latency.step_time_s([(uncomputed, computed)], 0, 0)
+        remaining = max(self._remaining_output(request), 0.0)
+        # sum over k = 1..r of g1 * (total + k) + g2
+        cost += self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining
+        return cost
+
+    def _key(self, request: Request) -> SortKey:
+        return (float(urgency_level(request)), self.remaining_time_s(request), request.arrival_time_s)
+
+    # ---- ordering ----------------------------------------------------------------------------------------
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return self._key(request)
+
+    def victim_key(self, request: Request) -> SortKey:
+        """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first."""
+        return self._key(request)
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        if self._hold_prefills and candidate.in_prefill:
+            return ()  # stage-aware: this step admits no new prompt
+        level = urgency_level(candidate)
+        lower = [r for r in running if urgency_level(r) > level]
+        return sorted(lower, key=self._key, reverse=True)
+
+    def running_order(
+        self, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request] | None:
+        """Top-b over running and waiting (Alg. 2): while a more urgent request waits, running prompts of less
+        urgent levels compute nothing this step (they keep their KV), so the step's tokens go to it."""
+        if not self.config.preempt:
+            return None
+        head = self._queue_head()
+        if head is None:
+            return None
+        level = head[0]
+        if not any(urgency_level(r) > level and r.in_prefill for r in running):
+            return None
+        return sorted((r for r in running if not (urgency_level(r) > level and r.in_prefill)), key=self._key)
+
+    # ---- stage-aware batching ------------------------------------------------------------------------------
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        self._track(request)
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        self._track(request)
+
+    def _track(self, request: Request) -> None:
+        version = int(request.policy_state.get(_VERSION_KEY, 0)) + 1
+        request.policy_state[_VERSION_KEY] = version
+        heapq.heappush(self._queue, (self._key(request), version, next(self._seq), request))
+
+    def _queue_head(self) -> SortKey | None:
+        queue = self._queue
+        while queue:
+            key, version, _, request = queue[0]
+            if request.state in _WAITING_STATES and request.policy_state.get(_VERSION_KEY) == version:
+                return key
+            heapq.heappop(queue)
+        return None
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        """Alg. 2: if the most important request (running, or at the head of the queue) is decoding, cap the
+        step's sequences at those running, so no new prompt is admitted."""
+        best: SortKey | None = None
+        best_decoding = False
+        for request in view.running_requests():
+            key = self._key(request)
+            if best is None or key < best:
+                best, best_decoding = key, not request.in_prefill
+        head = self._queue_head()
+        if self.config.stage_aware == "level":  # only the urgency level of the head counts
+            self._hold_prefills = best is not None and best_decoding and (head is None or best[0] < head[0])
+        else:
+            self._hold_prefills = best is not None and best_decoding and (head is None or best < head)
+        if not self._hold_prefills:
+            return None
+        budget = view.budget
+        return StepBudget(budget.max_num_batched_tokens, min(budget.max_num_seqs, view.num_running))
+
+    # ---- cache or recompute ------------------------------------------------------------------------------
+    def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        if self.config.cache == "recompute":
+            return PreemptionMode.RECOMPUTE
+        if self.config.cache == "swap":
+            return PreemptionMode.SWAP
+        return PreemptionMode.SWAP if self.tokens_to_keep(request) > 0 else PreemptionMode.RECOMPUTE
+
+    def swap_tokens(self, request: Request, view: SchedulerView) -> int:
+        if self.config.cache == "swap":
+            return request.num_computed_tokens
+        return self.tokens_to_keep(request)
+
+    def tokens_to_keep(self, request: Request) -> int:
+        """How many computed tokens an evicted request should keep (a prefix of its KV), by ``recompute_cost``."""
+        computed = request.num_computed_tokens
+        if computed <= 0:
+            return 0
+        if self.config.recompute_cost == "token":
+            return self._paper_tokens_to_keep(request)
+        keep_all = 2 * self._latency.swap_time_s(computed)  # out now, back in on resume
+        drop_all = self._latency.step_time_s([(computed, 0)], 0, 0)  # one prefill pass over all of it
+        return computed if keep_all < drop_all else 0
+
+    def _paper_tokens_to_keep(self, request: Request) -> int:
+        """Eq. 3 for the prompt, the eq. 5 minimiser for the decoded tokens (token-by-token recompute)."""
+        if self._analytic is None:
+            raise ValueError(f"semantic: recompute_cost=token needs an analytic profile (seed 000's), "
+                             f"{self.config.profile!r} is not one")
+        config = self._analytic.config
+        computed, prompt = request.num_computed_tokens, request.prompt_tokens
+        if computed <= prompt:  # still in (or just past) its prompt
+            return computed if should_save_prefill_kv(config, computed) else 0
+        if not should_save_prefill_kv(config, prompt):
+            return 0
+        return prompt + optimal_saved_decode_tokens(config, prompt, computed - prompt)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "decode_fit_s": {"g1": self._g1, "g2": self._g2}}
+
