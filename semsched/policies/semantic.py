@@ -20,8 +20,9 @@ without one, as ``length=oracle`` always does).
 * **Stage-aware batching (Alg. 2).** When the most important request among the running ones and the head of
   the queue is decoding, this step admits no new prompt: newly selected prefills are pushed back, so the
   urgent decode is not slowed by less important prompts. Prompts already running continue. ``strict`` is the
-  paper's rule (any waiting request ranked after the decoding one is held back); the default ``level`` holds
-  back only prompts of a less urgent level, so requests of the decoding one's own level keep batching.
+  paper's rule (held back while every waiting request ranks after the decoding one); the default ``level``
+  holds back while every waiting request is of a less urgent level, so requests of the decoding one's own
+  level keep joining (and, the step's budget permitting, whatever queues behind them).
 * **Priority eviction (Alg. 3-4).** Under KV pressure the victim is the running request with the largest
   ``(f_e, f_t)``: the least urgent, then the longest remaining; a more urgent request is never evicted while a
   less urgent one is resident.
@@ -151,7 +152,7 @@ class Semantic(Policy):
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        if self._hold_prefills and candidate.in_prefill:
+        if not self.config.preempt or (self._hold_prefills and candidate.in_prefill):
             return ()  # stage-aware: this step admits no new prompt
         level = urgency_level(candidate)
         lower = [r for r in running if urgency_level(r) > level]

@@ -1,0 +1,219 @@
+"""Seed 000's semantic scheduling and its HPJF baseline: ordering, the queue's head, stage-aware batching,
+priority eviction and the cache-or-recompute decisions (eq. 3 and the minimiser of eq. 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from semsched.core.plan import PreemptionMode, StepResult
+from semsched.core.request import LengthDistribution, Request, RequestState
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import load_profile
+from semsched.policies import make_policy
+from semsched.policies.semantic import Semantic, SemanticConfig, urgency_level
+from tests.policies.factories import displaced_by, service_order
+from tests.support import make_request, run_checked
+
+# a profile with round numbers, so that the decisions below can be worked out by hand
+ROUND_PROFILE = """\
+kind: analytic
+name: round-numbers
+coefficients:
+  alpha1: 0.0
+  alpha2: {alpha2}
+  gamma1: {gamma1}
+  gamma2: {gamma2}
+  beta: {beta}
+"""
+
+
+def _profile(tmp_path: Path, *, alpha2: float = 1.0, gamma1: float = 0.0, gamma2: float = 1.0,
+             beta: float = 1.0) -> str:
+    path = tmp_path / "round.yaml"
+    path.write_text(ROUND_PROFILE.format(alpha2=alpha2, gamma1=gamma1, gamma2=gamma2, beta=beta))
+    return str(path)
+
+
+def _urgent(request_id: str, urgency: int, **fields: object) -> Request:
+    return make_request(request_id, urgency=urgency, **fields)  # type: ignore[arg-type]
+
+
+def test_hpjf_serves_the_most_urgent_level_first_fcfs_within() -> None:
+    requests = [_urgent("late-urgent", 0, arrival=0.03), _urgent("early-calm", 3, arrival=0.0),
+                _urgent("early-urgent", 0, arrival=0.01), _urgent("mid", 1, arrival=0.02, output=1)]
+    # the first arrival runs alone first (nothing else is there yet); then by level, then by arrival
+    order = service_order("hpjf", requests)
+    assert order[1:] == ["early-urgent", "late-urgent", "mid"]
+
+
+def test_hpjf_falls_back_to_the_priority() -> None:
+    assert urgency_level(make_request("a", priority=2)) == 2
+    assert urgency_level(make_request("b", priority=2, urgency=0)) == 0
+
+
+def test_semantic_orders_a_level_by_estimated_remaining_time() -> None:
+    policy = make_policy("semantic:length=predicted")
+    long = _urgent("long", 1, output=400)
+    short_by_prediction = _urgent("short", 1, output=400, predicted_output=LengthDistribution.point(20))
+    urgent_but_long = _urgent("urgent", 0, output=500)
+    keys = {r.request_id: policy.waiting_key(r, 0.0) for r in (long, short_by_prediction, urgent_but_long)}
+    assert sorted(keys, key=keys.__getitem__) == ["urgent", "short", "long"]
+    oracle = make_policy("semantic:length=oracle")
+    assert oracle.waiting_key(short_by_prediction, 0.0) == oracle.waiting_key(long, 0.0)
+
+
+def test_remaining_time_prices_prompt_decode_and_reload(tmp_path: Path) -> None:
+    policy = Semantic(SemanticConfig(profile=_profile(tmp_path, alpha2=0.5, gamma1=0.0, gamma2=2.0, beta=0.25)))
+    fresh = make_request("fresh", prompt=10, output=3)
+    assert policy.remaining_time_s(fresh) == pytest.approx(10 * 0.5 + 3 * 2.0)
+    swapped = make_request("swapped", prompt=10, output=3)
+    swapped.num_computed_tokens, swapped.state = 10, RequestState.PREEMPTED_SWAPPED
+    assert policy.remaining_time_s(swapped) == pytest.approx(10 * 0.25 + 3 * 2.0)
+
+
+def test_an_urgent_arrival_displaces_only_less_urgent_work() -> None:
+    running = [_urgent("calm", 4, prompt=64, output=50), _urgent("peer", 1, prompt=64, output=50)]
+    arrival = _urgent("urgent", 1, prompt=64, output=5, arrival=0.5)
+    assert displaced_by("semantic", running, arrival, num_gpu_blocks=34) == ["calm"]
+    arrival = _urgent("more-urgent", 0, prompt=128, output=5, arrival=0.5)
+    assert displaced_by("semantic", running, arrival, num_gpu_blocks=34)[0] == "calm"
+    assert displaced_by("semantic:preempt=false", running, arrival, num_gpu_blocks=34) == []
+
+
+class _Watched(Semantic):
+    """Semantic, checking at every eviction that no less urgent request stays resident, and at every step that
+    its view of the queue's head is the best waiting key."""
+
+    scheduler: Scheduler
+    evictions = 0
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        resident = [r for r in self.scheduler.running_requests() if r is not request]
+        assert all(urgency_level(r) <= urgency_level(request) for r in resident), "evicted a more urgent one"
+        self.evictions += 1
+        super().on_preempt(request, now_s)
+
+    def step_budget(self, view, now_s):  # type: ignore[no-untyped-def]
+        waiting = self.scheduler.waiting_requests()
+        head = self._queue_head()
+        if waiting:
+            assert head == min(self.waiting_key(r, now_s) for r in waiting)
+        else:
+            assert head is None
+        return super().step_budget(view, now_s)
+
+
+@pytest.mark.parametrize("stage_aware", ["level", "strict"])
+def test_eviction_and_queue_invariants_under_pressure(stage_aware: str) -> None:
+    rng = np.random.default_rng(7)
+    requests = [
+        _urgent(str(i), int(rng.integers(0, 5)), prompt=int(rng.integers(8, 120)), output=int(rng.integers(1, 60)),
+                arrival=float(i // 10) * 0.05)
+        for i in range(120)
+    ]
+    policy = _Watched(SemanticConfig(stage_aware=stage_aware))  # type: ignore[arg-type]
+    scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=120, num_cpu_blocks=400, watermark=0.0,
+                                          max_num_seqs=16, max_num_batched_tokens=256), policy)
+    policy.scheduler = scheduler
+    run_checked(scheduler, requests)
+    assert policy.evictions > 0  # the scenario does exercise eviction
+    assert all(r.state is RequestState.FINISHED for r in requests)  # nothing lost across push-backs
+
+
+def test_stage_aware_holds_back_new_prompts_while_the_most_important_decodes() -> None:
+    scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, watermark=0.0),
+                          make_policy("semantic:stage_aware=level"))
+    urgent = _urgent("urgent", 0, prompt=16, output=20)
+    scheduler.add_request(urgent, 0.0)
+    plan = scheduler.schedule(0.0)
+    scheduler.update(plan, StepResult(end_time_s=0.1))
+    assert urgent.num_output_tokens == 1  # decoding from now on
+    calm, peer = _urgent("calm", 3, prompt=16, output=5), _urgent("peer", 0, prompt=16, output=400)
+    scheduler.add_request(calm, 0.1)
+    plan = scheduler.schedule(0.1)
+    assert [r.request_id for r in plan.requests()] == ["urgent"]  # the less urgent prompt waits
+    scheduler.update(plan, StepResult(end_time_s=0.2))
+    scheduler.add_request(peer, 0.2)
+    plan = scheduler.schedule(0.2)
+    # a prompt of the decoding request's own level opens the step to new prompts (queue order: peer first);
+    # the paper's strict rule holds it back too
+    assert [c.request.request_id for c in plan.prefill] == ["peer", "calm"] and plan.decode == [urgent]
+    strict = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, watermark=0.0),
+                       make_policy("semantic:stage_aware=strict"))
+    urgent2, peer2 = _urgent("urgent", 0, prompt=16, output=20), _urgent("peer", 0, prompt=16, output=400)
+    strict.add_request(urgent2, 0.0)
+    strict.update(strict.schedule(0.0), StepResult(end_time_s=0.1))
+    strict.add_request(peer2, 0.1)
+    assert [r.request_id for r in strict.schedule(0.1).requests()] == ["urgent"]
+
+
+def test_waiting_urgent_work_takes_the_tokens_of_less_urgent_running_prompts() -> None:
+    scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, watermark=0.0,
+                                          max_num_batched_tokens=64), make_policy("semantic"))
+    calm = _urgent("calm", 4, prompt=1000, output=5)
+    scheduler.add_request(calm, 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(end_time_s=0.1))  # 64 of its 1,000 prompt tokens
+    urgent = _urgent("urgent", 0, prompt=60, output=5)
+    scheduler.add_request(urgent, 0.1)
+    plan = scheduler.schedule(0.1)
+    chunks = {c.request.request_id: c.num_tokens for c in plan.prefill}
+    assert chunks == {"urgent": 60}  # the calm prompt keeps its KV but computes nothing while urgent work waits
+    fcfs = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, watermark=0.0,
+                                     max_num_batched_tokens=64), make_policy("hpjf"))
+    calm2, urgent2 = _urgent("calm", 4, prompt=1000, output=5), _urgent("urgent", 0, prompt=60, output=5)
+    fcfs.add_request(calm2, 0.0)
+    fcfs.update(fcfs.schedule(0.0), StepResult(end_time_s=0.1))
+    fcfs.add_request(urgent2, 0.1)
+    assert [c.request.request_id for c in fcfs.schedule(0.1).prefill] == ["calm"]  # hpjf: running first
+
+
+# ---- cache or recompute --------------------------------------------------------------------------------------
+def _evicted(prompt: int, decoded: int) -> Request:
+    request = make_request("victim", prompt=prompt, output=decoded + 10)
+    request.num_computed_tokens, request.num_output_tokens = prompt + decoded, decoded
+    return request
+
+
+def test_prefill_pricing_keeps_all_or_nothing(tmp_path: Path) -> None:
+    # recomputing c tokens in one pass costs alpha2*c = 1.0*c; keeping them costs a copy out and back, 2*beta*c
+    cheap_copy = Semantic(SemanticConfig(profile=_profile(tmp_path, alpha2=1.0, beta=0.4)))
+    request = _evicted(prompt=100, decoded=30)
+    assert cheap_copy.tokens_to_keep(request) == 130  # 2 * 0.4 < 1.0
+    assert cheap_copy.preemption_mode(request, None) is PreemptionMode.SWAP  # type: ignore[arg-type]
+    dear_copy = Semantic(SemanticConfig(profile=_profile(tmp_path, alpha2=1.0, beta=0.6)))
+    assert dear_copy.tokens_to_keep(request) == 0  # 2 * 0.6 > 1.0
+    assert dear_copy.preemption_mode(request, None) is PreemptionMode.RECOMPUTE  # type: ignore[arg-type]
+
+
+def test_the_papers_token_pricing_follows_eq3_and_eq5(tmp_path: Path) -> None:
+    # eq. 3 keeps the prompt iff beta*n < alpha2*n: beta 0.5 < alpha2 1. Eq. 5 with gamma1 = 0.01, gamma2 = 0,
+    # n = 100: f(x) = 0.5x + 0.01(y^2/2 + 100y + y/2), y = m' - x; f'(x) = 0.5 - 0.01(y + 100.5) = 0 at
+    # y = -50.5 < 0: re-decoding even one token costs more than reloading it, so every decoded token is kept.
+    policy = Semantic(SemanticConfig(profile=_profile(tmp_path, alpha2=1.0, gamma1=0.01, gamma2=0.0, beta=0.5),
+                                     recompute_cost="token"))
+    assert policy.tokens_to_keep(_evicted(prompt=100, decoded=40)) == 140
+    # beta 2: keep the prompt? 2 > 1, no -> nothing is kept (decoded KV needs its prompt's)
+    no_prompt = Semantic(SemanticConfig(profile=_profile(tmp_path, alpha2=1.0, gamma1=0.01, beta=2.0),
+                                        recompute_cost="token"))
+    assert no_prompt.tokens_to_keep(_evicted(prompt=100, decoded=40)) == 0
+    # alpha2 3 keeps the prompt at beta 2; gamma1 0.01, n 100: y* = (beta - gamma2)/gamma1 - n - 1/2
+    # = 200 - 100.5 = 99.5 -> with m' = 150 decoded, x* = 150 - 99.5 = 50.5: 50 or 51, the cheaper of the two
+    partial = Semantic(SemanticConfig(profile=_profile(tmp_path, alpha2=3.0, gamma1=0.01, gamma2=0.0, beta=2.0),
+                                      recompute_cost="token"))
+    kept = partial.tokens_to_keep(_evicted(prompt=100, decoded=150)) - 100
+
+    def eq5(x: int) -> float:
+        y = 150 - x
+        return 2.0 * x + 0.01 * (0.5 * y * y + 100 * y + 0.5 * y)
+
+    assert kept in (50, 51) and eq5(kept) == min(eq5(50), eq5(51))
+
+
+def test_token_pricing_needs_an_analytic_profile() -> None:
+    load_profile("a100-qwen1.5-7b-batch")  # a profile of another kind exists
+    policy = Semantic(SemanticConfig(profile="a100-qwen1.5-7b-batch", recompute_cost="token"))
+    with pytest.raises(ValueError, match="analytic profile"):
+        policy.tokens_to_keep(_evicted(prompt=10, decoded=5))
