@@ -101,7 +101,6 @@ class Semantic(Policy):
         self._g1 = max(high - low, 0.0) / (_FIT_CONTEXTS[1] - _FIT_CONTEXTS[0])
         self._queue: list[tuple[SortKey, int, int, Request]] = []  # (key, version, seq, request): lazy deletion
         self._seq = itertools.count()
-        self._hold_prefills = False
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -152,8 +151,10 @@ class Semantic(Policy):
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        if not self.config.preempt or (self._hold_prefills and candidate.in_prefill):
-            return ()  # stage-aware: this step admits no new prompt
+        if not self.config.preempt:
+            return ()
+        if candidate.in_prefill and self.config.stage_aware != "off" and self._holds_prompts(view):
+            return ()  # stage-aware: this step admits no new prompt (asked afresh: vLLM plans admissions first)
         level = urgency_level(candidate)
         lower = [r for r in running if urgency_level(r) > level]
         return sorted(lower, key=self._key, reverse=True)
@@ -194,21 +195,27 @@ class Semantic(Policy):
             heapq.heappop(queue)
         return None
 
-    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
-        """Alg. 2: if the most important request (running, or at the head of the queue) is decoding, cap the
-        step's sequences at those running, so no new prompt is admitted."""
+    def _holds_prompts(self, view: SchedulerView) -> bool:
+        """Alg. 2: whether the most important request (running, or at the head of the queue) is decoding."""
         best: SortKey | None = None
         best_decoding = False
         for request in view.running_requests():
             key = self._key(request)
             if best is None or key < best:
                 best, best_decoding = key, not request.in_prefill
+        if best is None or not best_decoding:
+            return False
         head = self._queue_head()
+        if head is None:
+            return True
         if self.config.stage_aware == "level":  # only the urgency level of the head counts
-            self._hold_prefills = best is not None and best_decoding and (head is None or best[0] < head[0])
-        else:
-            self._hold_prefills = best is not None and best_decoding and (head is None or best < head)
-        if not self._hold_prefills:
+            return best[0] < head[0]
+        return best < head
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        """While the most important request decodes, cap the step's sequences at those running, so no new prompt
+        is admitted."""
+        if not self._holds_prompts(view):
             return None
         budget = view.budget
         return StepBudget(budget.max_num_batched_tokens, min(budget.max_num_seqs, view.num_running))

@@ -149,7 +149,8 @@ LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs
 """Sequence-slot-bound: blocks for everything, four slots, so displacement frees slots."""
 # tiered without aging: the harness's clock is the engine's, not the lockstep's step count
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
-                     "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3"]
+                     "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3", "hpjf", "semantic",
+                     "semantic:stage_aware=strict"]
 
 Workload = list[tuple[int, str, int, int, int]]
 
@@ -221,7 +222,7 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
         assert first is None, (
             f"seed {seed}, step {first}: vLLM+adapter {real[first:first + 1]} vs core {simulated[first:first + 1]}"
         )
-    if policy.startswith(("priority-preempt", "srpt", "tiered")):
+    if policy.startswith(("priority-preempt", "srpt", "tiered", "semantic")):
         assert preemptions > 0  # the workloads exercise displacement
 
 
@@ -283,6 +284,19 @@ def test_waiting_order_follows_the_policy(tiny_model_dir: Path, async_scheduling
         orders[policy] = [f.request_id for r in h.run() for f in r.finished]
     assert orders["fcfs"] == ["a", "b", "c"]
     assert orders["sjf:length=predicted"] == sorted(predicted, key=predicted.__getitem__)
+
+
+def test_semantic_orders_by_the_urgency_in_vllm_xargs(tiny_model_dir: Path) -> None:
+    """Urgency arrives in ``vllm_xargs``: with one sequence slot the most urgent level runs first, and within a
+    level the shortest predicted output (seed 000's (f_e, f_t))."""
+    rng = random.Random(3)
+    h = _harness(tiny_model_dir, "semantic", max_num_seqs=1)
+    requests = {"calm": (4, 8), "urgent-long": (0, 90), "urgent-short": (0, 10), "mid": (2, 10)}
+    for i, (request_id, (urgency, predicted)) in enumerate(requests.items()):
+        h.add(request_id, _prompt(rng, 16), 8, arrival_time=1000.0 + i,
+              extra_args={"urgency": urgency, "predicted_output_tokens": predicted})
+    order = [f.request_id for r in h.run() for f in r.finished]
+    assert order == ["urgent-short", "urgent-long", "mid", "calm"]
 
 
 @SCHEDULING
@@ -476,5 +490,5 @@ def test_async_adapter_finishes_every_request_exactly(tiny_model_dir: Path, poli
         assert sorted(f.request_id for f in finished) == sorted(request_id for _, request_id, *_ in workload)
         assert {f.request_id: f.num_output_tokens for f in finished} == {r[1]: r[3] for r in workload}
         assert {f.finish_reason for f in finished} == {"length"}
-        if policy.startswith(("priority-preempt", "srpt", "tiered")):
+        if policy.startswith(("priority-preempt", "srpt", "tiered", "semantic")):
             assert preemptions > 0
