@@ -1,13 +1,15 @@
-"""``semsched urgency train | eval``: the KTAS triage classifier (issue 15), trained and judged against the nurses.
+"""``semsched urgency train | eval | cost``: the KTAS triage classifier (issue 15), judged against the nurses.
 
 ``train`` cross-validates the classifier on a KTAS file (held-out accuracy, macro-F1, under- and over-triage at
 several under-triage thresholds, beside the file's own nurses), then fits it on the whole file and saves it.
 ``eval`` scores a saved model on any file with the same columns; ``--json`` prints the figures as one object.
+``cost`` times its predictions per batch size, the figures the simulator's ``--predictor`` charges.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from semsched.predict.urgency import (
     TriageMetrics,
     UrgencyClassifier,
     cross_validate,
+    measure_cost,
     metrics_dict,
     triage_metrics,
 )
@@ -52,6 +55,14 @@ def register(sub: Any) -> None:
     evaluate.add_argument("--data", type=Path, required=True, help="KTAS CSV with the same columns")
     evaluate.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     evaluate.set_defaults(handler=eval_command)
+    cost = actions.add_parser("cost", help="time a saved model's predictions per batch size (what the simulator "
+                                           "charges: --predictor)")
+    cost.add_argument("--model", type=Path, required=True, help="directory written by `urgency train`")
+    cost.add_argument("--data", type=Path, required=True, help="KTAS CSV whose rows are predicted")
+    cost.add_argument("--batch-sizes", default="1,4,16,64", help="comma-separated (default 1,4,16,64)")
+    cost.add_argument("--repeats", type=int, default=5, help="timed batches per size (median; default 5)")
+    cost.add_argument("--json", action="store_true", help="print the figures as JSON")
+    cost.set_defaults(handler=cost_command)
 
 
 def _settings(args: argparse.Namespace) -> None:
@@ -108,6 +119,32 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     _row(table, "classifier", triage_metrics(records.expert, model.predict(records)))
     _row(table, "nurses (KTAS_RN vs KTAS_expert)", triage_metrics(records.expert, records.nurse))
     console.print(table)
+    return 0
+
+
+def cost_command(args: argparse.Namespace, console: Console) -> int:
+    try:
+        sizes = [int(size) for size in args.batch_sizes.split(",")]
+    except ValueError:
+        raise UsageError(f"--batch-sizes: comma-separated integers >= 1 (got {args.batch_sizes!r})") from None
+    if any(size < 1 for size in sizes):
+        raise UsageError(f"--batch-sizes: comma-separated integers >= 1 (got {args.batch_sizes!r})")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats: must be at least 1 (got {args.repeats})")
+    model = UrgencyClassifier.load(args.model)
+    records = load_ktas(args.data)
+    costs = measure_cost(model, records, sizes, repeats=args.repeats)
+    if args.json:
+        console.print_json(json.dumps({"text": model.text, "costs": [dataclasses.asdict(c) for c in costs]}))
+        return 0
+    table = Table(title=f"prediction cost of {args.model} ({model.text} features), median of {args.repeats}")
+    for column in ("batch size", "s per batch", "ms per request"):
+        table.add_column(column, justify="right")
+    for c in costs:
+        table.add_row(str(c.batch_size), f"{c.seconds_per_batch:.4f}", f"{c.seconds_per_request * 1e3:.2f}")
+    console.print(table)
+    console.print(f"simulate it: --predictor 'immediate:latency_s={costs[-1].seconds_per_batch:.4g};"
+                  f"batch_size={costs[-1].batch_size}'", highlight=False)
     return 0
 
 

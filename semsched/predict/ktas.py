@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,13 @@ class TriageRecords:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def subset(self, rows: Sequence[int]) -> TriageRecords:
+        """The records at ``rows`` (in that order; repeats allowed)."""
+        index = np.asarray(rows, dtype=np.int64)
+        return TriageRecords(tuple(self.texts[i] for i in index), tuple(self.complaints[i] for i in index),
+                             self.numeric[index], tuple(self.categorical[i] for i in index), self.expert[index],
+                             self.nurse[index])
 
 
 def load_ktas(path: str | Path) -> TriageRecords:

@@ -18,6 +18,7 @@ accuracy (docs/predictors.md), so TF-IDF, which needs no model, is the default.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,14 +86,14 @@ def _as_float(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def _features(records: TriageRecords, text: TextFeatures) -> np.ndarray:
+def _features(records: TriageRecords, text: TextFeatures, *, cache: bool = True) -> np.ndarray:
     """One object row per record: the complaint (or its embedding), the numeric inputs, the coded inputs."""
     num_coded = len(CATEGORICAL_COLUMNS)
     coded = np.asarray(records.categorical, dtype=object).reshape(len(records), num_coded)
     if text == "embedding":
         from semsched.predict.embed import Embedder
 
-        complaint = Embedder().encode(records.complaints).astype(object)
+        complaint = Embedder(cache=cache).encode(records.complaints).astype(object)
     else:
         complaint = np.asarray(records.complaints, dtype=object).reshape(-1, 1)
     return np.hstack([complaint, records.numeric.astype(object), coded])
@@ -133,11 +134,12 @@ class UrgencyClassifier:
         self._pipeline = _pipeline(self.c, self.seed, self.text).fit(_features(records, self.text), records.expert)
         return self
 
-    def predict_proba(self, records: TriageRecords) -> np.ndarray:
-        """Probability of each level 1..5 per record (a level never seen in training gets 0)."""
+    def predict_proba(self, records: TriageRecords, *, cache: bool = True) -> np.ndarray:
+        """Probability of each level 1..5 per record (a level never seen in training gets 0). ``cache=False``
+        embeds the complaints afresh (what a live predictor pays)."""
         if self._pipeline is None:
             raise UrgencyModelError("the classifier is not trained: call fit() or load a model directory")
-        seen = self._pipeline.predict_proba(_features(records, self.text))
+        seen = self._pipeline.predict_proba(_features(records, self.text, cache=cache))
         probabilities = np.zeros((len(records), NUM_LEVELS))
         probabilities[:, np.asarray(self._pipeline.classes_) - 1] = seen
         return probabilities
@@ -209,6 +211,38 @@ def cross_val_levels(records: TriageRecords, *, threshold: float | None = None, 
     labels for a workload built from the same file (``ktas-ed:urgency=predicted``)."""
     probabilities = out_of_fold_probabilities(records, folds=folds, seed=seed)
     return levels_at(probabilities, DEFAULT_THRESHOLD if threshold is None else threshold)
+
+
+@dataclass(frozen=True)
+class PredictionCost:
+    """What predicting costs at one batch size: seconds per batch (median of the repeats) and per request."""
+
+    batch_size: int
+    seconds_per_batch: float
+    seconds_per_request: float
+
+
+def measure_cost(model: UrgencyClassifier, records: TriageRecords, batch_sizes: Sequence[int] = (1, 4, 16, 64),
+                 *, repeats: int = 5) -> list[PredictionCost]:
+    """Time ``predict_proba`` (features, embedding included and uncached, and classification) per batch size:
+    one warm-up batch, then ``repeats`` batches of different rows (reused cyclically)."""
+    if not batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes):
+        raise ValueError(f"batch_sizes must be integers >= 1, got {list(batch_sizes)!r}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    results, cursor = [], 0
+    for size in batch_sizes:
+        seconds = []
+        for attempt in range(repeats + 1):
+            batch = records.subset([(cursor + k) % len(records) for k in range(size)])
+            cursor += size
+            start = time.perf_counter()
+            model.predict_proba(batch, cache=False)
+            if attempt:  # the first batch of a size warms up
+                seconds.append(time.perf_counter() - start)
+        per_batch = float(np.median(seconds))
+        results.append(PredictionCost(size, per_batch, per_batch / size))
+    return results
 
 
 def metrics_dict(metrics: TriageMetrics, prefix: str = "") -> dict[str, float | int]:

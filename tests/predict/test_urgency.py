@@ -146,3 +146,23 @@ def test_embedding_features_train_and_predict(ktas_file: Path) -> None:
     held_out = cross_validate(records, [0.5], folds=3, c=0.3, text="embedding")
     majority = np.bincount(records.expert).max() / len(records)
     assert held_out[0.5].accuracy > majority
+
+
+def test_cost_times_each_batch_size(ktas_file: Path, trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["urgency", "cost", "--model", str(trained), "--data", str(ktas_file), "--batch-sizes", "1,8",
+                 "--repeats", "2", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert [c["batch_size"] for c in figures["costs"]] == [1, 8]
+    for cost in figures["costs"]:
+        assert cost["seconds_per_request"] == pytest.approx(cost["seconds_per_batch"] / cost["batch_size"])
+    assert main(["urgency", "cost", "--model", str(trained), "--data", str(ktas_file), "--batch-sizes", "0"]) == 2
+    assert "--batch-sizes" in capsys.readouterr().err
+
+
+def test_subset_keeps_rows_aligned(ktas_file: Path) -> None:
+    records = load_ktas(ktas_file)
+    picked = records.subset([5, 2, 5])
+    assert picked.texts == (records.texts[5], records.texts[2], records.texts[5])
+    assert list(picked.expert) == [records.expert[5], records.expert[2], records.expert[5]]
+    assert np.array_equal(picked.numeric[1], records.numeric[2], equal_nan=True)
