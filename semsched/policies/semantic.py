@@ -21,8 +21,8 @@ without one, as ``length=oracle`` always does).
   the queue is decoding, this step admits no new prompt: newly selected prefills are pushed back, so the
   urgent decode is not slowed by less important prompts. Prompts already running continue. ``strict`` is the
   paper's rule (held back while every waiting request ranks after the decoding one); the default ``level``
-  holds back while every waiting request is of a less urgent level, so requests of the decoding one's own
-  level keep joining (and, the step's budget permitting, whatever queues behind them).
+  holds back only the prompts of less urgent levels: the step may take as many new sequences as there are
+  waiting requests of the decoding one's own level, which the queue holds first.
 * **Priority eviction (Alg. 3-4).** Under KV pressure the victim is the running request with the largest
   ``(f_e, f_t)``: the least urgent, then the longest remaining; a more urgent request is never evicted while a
   less urgent one is resident.
@@ -101,6 +101,7 @@ class Semantic(Policy):
         self._g1 = max(high - low, 0.0) / (_FIT_CONTEXTS[1] - _FIT_CONTEXTS[0])
         self._queue: list[tuple[SortKey, int, int, Request]] = []  # (key, version, seq, request): lazy deletion
         self._seq = itertools.count()
+        self._by_level: dict[int, dict[int, Request]] = {}  # waiting requests per level, pruned lazily
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -153,8 +154,8 @@ class Semantic(Policy):
     ) -> Sequence[Request]:
         if not self.config.preempt:
             return ()
-        if candidate.in_prefill and self.config.stage_aware != "off" and self._holds_prompts(view):
-            return ()  # stage-aware: this step admits no new prompt (asked afresh: vLLM plans admissions first)
+        if candidate.in_prefill and self.config.stage_aware != "off" and self._holds_back(candidate, view):
+            return ()  # stage-aware: held back this step (asked afresh: vLLM plans admissions first)
         level = urgency_level(candidate)
         lower = [r for r in running if urgency_level(r) > level]
         return sorted(lower, key=self._key, reverse=True)
@@ -185,6 +186,7 @@ class Semantic(Policy):
         version = int(request.policy_state.get(_VERSION_KEY, 0)) + 1
         request.policy_state[_VERSION_KEY] = version
         heapq.heappush(self._queue, (self._key(request), version, next(self._seq), request))
+        self._by_level.setdefault(urgency_level(request), {})[id(request)] = request
 
     def _queue_head(self) -> SortKey | None:
         queue = self._queue
@@ -195,8 +197,10 @@ class Semantic(Policy):
             heapq.heappop(queue)
         return None
 
-    def _holds_prompts(self, view: SchedulerView) -> bool:
-        """Alg. 2: whether the most important request (running, or at the head of the queue) is decoding."""
+    def _admission_cap(self, view: SchedulerView) -> int | None:
+        """Alg. 2: while the most important request (running, or at the head of the queue) decodes, the most
+        sequences this step may run: those running, plus (``level``) the waiting requests of its own level,
+        which the queue holds first; None when nothing is held back."""
         best: SortKey | None = None
         best_decoding = False
         for request in view.running_requests():
@@ -204,21 +208,43 @@ class Semantic(Policy):
             if best is None or key < best:
                 best, best_decoding = key, not request.in_prefill
         if best is None or not best_decoding:
-            return False
+            return None
         head = self._queue_head()
         if head is None:
+            return view.num_running
+        if head < best:
+            return None  # the head of the queue is the most important: a prompt, so nothing is held back
+        if self.config.stage_aware == "level" and head[0] == best[0]:
+            return view.num_running + self._waiting_at(int(best[0]))
+        return view.num_running
+
+    def _waiting_at(self, level: int) -> int:
+        """How many requests of ``level`` wait (entries that left the queue are dropped as they are found)."""
+        entries = self._by_level.get(level)
+        if not entries:
+            return 0
+        gone = [key for key, request in entries.items() if request.state not in _WAITING_STATES]
+        for key in gone:
+            del entries[key]
+        return len(entries)
+
+    def _holds_back(self, candidate: Request, view: SchedulerView) -> bool:
+        cap = self._admission_cap(view)
+        if cap is None:
+            return False
+        if self.config.stage_aware == "strict" or cap == view.num_running:
             return True
-        if self.config.stage_aware == "level":  # only the urgency level of the head counts
-            return best[0] < head[0]
-        return best < head
+        best_level = min(urgency_level(r) for r in view.running_requests())
+        return urgency_level(candidate) > best_level
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
-        """While the most important request decodes, cap the step's sequences at those running, so no new prompt
-        is admitted."""
-        if not self._holds_prompts(view):
+        """While the most important request decodes, cap the step's sequences (:meth:`_admission_cap`), so no
+        less important prompt is admitted."""
+        cap = self._admission_cap(view)
+        if cap is None:
             return None
         budget = view.budget
-        return StepBudget(budget.max_num_batched_tokens, min(budget.max_num_seqs, view.num_running))
+        return StepBudget(budget.max_num_batched_tokens, min(budget.max_num_seqs, cap))
 
     # ---- cache or recompute ------------------------------------------------------------------------------
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:

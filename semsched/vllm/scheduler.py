@@ -515,13 +515,16 @@ class Scheduler(_VllmScheduler):
         if best is not None:
             self._enforce_exclusive(best, displaced)
         self.waiting.gate = self._gate(best, displaced)  # type: ignore[attr-defined]
-        if self._displaces:
-            self._displace_for_waiting(displaced, now)
+        # the step's limits first, as the core scheduler does: displacement is judged within them
         tokens, seqs = self._step_limits(now)
-        held_back = self._order_running(now, tokens, seqs)
-        self.max_num_scheduled_tokens = self._step_tokens = tokens
-        self.max_num_active_reqs = max(0, seqs - len(held_back))
+        held_back: list[VllmRequest] = []
         try:
+            self.max_num_scheduled_tokens, self.max_num_active_reqs = tokens, seqs
+            if self._displaces:
+                self._displace_for_waiting(displaced, now)
+            held_back = self._order_running(now, tokens, seqs)
+            self.max_num_scheduled_tokens = self._step_tokens = tokens
+            self.max_num_active_reqs = max(0, seqs - len(held_back))
             output = super().schedule(*args, **kwargs)
         finally:
             self._shadow_cache = None  # vLLM changed ``running`` (admissions, preemptions)

@@ -138,9 +138,9 @@ def test_stage_aware_holds_back_new_prompts_while_the_most_important_decodes() -
     scheduler.update(plan, StepResult(end_time_s=0.2))
     scheduler.add_request(peer, 0.2)
     plan = scheduler.schedule(0.2)
-    # a prompt of the decoding request's own level opens the step to new prompts (queue order: peer first);
-    # the paper's strict rule holds it back too
-    assert [c.request.request_id for c in plan.prefill] == ["peer", "calm"] and plan.decode == [urgent]
+    # a prompt of the decoding request's own level joins, the less urgent one still waits; the paper's strict
+    # rule holds back both
+    assert [c.request.request_id for c in plan.prefill] == ["peer"] and plan.decode == [urgent]
     strict = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, watermark=0.0),
                        make_policy("semantic:stage_aware=strict"))
     urgent2, peer2 = _urgent("urgent", 0, prompt=16, output=20), _urgent("peer", 0, prompt=16, output=400)
