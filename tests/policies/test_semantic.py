@@ -106,7 +106,7 @@ class _Watched(Semantic):
         return super().step_budget(view, now_s)
 
 
-@pytest.mark.parametrize("stage_aware", ["level", "strict"])
+@pytest.mark.parametrize("stage_aware", ["budget", "level", "strict"])
 def test_eviction_and_queue_invariants_under_pressure(stage_aware: str) -> None:
     rng = np.random.default_rng(7)
     requests = [
@@ -217,3 +217,18 @@ def test_token_pricing_needs_an_analytic_profile() -> None:
     policy = Semantic(SemanticConfig(profile="a100-qwen1.5-7b-batch", recompute_cost="token"))
     with pytest.raises(ValueError, match="analytic profile"):
         policy.tokens_to_keep(_evicted(prompt=10, decoded=5))
+
+
+def test_budget_mode_slows_less_urgent_prompts_without_stopping_them() -> None:
+    scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, watermark=0.0),
+                          make_policy("semantic:stage_prefill_tokens=24"))
+    urgent = _urgent("urgent", 0, prompt=16, output=20)
+    scheduler.add_request(urgent, 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(end_time_s=0.1))
+    calm = _urgent("calm", 3, prompt=100, output=5)
+    scheduler.add_request(calm, 0.1)
+    plan = scheduler.schedule(0.1)
+    assert plan.decode == [urgent]
+    assert [(c.request.request_id, c.num_tokens) for c in plan.prefill] == [("calm", 24)]
+    with pytest.raises(ValueError, match="stage_prefill_tokens must be an integer from 1"):
+        make_policy("semantic:stage_prefill_tokens=0")
