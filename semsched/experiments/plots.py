@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 # The colours of tab10, in a fixed order for the policies semsched ships; any other spec gets one of tab20 by
 # a hash of its text (stable across runs and machines).
 _TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
-_KNOWN = ("fcfs", "priority", "priority-preempt", "sjf", "srpt", "edf")
+_KNOWN = ("fcfs", "priority", "priority-preempt", "sjf", "srpt", "edf", "hpjf", "semantic")
 _TAB20 = (
     "#aec7e8",
     "#ffbb78",

@@ -52,8 +52,16 @@ def test_requests_csv_holds_every_request_of_every_figure(quick_report: tuple[st
     rows = _requests(out)
     figures = {figure["id"] for figure in json.loads((out / "results.json").read_text())["figures"]}
     assert rows and {row["figure"] for row in rows} <= figures
-    per_run = Counter((row["figure"], row["policy"]) for row in rows)
-    assert len(set(per_run.values())) == 1, "every policy of a figure runs on the same requests"
+    # a figure's point is named by the run columns between ``figure`` and ``policy`` (rate, seed, ...): every
+    # policy of one point runs on the same requests (a sweep's points may hold different numbers of requests)
+    header = list(rows[0])
+    run_columns = header[1:header.index("policy")]
+    per_point: dict[tuple[str, ...], Counter[str]] = {}
+    for row in rows:
+        point = (row["figure"], *(row[column] for column in run_columns))
+        per_point.setdefault(point, Counter())[row["policy"]] += 1
+    for point, per_policy in per_point.items():
+        assert len(set(per_policy.values())) == 1, f"{point}: every policy runs on the same requests"
 
 
 def test_demo_numbers_are_the_runs_own(tmp_path: Path) -> None:
