@@ -36,12 +36,13 @@ from semsched.core.errors import SemschedError
 from semsched.core.request import LengthDistribution
 from semsched.predict.embed import Embedder
 from semsched.predict.oracle import OracleError, mislabel, target_distance
+from semsched.workloads.answers import AnswerDataError, json_field, parse_jsonl, read_json, read_text
+from semsched.workloads.answers import tokenizer as answer_tokenizer
 from semsched.workloads.traces import data_dir as shared_data_dir
 
 DEFAULT_MAX_OUTPUT, DEFAULT_NUM_BUCKETS, DEFAULT_POINTS_PER_BUCKET = 500, 5, 4
 MIN_BUCKETS, MAX_BUCKETS = 5, 10  # seed 000's range
 DATASETS = ("mt-bench", "alpaca-eval")
-TOKENIZER_FILE = "tokenizers/llama2_tinyllama/tokenizer.json"
 MODEL_FILE, META_FILE = "model.joblib", "model.json"
 FORMAT_VERSION = 1
 Training = Literal["answers", "median"]
@@ -55,9 +56,8 @@ class LengthError(SemschedError):
     """Bad bucket, oracle or predictor settings: the message names the parameter and its limits."""
 
 
-class LengthDataError(SemschedError):
-    """A prompt/answer file cannot be read: the message names the file, and the row and field where one is bad."""
-
+LengthDataError = AnswerDataError
+"""A prompt/answer file cannot be read: the message names the file, and the row and field where one is bad."""
 
 class LengthModelError(SemschedError):
     """A length model cannot be used (untrained, missing, or another format); the message says which."""
@@ -194,78 +194,28 @@ class AnswerLengths:
         return owners, np.concatenate([self.lengths[i] for i in chosen])
 
 
-def _tokenizer(directory: Path) -> Any:
-    from tokenizers import Tokenizer
-
-    path = directory / TOKENIZER_FILE
-    if not path.is_file():
-        raise LengthDataError(f"{path}: the Llama-2 tokenizer is missing (set SEMSCHED_DATA_DIR to the data "
-                              "folder)")
-    return Tokenizer.from_file(str(path))
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise LengthDataError(f"{path}: cannot read it ({error.strerror or error})") from error
-    except UnicodeDecodeError as error:
-        raise LengthDataError(f"{path}: not UTF-8 text ({error.reason})") from error
-    except json.JSONDecodeError as error:
-        raise LengthDataError(f"{path}: not JSON (line {error.lineno}: {error.msg})") from error
-
-
-def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed object) of every non-blank line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise LengthDataError(f"{path}: cannot read it ({error.strerror or error})") from error
-    except UnicodeDecodeError as error:
-        raise LengthDataError(f"{path}: not UTF-8 text ({error.reason})") from error
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise LengthDataError(f"{path}: row {number}: not JSON ({error.msg})") from error
-    return rows
-
-
-def _field(row: Any, keys: Sequence[str | int], path: Path, where: str, kind: type) -> Any:
-    """``row[k0][k1]...`` checked to be a ``kind``; the error names the file, the row and the field."""
-    value = row
-    for key in keys:
-        try:
-            value = value[key]
-        except (KeyError, IndexError, TypeError):
-            value = None
-            break
-    if not isinstance(value, kind) or isinstance(value, bool):
-        name = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
-        raise LengthDataError(f"{path}: {where}: field {name} must be a {kind.__name__} (got {value!r:.60})")
-    return value
+def _jsonl(path: Path) -> list[tuple[int, Any]]:
+    return parse_jsonl(path, read_text(path))
 
 
 def _mt_bench(directory: Path) -> tuple[list[str], list[list[str]], int]:
     questions = directory / "mt_bench" / "question.jsonl"
     ids: dict[int, int] = {}
     prompts: list[str] = []
-    for number, row in _read_jsonl(questions):
-        qid = _field(row, ["question_id"], questions, f"row {number}", int)
+    for number, row in _jsonl(questions):
+        qid = json_field(row, ["question_id"], questions, f"row {number}", int)
         if qid in ids:
             raise LengthDataError(f"{questions}: row {number}: question_id {qid} appears twice")
         ids[qid] = len(prompts)
-        prompts.append(_field(row, ["turns", 0], questions, f"row {number}", str))
+        prompts.append(json_field(row, ["turns", 0], questions, f"row {number}", str))
     answers: list[list[str]] = [[] for _ in prompts]
     files = sorted((directory / "mt_bench" / "model_answer").glob("*.jsonl"))
     for path in files:
-        for number, row in _read_jsonl(path):
-            qid = _field(row, ["question_id"], path, f"row {number}", int)
+        for number, row in _jsonl(path):
+            qid = json_field(row, ["question_id"], path, f"row {number}", int)
             if qid not in ids:
                 raise LengthDataError(f"{path}: row {number}: question_id {qid} is not in {questions.name}")
-            answers[ids[qid]].append(_field(row, ["choices", 0, "turns", 0], path, f"row {number}", str))
+            answers[ids[qid]].append(json_field(row, ["choices", 0, "turns", 0], path, f"row {number}", str))
     return prompts, answers, len(files)
 
 
@@ -273,12 +223,12 @@ def _alpaca_eval(directory: Path) -> tuple[list[str], list[list[str]], int]:
     prompts: dict[str, list[str]] = {}  # instruction -> answers; instructions are unique, files' orders differ
     files = sorted((directory / "alpaca_eval" / "model_outputs").glob("*.json"))
     for path in files:
-        rows = _read_json(path)
+        rows = read_json(path)
         if not isinstance(rows, list):
             raise LengthDataError(f"{path}: must hold a JSON list of outputs (got {type(rows).__name__})")
         for index, row in enumerate(rows):
-            instruction = _field(row, ["instruction"], path, f"row {index}", str)
-            prompts.setdefault(instruction, []).append(_field(row, ["output"], path, f"row {index}", str))
+            instruction = json_field(row, ["instruction"], path, f"row {index}", str)
+            prompts.setdefault(instruction, []).append(json_field(row, ["output"], path, f"row {index}", str))
     return list(prompts), list(prompts.values()), len(files)
 
 
@@ -294,7 +244,7 @@ def load_answer_lengths(dataset: str, data_dir: str | Path | None = None) -> Ans
     prompts, answers, num_models = _mt_bench(directory) if dataset == "mt-bench" else _alpaca_eval(directory)
     if num_models == 0:
         raise LengthDataError(f"{directory}: no model answer files for {dataset}")
-    tokenizer = _tokenizer(directory)
+    tokenizer = answer_tokenizer(directory)
     flat = [text for texts in answers for text in texts if text.strip()]
     counts = iter(len(encoding.ids) for encoding in tokenizer.encode_batch(flat, add_special_tokens=False))
     kept_prompts, kept_lengths = [], []

@@ -19,7 +19,6 @@ from semsched.cli.common import UsageError
 from semsched.predict.length import (
     MAX_BUCKETS,
     MIN_BUCKETS,
-    TOKENIZER_FILE,
     AnswerLengths,
     LengthBucketPredictor,
     LengthBuckets,
@@ -32,6 +31,7 @@ from semsched.predict.length import (
     training_rows,
 )
 from semsched.predict.oracle import target_distance
+from semsched.workloads.answers import TOKENIZER_FILE
 from semsched.workloads.traces import data_dir
 
 # ---- buckets ---------------------------------------------------------------------------------------------
