@@ -343,7 +343,7 @@ class Scheduler(_VllmScheduler):
         # (running list, its length, its shadows): what running_shadows() built last in this schedule() call
         self._shadow_cache: tuple[list[VllmRequest], int, list[Request]] | None = None
         self._budgets = policy.uses_hook("step_budget")
-        self._stable = policy.stable_between_events and policy.rekey_interval_s is None
+        self._rekeys = policy.rekey_interval_s is not None
         # the last step scheduled one token for every running request and nothing else changed (see _steady_step)
         self._decode_steady = False
         self._no_victims_for: str | None = None  # the queue head victims_for named none for, while steady
@@ -609,7 +609,7 @@ class Scheduler(_VllmScheduler):
                             return  # a stable policy's answer holds until something happens
                         victims = self._victims(candidate, now)
                         if not victims:
-                            self._no_victims_for = candidate.request_id if self._stable else None
+                            self._no_victims_for = candidate.request_id if self._stable() else None
                             return
                     estimate = self._estimate_step()
                     if estimate is None:
@@ -789,6 +789,12 @@ class Scheduler(_VllmScheduler):
         self.waiting.rekey_request(entry.request)  # type: ignore[attr-defined]
         self.metrics.preemptions.labels(label, "recompute").inc()  # vLLM has no swap space
         policy.on_preempt(shadow, now)
+
+    def _stable(self) -> bool:
+        """Whether the policy promises its decisions hold while nothing happens: read afresh at each use, as a
+        policy may make ``stable_between_events`` a property whose answer changes with the requests it has seen
+        (srpt and the cost-index policies with predicted lengths)."""
+        return not self._rekeys and self.semsched_policy.stable_between_events
 
     def _steady_step(self, output: Any, resumed: set[str]) -> bool:
         """Whether this step scheduled exactly one token for every running request (so each needs one token next

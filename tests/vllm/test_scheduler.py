@@ -147,10 +147,13 @@ LOCKSTEP_CONFIG = HarnessConfig(num_blocks=25, block_size=32, max_num_seqs=8, ma
 """KV-bound: the workload needs more blocks than there are, so displacement frees blocks."""
 LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs=4, max_num_batched_tokens=128)
 """Sequence-slot-bound: blocks for everything, four slots, so displacement frees slots."""
-# tiered without aging: the harness's clock is the engine's, not the lockstep's step count
+# tiered without aging and fastserve without starvation promotion: the harness's clock is the engine's, not the
+# lockstep's step count
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
                      "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3", "hpjf", "semantic",
-                     "semantic:stage_aware=strict"]
+                     "semantic:stage_aware=strict", "gittins", "fastserve:starve_s=0", "trail"]
+#: the lockstep policies that displace running work (their workloads must show preemptions)
+PREEMPTING = ("priority-preempt", "srpt", "tiered", "semantic", "gittins", "fastserve", "trail")
 
 Workload = list[tuple[int, str, int, int, int]]
 
@@ -222,7 +225,7 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
         assert first is None, (
             f"seed {seed}, step {first}: vLLM+adapter {real[first:first + 1]} vs core {simulated[first:first + 1]}"
         )
-    if policy.startswith(("priority-preempt", "srpt", "tiered", "semantic")):
+    if policy.startswith(PREEMPTING):
         assert preemptions > 0  # the workloads exercise displacement
 
 
@@ -490,5 +493,5 @@ def test_async_adapter_finishes_every_request_exactly(tiny_model_dir: Path, poli
         assert sorted(f.request_id for f in finished) == sorted(request_id for _, request_id, *_ in workload)
         assert {f.request_id: f.num_output_tokens for f in finished} == {r[1]: r[3] for r in workload}
         assert {f.finish_reason for f in finished} == {"length"}
-        if policy.startswith(("priority-preempt", "srpt", "tiered", "semantic")):
+        if policy.startswith(PREEMPTING):
             assert preemptions > 0

@@ -1,0 +1,190 @@
+"""Order by an index of each request's remaining cost distribution, refreshed at bucket boundaries (seed 002 §3.3).
+
+The base of ``gittins`` (SageSched) and ``mean`` (its Fig. 11 baseline): a subclass says how a cost distribution
+(:mod:`semsched.policies.cost_model`) and the cost attained so far become one number, :meth:`cost_index`; the
+smallest index runs first, a waiting request displaces running requests with larger indices, and under KV
+pressure the largest index goes first.
+
+* **Refresh at bucket boundaries.** Recomputing every request's index after every token costs time and lets
+  two close requests swap places back and forth, so the paper divides each request's cost range into buckets
+  and refreshes its index only when its attained cost crosses into a new one. ``buckets=N`` (default 10) splits
+  the predicted range ``[C(0), C(L_max)]`` (``L_max`` the largest predicted length) into N equal cost buckets,
+  continued at the same width past it. ``bucket_tokens=S`` instead puts the boundaries every S generated tokens,
+  i.e. at costs ``C(S), C(2S), ...``: the unit we read the paper's "bucket size of 200" in (§4.4), since 200
+  units of ``O²/2 + I·O`` is less than one token for any prompt over 200 tokens. A refresh conditions on the cost
+  attained at the first token of the bucket, so the index does not depend on how tokens were reported (one per
+  step, or a fast-forwarded stretch at once). ``refresh=false`` computes the index once, at attained cost 0
+  (Fig. 11's "Gittins" without refresh).
+* **Outlived predictions.** A request that has generated its largest predicted length has no cost left in its
+  distribution; its index becomes :func:`~semsched.policies.cost_model.one_token_floor` (as if one more token,
+  the cheapest there is, remained), a lower bound of every index, and stays there: it keeps running rather than
+  starving behind fresh arrivals or being displaced again and again, as ``srpt``'s remaining of 1 token does.
+* **Fast-forward.** A refresh can raise an index in the middle of a decode-only stretch (a bimodal prediction
+  whose short mode has passed) and let a waiting request displace the running one. The policy is therefore
+  stable only while no unfinished request may still change its index upward: with ``refresh=false``, when all
+  predictions are points (a point's index, its remaining cost, only falls), or once each multi-point request has
+  passed its largest predicted length. Without a prediction a request's true length is its point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.request import Request
+from semsched.policies.cost_model import (
+    CostDistribution,
+    CostModel,
+    cost_distribution,
+    one_token_floor,
+    request_cost,
+)
+
+_MAX_INT = 2**31 - 1
+
+
+def _param(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class CostIndexConfig(PolicyConfig):
+    refresh: bool = _param(
+        True,
+        "refresh a request's index when its attained cost crosses a bucket boundary "
+        "(false: computed once, at arrival)",
+    )
+    cost: CostModel = _param(
+        "resource",
+        "service cost of O output tokens after I prompt tokens: O^2/2 + I*O "
+        "(resource), O (output) or I + 2*O (weighted)",
+    )
+    buckets: int = _param(10, "equal cost buckets over each request's predicted cost range")
+    bucket_tokens: int | None = _param(
+        None, "instead of buckets: a boundary every this many generated tokens (the paper's bucket size, 200)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_count("buckets", self.buckets)
+        if self.bucket_tokens is not None:
+            _check_count("bucket_tokens", self.bucket_tokens)
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_INT:
+        raise ValueError(f"{name} must be an integer from 1 to {_MAX_INT}, got {value!r}")
+
+
+class CostIndexPolicy(Policy):
+    """Smallest :meth:`cost_index` first, preemptive; subclasses define the index. Per request the index, its
+    bucket and the bucket width live in ``Request.policy_state`` under keys prefixed by the policy's name."""
+
+    config_cls: ClassVar[type[PolicyConfig]] = CostIndexConfig
+    config: CostIndexConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        self._index_key = f"{self.name}.index"
+        self._bucket_key = f"{self.name}.bucket"
+        self._width_key = f"{self.name}.width"
+        self._last_key = f"{self.name}.last_length"
+        #: ids of unfinished requests whose index may still rise (see the module doc)
+        self._changing: set[str] = set()
+
+    def cost_index(self, costs: CostDistribution, attained: float) -> float | None:
+        """The index of ``costs`` after ``attained`` cost; None when no support point exceeds it."""
+        raise NotImplementedError
+
+    @property
+    def stable_between_events(self) -> bool:  # type: ignore[override]
+        return not self._changing
+
+    @property
+    def uses_predicted_lengths(self) -> bool:
+        return True
+
+    def uses_hook(self, hook: str) -> bool:
+        if hook == "on_tokens":
+            return self.config.refresh
+        return super().uses_hook(hook)
+
+    # ---- the cached index ---------------------------------------------------------------------------------
+    def index(self, request: Request) -> float:
+        """The request's current index (computed on first use)."""
+        value = request.policy_state.get(self._index_key)
+        return self._start(request) if value is None else value
+
+    def _start(self, request: Request) -> float:
+        costs = cost_distribution(request, self.config.cost)
+        generated = request.num_output_tokens if self.config.refresh else 0
+        state = request.policy_state
+        state[self._last_key] = costs.last_length
+        state[self._width_key] = (costs.costs[-1] - self._cost(request, 0)) / self.config.buckets
+        state[self._bucket_key] = self._bucket_of(request, generated)
+        if self.config.refresh and not costs.is_point and generated < costs.last_length:
+            self._changing.add(request.request_id)
+        return self._compute(request, costs, generated)
+
+    def _compute(self, request: Request, costs: CostDistribution, generated: int) -> float:
+        value = self.cost_index(costs, self._cost(request, generated))
+        if value is None:
+            value = one_token_floor(request.prompt_tokens, self.config.cost)
+        request.policy_state[self._index_key] = value
+        return value
+
+    def _cost(self, request: Request, generated: int) -> float:
+        return request_cost(float(generated), request.prompt_tokens, self.config.cost)
+
+    def _bucket_of(self, request: Request, generated: int) -> int:
+        if self.config.bucket_tokens is not None:
+            return generated // self.config.bucket_tokens
+        spent = self._cost(request, generated) - self._cost(request, 0)
+        return int(spent // request.policy_state[self._width_key])
+
+    def _bucket_entry(self, request: Request, bucket: int, low: int, high: int) -> int:
+        """The first token count in ``[low, high]`` whose attained cost lies in ``bucket`` (``high``'s own)."""
+        while low < high:
+            middle = (low + high) // 2
+            if self._bucket_of(request, middle) >= bucket:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    # ---- hooks --------------------------------------------------------------------------------------------
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        self.index(request)
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        state = request.policy_state
+        if self._index_key not in state:
+            self._start(request)
+            return
+        generated = request.num_output_tokens
+        if generated >= state[self._last_key]:
+            self._changing.discard(request.request_id)  # from here on every refresh gives the floor
+        bucket = self._bucket_of(request, generated)
+        if bucket == state[self._bucket_key]:
+            return
+        state[self._bucket_key] = bucket
+        entry = self._bucket_entry(request, bucket, max(generated - num_tokens + 1, 0), generated)
+        self._compute(request, cost_distribution(request, self.config.cost), entry)
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._changing.discard(request.request_id)
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (self.index(request), request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        return (self.index(request), request.arrival_time_s)
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        mine = self.index(candidate)
+        larger = [r for r in running if self.index(r) > mine]
+        return sorted(larger, key=self.victim_key, reverse=True)

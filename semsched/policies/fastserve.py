@@ -1,0 +1,140 @@
+"""FastServe's skip-join multi-level feedback queue (Wu et al. 2023), preemptive across levels, FCFS within one.
+
+* **Levels and quanta.** Level ``p`` (0 = served first) has a quantum of ``base_quantum_tokens * 2**p`` decode
+  iterations. We count service in iterations, i.e. output tokens, not seconds: FastServe's quanta are multiples
+  of one iteration's time, and counting tokens keeps decisions the same on every engine and clock (the simulator,
+  vLLM, fast-forward).
+* **Skip-join.** An arriving request enters the first level whose quantum covers its first iteration, the
+  prefill of its prompt, priced in decode iterations with a latency profile: ``ceil(t_prefill(I) / t_decode)``
+  (one decode at context ``I``). The prefill counts that many iterations of service, each later token one.
+* **Demotion.** A request that has used its level's quantum moves to the next level (the last level keeps it);
+  a waiting request of a lower level displaces running requests of higher levels.
+* **Starvation.** A request that has waited ``starve_s`` seconds since it last entered the queue (arrival or
+  preemption) is promoted to level 0 with a fresh quantum; waiting requests are checked every ``check_s``
+  seconds (the re-key interval). ``starve_s=0`` turns promotion off.
+
+Decisions change inside decode-only stretches (demotion), so the policy is never ``stable_between_events``.
+It does not read predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.request import Request
+from semsched.latency import load_profile
+from semsched.policies.registry import register_policy
+
+_LEVEL = "fastserve.level"
+_USED = "fastserve.used"  # iterations of service used at the current level
+_QUEUED = "fastserve.queued_s"  # when the request last entered the waiting queue
+
+
+def _param(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise ValueError(f"{name} must be an integer from 1 to {2**31 - 1}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FastServeConfig(PolicyConfig):
+    base_quantum_tokens: int = _param(
+        16, "quantum of level 0 in decode iterations (output tokens); level p has base * 2^p"
+    )
+    levels: int = _param(8, "number of queue levels")
+    starve_s: float = _param(10.0, "a request waiting this long is promoted to level 0 (0: never)")
+    check_s: float = _param(1.0, "how often waiting requests are checked for starvation")
+    profile: str = _param(
+        "a100-qwen1.5-4b", "latency profile that prices a prefill in decode iterations (skip-join)"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_count("base_quantum_tokens", self.base_quantum_tokens)
+        _check_count("levels", self.levels)
+        if not math.isfinite(self.starve_s) or self.starve_s < 0:
+            raise ValueError(f"starve_s must be a finite number >= 0, got {self.starve_s!r}")
+        if not math.isfinite(self.check_s) or self.check_s <= 0:
+            raise ValueError(f"check_s must be a finite number > 0, got {self.check_s!r}")
+
+
+@register_policy
+class FastServe(Policy):
+    name: ClassVar[str] = "fastserve"
+    config_cls: ClassVar[type[PolicyConfig]] = FastServeConfig
+    config: FastServeConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        self._latency = load_profile(self.config.profile)
+        self._quanta = [self.config.base_quantum_tokens << p for p in range(self.config.levels)]
+
+    @property
+    def rekey_interval_s(self) -> float | None:  # type: ignore[override]
+        return self.config.check_s if self.config.starve_s > 0 else None
+
+    def quantum(self, level: int) -> int:
+        return self._quanta[level]
+
+    def prefill_iterations(self, prompt_tokens: int) -> int:
+        """The first iteration (the prompt's prefill) in decode iterations, at least 1."""
+        prefill = self._latency.step_time_s([(prompt_tokens, 0)], 0, 0)
+        decode = self._latency.step_time_s([], 1, prompt_tokens)
+        return max(1, int(math.ceil(prefill / decode))) if decode > 0 else 1
+
+    def entry_level(self, prompt_tokens: int) -> int:
+        """Skip-join: the first level whose quantum covers the prefill."""
+        needed = self.prefill_iterations(prompt_tokens)
+        return next((p for p, q in enumerate(self._quanta) if q >= needed), len(self._quanta) - 1)
+
+    def level(self, request: Request) -> int:
+        state = request.policy_state
+        if _LEVEL not in state:
+            state[_LEVEL] = self.entry_level(request.prompt_tokens)
+            state[_USED] = 0
+        return int(state[_LEVEL])
+
+    # ---- hooks --------------------------------------------------------------------------------------------
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        self.level(request)
+        request.policy_state[_QUEUED] = now_s
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        request.policy_state[_QUEUED] = now_s
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        level, state = self.level(request), request.policy_state
+        used = state[_USED] + num_tokens
+        if request.num_output_tokens == num_tokens:  # the first token came out of the prefill
+            used += self.prefill_iterations(request.prompt_tokens) - 1
+        last = len(self._quanta) - 1
+        while level < last and used >= self._quanta[level]:
+            used -= self._quanta[level]
+            level += 1
+        state[_LEVEL], state[_USED] = level, used
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        state = request.policy_state
+        level = self.level(request)
+        queued = state.get(_QUEUED, now_s)
+        if self.config.starve_s > 0 and level > 0 and now_s - queued >= self.config.starve_s:
+            state[_LEVEL], state[_USED], state[_QUEUED] = 0, 0, now_s
+            level = 0
+        return (level, request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        return (self.level(request), request.arrival_time_s)
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        mine = self.level(candidate)
+        lower = [r for r in running if self.level(r) > mine]
+        return sorted(lower, key=self.victim_key, reverse=True)

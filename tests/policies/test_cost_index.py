@@ -1,0 +1,153 @@
+"""cost_index: bucketed refresh of a request's index, outlived predictions, and when the order is stable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from semsched.core.request import LengthDistribution, Request
+from semsched.policies import make_policy
+from semsched.policies.cost_index import CostIndexPolicy
+from semsched.policies.cost_model import CostDistribution
+from semsched.policies.gittins import gittins_index
+from semsched.policies.registry import PolicyError
+from tests.support import make_request, simulate
+
+SHORT_OR_LONG = LengthDistribution((10, 100), (0.5, 0.5))
+
+
+def _policy(spec: str) -> CostIndexPolicy:
+    policy = make_policy(spec)
+    assert isinstance(policy, CostIndexPolicy)
+    return policy
+
+
+def _index_after_each_token(policy: CostIndexPolicy, request: Request, tokens: int) -> list[float]:
+    policy.on_arrival(request, 0.0)
+    indices = [policy.index(request)]
+    for _ in range(tokens):
+        request.num_output_tokens += 1
+        policy.on_tokens(request, 1, 0.0)
+        indices.append(policy.index(request))
+    return indices
+
+
+def _short_or_long() -> Request:
+    return make_request(prompt=8, output=100, predicted_output=SHORT_OR_LONG)
+
+
+def _gittins_at(generated: int) -> float | None:
+    return gittins_index(CostDistribution.of(SHORT_OR_LONG, 8, "output"), float(generated))
+
+
+def test_the_index_is_refreshed_only_when_the_attained_cost_enters_a_new_bucket() -> None:
+    """Cost range [0, 100] in 4 buckets of 25: refreshed at 25, 50 and 75 tokens, conditioned on those ages."""
+    policy = _policy("gittins:cost=output;buckets=4")
+    indices = _index_after_each_token(policy, _short_or_long(), 99)
+    changes = [g for g in range(1, 100) if indices[g] != indices[g - 1]]
+    assert changes == [25, 50, 75]
+    assert indices[0] == _gittins_at(0) == 20.0  # (0.5 * 10 + 10 * 0.5) / 0.5
+    assert indices[24] == 20.0  # stale inside bucket 0, although the short mode has passed at 10
+    assert [indices[g] for g in (25, 50, 75)] == [_gittins_at(g) for g in (25, 50, 75)] == [75.0, 50.0, 25.0]
+
+
+def test_bucket_tokens_puts_a_boundary_every_so_many_tokens() -> None:
+    policy = _policy("gittins:cost=resource;bucket_tokens=30")
+    indices = _index_after_each_token(policy, _short_or_long(), 99)
+    assert [g for g in range(1, 100) if indices[g] != indices[g - 1]] == [30, 60, 90]
+
+
+def test_tokens_reported_together_refresh_as_one_at_a_time_would() -> None:
+    """A fast-forwarded stretch reports many tokens at once; the index conditions on the bucket's first token."""
+    for spec in ("gittins:cost=output;buckets=4", "gittins:buckets=7", "mean:cost=weighted;buckets=3"):
+        one_by_one = make_request(prompt=8, output=100, predicted_output=SHORT_OR_LONG)
+        expected = _index_after_each_token(_policy(spec), one_by_one, 97)[-1]
+        policy, together = _policy(spec), make_request(prompt=8, output=100, predicted_output=SHORT_OR_LONG)
+        policy.on_arrival(together, 0.0)
+        for count in (3, 40, 54):
+            together.num_output_tokens += count
+            policy.on_tokens(together, count, 0.0)
+        assert policy.index(together) == expected
+
+
+def test_without_refresh_the_index_is_computed_once_at_arrival() -> None:
+    policy = _policy("gittins:cost=output;refresh=false")
+    assert not policy.uses_hook("on_tokens") and _policy("gittins").uses_hook("on_tokens")
+    request = make_request(prompt=8, output=100, predicted_output=SHORT_OR_LONG)
+    request.num_output_tokens = 60  # (a request the policy first sees late still gets its age-0 index)
+    assert policy.index(request) == _gittins_at(0)
+
+
+def test_an_outlived_prediction_falls_to_the_one_token_floor_and_stays() -> None:
+    policy = _policy("gittins:cost=resource;bucket_tokens=5")
+    request = make_request(prompt=40, output=200, predicted_output=SHORT_OR_LONG)
+    indices = _index_after_each_token(policy, request, 150)
+    assert indices[100] == indices[150] == 40.5  # C(1) - C(0) = 1/2 + 40
+    assert min(indices) == 40.5
+
+
+def test_stable_only_while_no_unfinished_index_can_still_rise() -> None:
+    policy = _policy("gittins:cost=output;buckets=4")
+    point = make_request("point", predicted_output=LengthDistribution.point(30))
+    policy.on_arrival(point, 0.0)
+    policy.on_arrival(make_request("truth", output=30), 0.0)
+    assert policy.stable_between_events
+    rising = make_request("rising", prompt=8, output=100, predicted_output=SHORT_OR_LONG)
+    _index_after_each_token(policy, rising, 99)
+    assert not policy.stable_between_events
+    rising.num_output_tokens += 1
+    policy.on_tokens(rising, 1, 0.0)  # past its largest predicted length: only the floor is left
+    assert policy.stable_between_events
+    policy.on_arrival(make_request("again", predicted_output=SHORT_OR_LONG), 0.0)
+    assert not policy.stable_between_events
+    unrefreshed = _policy("gittins:refresh=false")
+    unrefreshed.on_arrival(make_request("again", predicted_output=SHORT_OR_LONG), 0.0)
+    assert unrefreshed.stable_between_events
+
+
+def test_a_rising_index_displaces_mid_decode_in_both_simulator_modes() -> None:
+    """One sequence slot: "gamble" (true 50 tokens; predicted 5 or 200, index 10) runs before "steady"
+    (predicted 150) until its index is refreshed at 20 tokens (buckets of 20): 180 > 150."""
+    runs = {}
+    for fast_forward in (True, False):
+        requests = [
+            make_request(
+                "gamble", prompt=32, output=50, predicted_output=LengthDistribution((5, 200), (0.5, 0.5))
+            ),
+            make_request(
+                "steady", prompt=32, output=10, arrival=0.001, predicted_output=LengthDistribution.point(150)
+            ),
+        ]
+        simulate(requests, "gittins:cost=output", fast_forward=fast_forward, max_num_seqs=1)
+        runs[fast_forward] = [(r.num_preemptions, r.token_times_s().tolist()) for r in requests]
+    assert runs[True] == runs[False]
+    (preemptions, gamble), (_, steady) = runs[False]
+    assert preemptions == 1 and len(gamble) == 50
+    assert gamble[19] < steady[0] < steady[-1] < gamble[20]
+
+
+def test_point_predictions_keep_fast_forward() -> None:
+    def run(fast_forward: bool) -> tuple[int, int, list[list[float]]]:
+        rng = np.random.default_rng(4)
+        requests = [
+            make_request(
+                str(i),
+                prompt=int(rng.integers(16, 200)),
+                output=int(rng.integers(20, 120)),
+                arrival=0.02 * i,
+                predicted_output=LengthDistribution.point(int(rng.integers(20, 120))),
+            )
+            for i in range(40)
+        ]
+        result = simulate(requests, "gittins", fast_forward=fast_forward, max_num_seqs=4)
+        return result.num_steps, result.num_events, [r.token_times_s().tolist() for r in requests]
+
+    fast, slow = run(True), run(False)
+    assert fast[0] == slow[0] and fast[2] == slow[2]
+    assert fast[1] < fast[0] / 2
+
+
+@pytest.mark.parametrize("spec", ["gittins:buckets=0", "gittins:bucket_tokens=0", "mean:cost=memory"])
+def test_bad_parameters_are_refused(spec: str) -> None:
+    with pytest.raises(PolicyError):
+        make_policy(spec)
