@@ -118,7 +118,7 @@ def test_a_rising_index_displaces_mid_decode_in_both_simulator_modes() -> None:
                 "steady", prompt=32, output=10, arrival=0.001, predicted_output=LengthDistribution.point(150)
             ),
         ]
-        simulate(requests, "gittins:cost=output", fast_forward=fast_forward, max_num_seqs=1)
+        simulate(requests, "gittins:cost=output;displace=true", fast_forward=fast_forward, max_num_seqs=1)
         runs[fast_forward] = [(r.num_preemptions, r.token_times_s().tolist()) for r in requests]
     assert runs[True] == runs[False]
     (preemptions, gamble), (_, steady) = runs[False]

@@ -151,7 +151,8 @@ LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs
 # lockstep's step count
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
                      "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3", "hpjf", "semantic",
-                     "semantic:stage_aware=strict", "gittins", "fastserve:starve_s=0", "trail"]
+                     "semantic:stage_aware=strict", "gittins:displace=true;victim=index", "fastserve:starve_s=0",
+                     "trail"]
 #: the lockstep policies that displace running work (their workloads must show preemptions)
 PREEMPTING = ("priority-preempt", "srpt", "tiered", "semantic", "gittins", "fastserve", "trail")
 
