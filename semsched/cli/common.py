@@ -28,8 +28,16 @@ from semsched.metrics.plots import plot_class_bars, plot_series
 from semsched.metrics.series import DEFAULT_BIN_S, write_series_csv
 from semsched.policies import POLICIES, PolicyError
 from semsched.policies.tier_table import load_tier_table
-from semsched.predict.cost import PredictorCostError, parse_predictor_cost
+from semsched.predict.cost import PredictorCost, PredictorCostError, parse_predictor_cost
 from semsched.sim.engine import ProgressCallback
+from semsched.sim.prediction import (
+    DEFAULT_LATENCY_S,
+    LengthPredictionError,
+    LengthPredictorSpec,
+    is_length_spec,
+    make_length_predictor,
+    parse_length_spec,
+)
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
 from semsched.workloads import Workload, build_workload
 
@@ -81,12 +89,17 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--predictor",
+        action="append",
         default=None,
         metavar="SPEC",
-        help="cost of predicting before scheduling (seed 000 Tables 1-2): MODE:latency_s=S;batch_size=N, MODE "
-        "immediate (batch whatever is queued) or full (wait for batch_size requests; optional max_wait_s=S), "
-        "optional workers=N; a request enters the scheduler when its batch ends, latency still counts from "
-        "arrival (default: no predictor cost)",
+        help="repeatable, at most one of each kind. The cost of predicting before scheduling (seed 000 Tables "
+        "1-2): MODE:latency_s=S;batch_size=N, MODE immediate (batch whatever is queued) or full (wait for "
+        "batch_size requests; optional max_wait_s=S), optional workers=N; a request enters the scheduler when its "
+        "batch ends, latency still counts from arrival. An online output-length predictor (seed 002): "
+        "length=NAME;key=value;... (e.g. length=semantic-knn;warmup=PATH), predicting each request when it is "
+        "handed over, from the requests finished by then, optional latency_s=S per request (default "
+        f"{DEFAULT_LATENCY_S:g}; with a cost spec its batches decide instead); the workload must carry prompts "
+        "(alpaca-eval, mt-bench, mixed, ktas-ed). Default: neither",
     )
     parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
     parser.add_argument("--out", type=Path, default=None, help="write JSON/CSV/PNG here")
@@ -138,11 +151,41 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
     )
     if args.instances < 1:
         raise UsageError(f"--instances: must be >= 1 (got {args.instances})")
+    cost, length = predictor_specs(args.predictor or [])
     try:
-        predictor = parse_predictor_cost(args.predictor) if args.predictor is not None else None
-    except PredictorCostError as error:
+        return ClusterSpec(args.profile, args.instances, args.router, scheduler, cost, length)
+    except LengthPredictionError as error:
         raise UsageError(f"--predictor: {error}") from None
-    return ClusterSpec(args.profile, args.instances, args.router, scheduler, predictor)
+
+
+def predictor_specs(texts: Sequence[str]) -> tuple[PredictorCost | None, LengthPredictorSpec | None]:
+    """The ``--predictor`` options: at most one cost spec (``immediate:``/``full:``) and one length predictor
+    (``length=NAME;...``), each checked now (the length predictor is built once, its warm-up files read)."""
+    cost: PredictorCost | None = None
+    length: LengthPredictorSpec | None = None
+    for text in texts:
+        try:
+            if is_length_spec(text):
+                if length is not None:
+                    raise UsageError(f"--predictor: two length predictors ({length.spec} and {text}); give one")
+                length = parse_length_spec(text)
+                make_length_predictor(length)
+            else:
+                if cost is not None:
+                    raise UsageError(f"--predictor: two predictor costs ({cost.spec} and {text}); give one")
+                cost = parse_predictor_cost(text)
+        except (PredictorCostError, LengthPredictionError) as error:
+            raise UsageError(f"--predictor: {error}") from None
+    return cost, length
+
+
+def check_prompts_for_prediction(cluster: ClusterSpec, workload: Workload) -> None:
+    """A length predictor reads prompts: refuse, before any run, a workload that carries none."""
+    if cluster.length_predictor is not None and workload.prompt_text is None:
+        raise UsageError(
+            f"--predictor: {cluster.length_predictor.spec}: workload {workload.name!r} carries no prompt texts; "
+            "online length prediction needs them (alpaca-eval, mt-bench, mixed, ktas-ed)"
+        )
 
 
 def workload_for(args: argparse.Namespace, rate: float) -> Workload:
@@ -269,4 +312,5 @@ def run_meta(
         "scheduler": vars(cluster.scheduler) if hasattr(cluster.scheduler, "__dict__") else str(cluster.scheduler),
         "fast_forward": not args.per_iteration,
         "predictor": cluster.predictor.spec if cluster.predictor is not None else None,
+        "length_predictor": cluster.length_predictor.spec if cluster.length_predictor is not None else None,
     }

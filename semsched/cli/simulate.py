@@ -11,6 +11,7 @@ from rich.console import Console
 from semsched.cli.common import (
     UsageError,
     add_run_args,
+    check_prompts_for_prediction,
     cluster_spec,
     policy_specs,
     prepared_out_dir,
@@ -40,9 +41,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not (math.isfinite(args.series_bin) and args.series_bin > 0):
         raise UsageError(f"--series-bin: must be a finite number > 0 (got {args.series_bin:g})")
     workload = workload_for(args, args.rate)  # its size is checked first: a refused run leaves no --out behind
+    check_prompts_for_prediction(cluster, workload)
     if args.out is not None:
         prepared_out_dir(args.out)
-    warn_about_missing_predictions(console, policies, workload)
+    if cluster.length_predictor is None:  # (with one, every request carries a prediction)
+        warn_about_missing_predictions(console, policies, workload)
     runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
     show(console, runs, f"{workload.name}: {len(workload)} requests at {args.rate:g}/s, profile {args.profile}")
     if args.out is not None:

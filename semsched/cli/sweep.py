@@ -12,6 +12,7 @@ from rich.console import Console
 from semsched.cli.common import (
     UsageError,
     add_run_args,
+    check_prompts_for_prediction,
     cluster_spec,
     float_list,
     policy_specs,
@@ -44,8 +45,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[yellow]note:[/] workload {args.workload!r} keeps its own timing: "
                       "--rates does not change its arrivals", highlight=False)
     workloads = [workload_for(args, rate) for rate in rates]  # every size checked before --out is made
+    check_prompts_for_prediction(cluster, workloads[0])
     out = prepared_out_dir(args.out or Path("runs/sweep"))
-    warn_about_missing_predictions(console, policies, workloads[0])
+    if cluster.length_predictor is None:  # (with one, every request carries a prediction)
+        warn_about_missing_predictions(console, policies, workloads[0])
     sweep: dict[str, list[tuple[float, Summary]]] = {p: [] for p in policies}
     for rate, workload in zip(rates, workloads, strict=True):
         console.print(f"rate {rate:g}/s: {len(workload)} requests")

@@ -14,6 +14,13 @@ must process it first (:mod:`semsched.predict.cost`), else its arrival. The arri
 time, and hand-over times are what steps and fast-forward stretches are cut at; metrics still count from
 ``arrival_time_s``, so the predictor's delay is part of a request's waiting time.
 
+Hooks for what runs beside the engine (an online length predictor, :mod:`semsched.sim.prediction`):
+``on_handover(request, now_s)`` is called at each hand-over, before the router sees the request (a prediction
+made then is what the scheduler keys it by); ``on_finish(requests)`` after each step's (or fast-forwarded
+stretch's) update, with the requests that reached FINISHED in it. A stretch never crosses a finish, so its
+requests finish only at its end, at the same time as in per-step mode; events at the instant of a hand-over are
+handled after it, so ``on_finish`` has reported exactly the requests that finished strictly before.
+
 Fast-forward: a decode-only plan that nothing will disturb (no arrival, no finish, no block exhaustion, a policy
 whose decisions do not drift; see :meth:`Scheduler.steady_decode_steps`) is executed for many steps in one
 event (:meth:`Executor.execute_repeated`), with the step end times accumulated left to right exactly as the
@@ -42,6 +49,8 @@ from semsched.sim.router import InstanceView, Router, RouterError
 from semsched.sim.speed import SpeedTrace
 
 ProgressCallback = Callable[[int, int], None]
+HandoverHook = Callable[[Request, float], None]
+FinishHook = Callable[[Sequence[Request]], None]
 
 
 class Instance:
@@ -114,6 +123,7 @@ class Simulation:
 
     Each run records a :class:`~semsched.sim.monitor.MonitorLog` (preemptions, and the waiting queue per priority
     and swap space in use every ``sample_interval_s`` of simulated time), returned in :class:`SimResult`.
+    ``on_handover`` and ``on_finish`` are the hooks of the module docstring (None: not called).
     """
 
     def __init__(
@@ -125,6 +135,8 @@ class Simulation:
         max_steady_steps: int = 1_000_000,
         progress: ProgressCallback | None = None,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        on_handover: HandoverHook | None = None,
+        on_finish: FinishHook | None = None,
     ) -> None:
         if not instances:
             raise ValueError("instances: need at least one")
@@ -134,6 +146,8 @@ class Simulation:
         self.max_steady_steps = max_steady_steps
         self.progress = progress
         self.sample_interval_s = sample_interval_s
+        self.on_handover = on_handover
+        self.on_finish = on_finish
         self._monitor = Monitor([i.scheduler for i in self.instances], sample_interval_s)  # checks the interval
         self._views = tuple(InstanceView(i, inst.scheduler) for i, inst in enumerate(self.instances))
         self._heap: list[_StepDone] = []
@@ -162,6 +176,8 @@ class Simulation:
             index += 1
             if now_s > next_sample_s:
                 next_sample_s = monitor.sample_before(now_s)
+            if self.on_handover is not None:
+                self.on_handover(request, now_s)
             self._arrive(request, now_s)
             if self.progress is not None and index % 512 == 0:
                 self.progress(index, total)
@@ -197,12 +213,15 @@ class Simulation:
         """Update: the scheduler applies the step's (or stretch's) outcome; then the instance steps again."""
         instance = self.instances[event.instance]
         outcome = event.outcome
+        finished_before = len(instance.scheduler.finished)
         if isinstance(outcome, StepResult):
             instance.scheduler.update(event.plan, outcome)
             instance.num_steps += 1
         else:
             instance.scheduler.update_steady(event.plan, outcome.tolist())
             instance.num_steps += len(outcome)
+        if self.on_finish is not None and len(instance.scheduler.finished) > finished_before:
+            self.on_finish(instance.scheduler.finished[finished_before:])
         instance.busy = False
         self._step(event.instance, event.time_s)
 

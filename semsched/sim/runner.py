@@ -19,6 +19,13 @@ from semsched.metrics.series import DEFAULT_BIN_S, MonitoringSeries, monitoring_
 from semsched.policies import make_policy
 from semsched.predict.cost import PredictorCost
 from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
+from semsched.sim.prediction import (
+    LengthPredictionError,
+    LengthPredictorSpec,
+    OnlinePrediction,
+    apply_latency,
+    start_prediction,
+)
 from semsched.sim.router import make_router, router_class
 from semsched.workloads import Workload
 
@@ -28,18 +35,28 @@ DEFAULT_PROFILE = "a100-qwen1.5-4b"
 @dataclass(frozen=True)
 class ClusterSpec:
     """What is simulated: ``num_instances`` identical engines behind ``router``, and optionally a ``predictor``
-    in front of them whose batches delay each request's hand-over (:mod:`semsched.predict.cost`)."""
+    in front of them whose batches delay each request's hand-over (:mod:`semsched.predict.cost`) and a
+    ``length_predictor``, an online output-length predictor that predicts each request at its hand-over and learns
+    from finished requests (:mod:`semsched.sim.prediction`). With both, the cost model's batches decide the
+    hand-over times, so the length predictor's own ``latency_s`` may not be given."""
 
     profile: str = DEFAULT_PROFILE
     num_instances: int = 1
     router: str = "round-robin"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     predictor: PredictorCost | None = None
+    length_predictor: LengthPredictorSpec | None = None
 
     def __post_init__(self) -> None:
         if self.num_instances < 1:
             raise ValueError(f"num_instances: must be >= 1 (got {self.num_instances})")
         router_class(self.router)  # an unknown name fails here, before anything runs
+        length = self.length_predictor
+        if self.predictor is not None and length is not None and length.latency_s is not None:
+            raise LengthPredictionError(
+                f"{length.spec}: latency_s: with a predictor cost ({self.predictor.spec}) its batches decide when "
+                "each prediction is made; leave latency_s out"
+            )
 
 
 @dataclass
@@ -58,7 +75,12 @@ class PolicyRun:
 
 
 def build_simulation(
-    policy: str, cluster: ClusterSpec, *, fast_forward: bool = True, progress: ProgressCallback | None = None
+    policy: str,
+    cluster: ClusterSpec,
+    *,
+    fast_forward: bool = True,
+    progress: ProgressCallback | None = None,
+    prediction: OnlinePrediction | None = None,
 ) -> Simulation:
     info = load_profile_info(cluster.profile)
     latency = info.model
@@ -66,7 +88,27 @@ def build_simulation(
         Instance(Scheduler(cluster.scheduler, make_policy(policy)), latency, overheads=info.overheads)
         for _ in range(cluster.num_instances)
     ]
-    return Simulation(instances, make_router(cluster.router), fast_forward=fast_forward, progress=progress)
+    return Simulation(
+        instances,
+        make_router(cluster.router),
+        fast_forward=fast_forward,
+        progress=progress,
+        on_handover=None if prediction is None else prediction.handed_over,
+        on_finish=None if prediction is None else prediction.finished,
+    )
+
+
+def prepare_requests(requests: list[Request], cluster: ClusterSpec) -> OnlinePrediction | None:
+    """Set each fresh request's hand-over time from the cluster's predictors, and start the run's online length
+    prediction (a fresh predictor, every prompt embedded now) when the cluster has one."""
+    prediction = None
+    if cluster.length_predictor is not None:
+        prediction = start_prediction(cluster.length_predictor, requests)
+    if cluster.predictor is not None:
+        cluster.predictor.apply(requests)
+    elif cluster.length_predictor is not None:
+        apply_latency(requests, cluster.length_predictor.effective_latency_s)
+    return prediction
 
 
 def run_policy(
@@ -80,15 +122,20 @@ def run_policy(
     max_output_tokens: int | None = None,
 ) -> PolicyRun:
     """Simulate ``workload`` under ``policy`` (a spec such as ``"edf:deadline=e2e"``); with a predictor in the
-    cluster, each request enters the cluster when its prediction is ready."""
+    cluster, each request enters the cluster when its prediction is ready; with a length predictor, each carries
+    the distribution predicted then (``wall_s`` counts the predictor's calls during the run, not the prompts'
+    embedding before it)."""
     cluster = cluster or ClusterSpec()
-    simulation = build_simulation(policy, cluster, fast_forward=fast_forward, progress=progress)
     requests = workload.to_requests(max_output_tokens)
-    if cluster.predictor is not None:
-        cluster.predictor.apply(requests)
+    prediction = prepare_requests(requests, cluster)
+    simulation = build_simulation(
+        policy, cluster, fast_forward=fast_forward, progress=progress, prediction=prediction
+    )
     started = time.perf_counter()
     result = simulation.run(requests)
     wall_s = time.perf_counter() - started
+    if prediction is not None:
+        prediction.flush()  # the last finishes too: the predictor has seen the whole run
     weights = tdg_weights or TDGWeights.paper_defaults(requests)
     return PolicyRun(policy, requests, result, summarize(requests, tdg_weights=weights), wall_s)
 

@@ -6,11 +6,13 @@ Start with :func:`build_workload` (workload specs ``name:key=value;key=value``, 
 ``lengths`` (prompt/output length samplers), ``traces`` (real trace loaders), ``tiers`` (drawing or reading
 each request's tier; the tier table is :mod:`semsched.core.tiers`), ``urgency`` (drawing or mislabelling each
 request's urgency level), ``registry`` (named workloads, their parameters and the request-count limit),
-``ktas_ed`` (the emergency-department workload on real triage data), ``fit_default`` (regenerates the packaged
-length fit).
+``ktas_ed`` (the emergency-department workload on real triage data), ``answer_workloads`` (``alpaca-eval``,
+``mt-bench``, ``mixed``: real prompts with one model's real output lengths, read by ``answers``),
+``fit_default`` (regenerates the packaged length fit).
 """
 
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierError, TierSpec
+from semsched.workloads.answer_workloads import AlpacaEvalConfig, MixedConfig, MtBenchConfig  # registers them
 from semsched.workloads.arrivals import (
     ArrivalError,
     expected_spike_requests,
@@ -60,6 +62,7 @@ from semsched.workloads.urgency import draw_urgency, side_stream, with_believed_
 from semsched.workloads.workload import Workload, WorkloadError
 
 __all__ = [
+    "AlpacaEvalConfig",
     "ArrivalError",
     "BuildArgs",
     "DEFAULT_MAX_REQUESTS",
@@ -71,6 +74,8 @@ __all__ = [
     "LengthSampler",
     "LoadReport",
     "MAX_LENGTH_TOKENS",
+    "MixedConfig",
+    "MtBenchConfig",
     "QuantileLengths",
     "TierError",
     "TierSpec",

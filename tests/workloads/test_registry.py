@@ -41,7 +41,8 @@ def _same(a: Workload, b: Workload) -> bool:
 
 
 def test_registered_names() -> None:
-    assert set(WORKLOADS) == set(SYNTHETIC) | set(TRACES) | {"trace", "ktas-ed"}
+    answers = {"alpaca-eval", "mt-bench", "mixed"}
+    assert set(WORKLOADS) == set(SYNTHETIC) | set(TRACES) | {"trace", "ktas-ed"} | answers
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)
