@@ -22,7 +22,8 @@ Deterministic: the same workload, seed and predictor spec give the same predicti
 
 Specs. A length predictor is named on the command line as ``length=NAME;key=value;...`` (``--predictor``, which
 also takes a cost spec ``immediate:...``/``full:...``): ``latency_s=S`` is the per-request latency charged here
-(default :data:`DEFAULT_LATENCY_S`); every other ``key=value`` goes to the predictor factory as
+(default :data:`DEFAULT_LATENCY_S`), ``uniform_mix=W`` mixes every prediction with a uniform distribution with
+weight ``W`` (Fig. 11's noise, :mod:`semsched.predict.noise`); every other ``key=value`` goes to the factory as
 ``NAME:key=value;...``, e.g. ``length=semantic-knn;warmup=PATH;threshold=0.8`` makes
 ``semantic-knn:warmup=PATH;threshold=0.8``. The factory is resolved in one place, :func:`predictor_factory`.
 """
@@ -44,6 +45,7 @@ from semsched.predict.online import OnlineLengthPredictor, Prompts
 LENGTH_KEY = "length"
 """The first key of a length-predictor spec: ``length=NAME``."""
 LATENCY_KEY = "latency_s"
+NOISE_KEY = "uniform_mix"
 DEFAULT_LATENCY_S = 0.0005
 """Per-request latency charged when a spec gives none: 0.5 ms, a nearest-neighbour look-up over the history of a
 prompt whose embedding is computed with the request's own (already batched) forward pass."""
@@ -68,16 +70,23 @@ class LengthPredictorSpec:
     name: str
     params: tuple[tuple[str, str], ...] = ()
     latency_s: float | None = None
+    #: Fig. 11's noise: each prediction mixed with a uniform distribution with this weight
+    #: (:class:`~semsched.predict.noise.UniformMix`; None: none)
+    uniform_mix: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in ":;= "):
             raise LengthPredictionError(f"{LENGTH_KEY}: a predictor name, without ':', ';', '=' or spaces "
                                         f"(got {self.name!r}; e.g. {EXAMPLE_SPEC})")
         keys = [key for key, _ in self.params]
-        if len(set(keys)) != len(keys) or LATENCY_KEY in keys or LENGTH_KEY in keys:
+        if len(set(keys)) != len(keys) or {LATENCY_KEY, LENGTH_KEY, NOISE_KEY} & set(keys):
             raise LengthPredictionError(
-                f"params: each key once, and not {LENGTH_KEY} or {LATENCY_KEY} (got {keys})"
+                f"params: each key once, and not {LENGTH_KEY}, {LATENCY_KEY} or {NOISE_KEY} (got {keys})"
             )
+        mix = self.uniform_mix
+        if mix is not None and (isinstance(mix, bool) or not isinstance(mix, int | float)
+                                or not math.isfinite(mix) or not 0.0 <= mix <= 1.0):
+            raise LengthPredictionError(f"{NOISE_KEY}: must be a number from 0 to 1 (got {mix!r})")
         value = self.latency_s
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                   or not math.isfinite(value) or not 0.0 <= value <= MAX_SECONDS):
@@ -97,6 +106,8 @@ class LengthPredictorSpec:
         items = [f"{LENGTH_KEY}={self.name}", *(f"{key}={value}" for key, value in self.params)]
         if self.latency_s is not None:
             items.append(f"{LATENCY_KEY}={self.latency_s!r}")
+        if self.uniform_mix is not None:
+            items.append(f"{NOISE_KEY}={self.uniform_mix!r}")
         return ";".join(items)
 
     @property
@@ -134,7 +145,8 @@ def parse_length_spec(text: str) -> LengthPredictorSpec:
             raise LengthPredictionError(f"{LENGTH_KEY}={name}: {key} given twice")
         params[key] = value
     latency_text = params.pop(LATENCY_KEY, None)
-    return LengthPredictorSpec(name, tuple(params.items()), _latency(name, latency_text))
+    noise_text = params.pop(NOISE_KEY, None)
+    return LengthPredictorSpec(name, tuple(params.items()), _latency(name, latency_text), _noise(name, noise_text))
 
 
 def _latency(name: str, text: str | None) -> float | None:
@@ -148,6 +160,18 @@ def _latency(name: str, text: str | None) -> float | None:
         raise LengthPredictionError(
             f"{LENGTH_KEY}={name}: {LATENCY_KEY}: must be a number from 0 to {MAX_SECONDS:g} s (got {text})"
         )
+    return value
+
+
+def _noise(name: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise LengthPredictionError(f"{LENGTH_KEY}={name}: {NOISE_KEY}: {text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise LengthPredictionError(f"{LENGTH_KEY}={name}: {NOISE_KEY}: must be a number from 0 to 1 (got {text})")
     return value
 
 
@@ -165,9 +189,14 @@ def make_length_predictor(spec: LengthPredictorSpec) -> OnlineLengthPredictor:
     """A fresh predictor for ``spec`` (one per run: it learns during the run); errors name the spec."""
     factory = predictor_factory()
     try:
-        return factory(spec.predictor_spec)
+        predictor = factory(spec.predictor_spec)
     except SemschedError as error:
         raise LengthPredictionError(f"{LENGTH_KEY}={spec.name}: {error}") from None
+    if spec.uniform_mix is None:
+        return predictor
+    from semsched.predict.noise import UniformMix
+
+    return UniformMix(predictor, spec.uniform_mix)
 
 
 def embed_texts(texts: Sequence[str]) -> npt.NDArray[np.float32]:

@@ -274,3 +274,13 @@ def test_a_workload_without_prompts_cannot_predict(fake_factory: list[RecordingP
     with pytest.raises(LengthPredictionError, match="no prompt text"):
         run_policy(workload, "fcfs", ClusterSpec(length_predictor=parse_length_spec("length=recording;knob=1")))
     assert fake_factory == []  # refused before a predictor was made
+
+
+def test_uniform_mix_is_parsed_kept_in_the_spec_and_checked() -> None:
+    from semsched.sim.prediction import LengthPredictionError, parse_length_spec
+
+    spec = parse_length_spec("length=semantic-knn;uniform_mix=0.2;threshold=0.7")
+    assert spec.uniform_mix == 0.2 and spec.params == (("threshold", "0.7"),)
+    assert parse_length_spec(spec.spec) == spec
+    with pytest.raises(LengthPredictionError, match="uniform_mix"):
+        parse_length_spec("length=semantic-knn;uniform_mix=2")
