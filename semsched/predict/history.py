@@ -25,7 +25,7 @@ from semsched.core.errors import SemschedError
 from semsched.core.request import LengthDistribution
 from semsched.predict.embed import Embedder
 from semsched.predict.online import Prompts
-from semsched.workloads.answers import AnswerFile, load_answer_file
+from semsched.workloads.answers import AnswerFile, cached_answer_file
 
 DEFAULT_CAPACITY = 10_000
 MAX_CAPACITY = 10_000_000
@@ -181,4 +181,4 @@ def corpus_of(answers: AnswerFile, embedder: TextEncoder) -> Corpus:
 def load_corpus(paths: Sequence[str | Path], embedder: TextEncoder | None = None) -> Corpus:
     """Every row of the given answer files (AlpacaEval or MT-Bench, see :func:`load_answer_file`) as one corpus."""
     embedder = embedder or Embedder()
-    return Corpus.concat([corpus_of(load_answer_file(path), embedder) for path in paths])
+    return Corpus.concat([corpus_of(cached_answer_file(path), embedder) for path in paths])

@@ -90,6 +90,31 @@ def load_answer_file(path: str | Path, *, questions: str | Path | None = None,
     )
 
 
+def cached_answer_file(path: str | Path, *, questions: str | Path | None = None) -> AnswerFile:
+    """:func:`load_answer_file`, read and tokenized once per process and version of the file (and of its
+    questions): a warm-up corpus or a workload read again by every run of an experiment costs nothing after the
+    first. The arrays are read-only."""
+    path = Path(path)
+    question_path = Path(questions) if questions is not None else None
+    return _cached(path.resolve(), _version(path), question_path, _version(question_path))
+
+
+def _version(path: Path | None) -> tuple[int, int] | None:
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=128)
+def _cached(path: Path, version: tuple[int, int] | None, questions: Path | None,
+            questions_version: tuple[int, int] | None) -> AnswerFile:
+    answers = load_answer_file(path, questions=questions)
+    answers.prompt_tokens.setflags(write=False)
+    answers.output_tokens.setflags(write=False)
+    return answers
+
+
 def _parse(path: Path, text: str, questions: str | Path | None
            ) -> tuple[list[str], list[str], list[str], str, AnswerFormat]:
     stripped = text.lstrip()
