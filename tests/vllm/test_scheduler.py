@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +20,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncSchedu
 
 from semsched.core.plan import Admission, StepResult
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, StepBudget
-from semsched.core.request import Request
+from semsched.core.request import LengthDistribution, Request
 from semsched.core.request import Request as CoreRequest
 from semsched.core.scheduler import Scheduler as CoreScheduler
 from semsched.core.scheduler import SchedulerConfig as CoreSchedulerConfig
@@ -168,11 +168,20 @@ def _random_workload(rng: random.Random) -> Workload:
     )
 
 
+def _bimodal(output: int) -> LengthDistribution:
+    """A prediction whose short mode a request outlives half the time: its expected remaining (and its Gittins
+    index) jumps up in the middle of a decode."""
+    short, long = max(1, output // 3), output * 2
+    return LengthDistribution((short, long), (0.5, 0.5))
+
+
 def _lockstep(model_dir: Path, policy: str, workload: Workload, rng: random.Random,
-              config: HarnessConfig = LOCKSTEP_CONFIG) -> tuple[list[tuple], list[tuple]]:
+              config: HarnessConfig = LOCKSTEP_CONFIG, *,
+              predict: Callable[[int], LengthDistribution] | None = None) -> tuple[list[tuple], list[tuple]]:
     """A workload through the adapter inside vLLM's scheduler and through semsched's core scheduler, step by
     step with the same arrivals at the same steps. Returns each side's steps as (scheduled tokens per request,
-    preempted request ids)."""
+    preempted request ids). ``predict`` gives each request a predicted length distribution, sent to vLLM in
+    ``vllm_xargs`` as a client would."""
     harness = _harness(model_dir, policy, **dataclasses.asdict(config))
     core = CoreScheduler(
         CoreSchedulerConfig(
@@ -190,9 +199,14 @@ def _lockstep(model_dir: Path, policy: str, workload: Workload, rng: random.Rand
         while pending and pending[0][0] <= step:
             _, request_id, prompt, output, priority = pending.pop(0)
             arrival = float(step) + len(real) * 1e-6 + int(request_id[1:]) * 1e-9  # a strict, shared order
-            harness.add(request_id, _prompt(rng, prompt), output, priority=priority, arrival_time=arrival)
+            prediction = predict(output) if predict is not None else None
+            xargs = None if prediction is None else {"predicted_lengths": list(prediction.lengths),
+                                                     "predicted_probs": list(prediction.probs)}
+            harness.add(request_id, _prompt(rng, prompt), output, priority=priority, arrival_time=arrival,
+                        extra_args=xargs)
             core.add_request(
-                CoreRequest(request_id, prompt, output, arrival, output_tokens=output, priority=priority), arrival
+                CoreRequest(request_id, prompt, output, arrival, output_tokens=output, priority=priority,
+                            predicted_output=prediction), arrival
             )
         record = harness.step()
         real.append((record.num_scheduled_tokens, record.preempted))
@@ -228,6 +242,24 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
         )
     if policy.startswith(PREEMPTING):
         assert preemptions > 0  # the workloads exercise displacement
+
+
+PREDICTED_POLICIES = ["srpt:length=predicted", "gittins", "gittins:displace=true;victim=index",
+                      "mean:displace=true", "trail", "ssjf", "ltr:starve_s=0"]
+
+
+@pytest.mark.parametrize("policy", PREDICTED_POLICIES)
+def test_predicted_distributions_from_vllm_xargs_steer_both_alike(tiny_model_dir: Path, policy: str) -> None:
+    """Predicted length distributions sent in vllm_xargs reach the policy inside vLLM as they reach the core:
+    the same steps, also when a prediction's remaining work rises mid-decode (bimodal predictions), which a
+    policy's fast path must notice on both sides."""
+    for seed in range(2):
+        rng = random.Random(100 + seed)
+        real, simulated = _lockstep(tiny_model_dir, policy, _random_workload(rng), rng, predict=_bimodal)
+        first = _first_difference(real, simulated)
+        assert first is None, (
+            f"seed {seed}, step {first}: vLLM+adapter {real[first:first + 1]} vs core {simulated[first:first + 1]}"
+        )
 
 
 @pytest.mark.parametrize("config", [LOCKSTEP_CONFIG, LOCKSTEP_SLOT_CONFIG], ids=["kv-bound", "slot-bound"])
