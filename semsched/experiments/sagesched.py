@@ -604,7 +604,7 @@ def _skipped_figure(base: _Base, figure_id: str, reason: str) -> Figure:
 def _rate_lines(ours: Mapping[str, Mapping[str, Numbers]]) -> Callable[[Path], None]:
     series = {label: ([float(r) for r in per_rate], [n["ttlt_s"] for n in per_rate.values()])
               for label, per_rate in ours.items()}
-    return _xy_lines(series, "request rate (requests/s)", "mean TTLT (s)", "fig7: mean TTLT vs rate")
+    return _xy_lines(series, "request rate (requests/s)", "mean TTLT (s)", "fig7: mean TTLT vs rate", log=True)
 
 
 def _grouped_bars(ours: Mapping[str, Mapping[str, Numbers]], key: str, ylabel: str, title: str
@@ -616,9 +616,9 @@ def _grouped_bars(ours: Mapping[str, Mapping[str, Numbers]], key: str, ylabel: s
 
 
 def _xy_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float | None]]], xlabel: str, ylabel: str,
-              title: str) -> Callable[[Path], None]:
+              title: str, *, log: bool = False) -> Callable[[Path], None]:
     def draw(path: Path) -> None:
-        line_chart(path, series, xlabel=xlabel, ylabel=ylabel, title=title)
+        line_chart(path, series, xlabel=xlabel, ylabel=ylabel, title=title, log=log)
 
     return draw
 
