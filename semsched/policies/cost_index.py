@@ -12,6 +12,12 @@ smallest index runs first.
   but evicting the largest index still 1.1x. By default the cost-index policies therefore do not displace, and
   under KV pressure evict the request with the least progress, the cheapest to recompute (as ``sjf``); then
   oracle-length Gittins is 0.90x FCFS's (``semsched reproduce sagesched``, fig11, shows both).
+* **Tier SLOs on top of the index** (``slo_slack``, off by default; issue 16's "Gittins with tiers"). A waiting
+  request of a protected tier (priority <= ``protect_priority``: SYSTEM and PREMIUM) that has not started and has
+  used ``1 - slo_slack`` of its TTFT SLO, but not all of it, goes before every other waiting request, earliest TTFT
+  deadline first; the rest keep the index order. The queue is re-keyed every ``check_s``. Protecting every tier
+  this way lowers attainment under overload (the index order, cheap first, already serves TTFT well), so only the
+  important tiers are protected.
 * **Refresh at bucket boundaries.** Recomputing every request's index after every token costs time and lets
   two close requests swap places back and forth, so the paper divides each request's cost range into buckets
   and refreshes its index only when its attained cost crosses into a new one. ``buckets=N`` (default 10) splits
@@ -35,6 +41,7 @@ smallest index runs first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -82,12 +89,29 @@ class CostIndexConfig(PolicyConfig):
         "under KV pressure preempt the request with the least progress, cheapest to recompute (progress), or "
         "the one with the largest index (index, the paper's order)",
     )
+    slo_slack: float | None = _param(
+        None,
+        "tier SLOs on top of the index: a protected request that has used (1 - slo_slack) of its TTFT SLO, but "
+        "not all of it, and has not started runs first, earliest TTFT deadline first (None: off)",
+    )
+    protect_priority: int = _param(1, "with slo_slack: requests of this priority or more important are protected "
+                                      "(1: SYSTEM and PREMIUM)")
+    check_s: float = _param(0.1, "with slo_slack: how often the waiting queue is re-keyed (s)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_count("buckets", self.buckets)
         if self.bucket_tokens is not None:
             _check_count("bucket_tokens", self.bucket_tokens)
+        slack = self.slo_slack
+        if slack is not None and (isinstance(slack, bool) or not isinstance(slack, int | float)
+                                  or not math.isfinite(slack) or not 0.0 <= slack <= 1.0):
+            raise ValueError(f"slo_slack must be a number from 0 to 1, got {slack!r}")
+        if isinstance(self.protect_priority, bool) or not isinstance(self.protect_priority, int):
+            raise ValueError(f"protect_priority must be an integer, got {self.protect_priority!r}")
+        if isinstance(self.check_s, bool) or not isinstance(self.check_s, int | float) \
+                or not math.isfinite(self.check_s) or self.check_s <= 0:
+            raise ValueError(f"check_s must be a finite number > 0, got {self.check_s!r}")
 
 
 def _check_count(name: str, value: object) -> None:
@@ -117,7 +141,13 @@ class CostIndexPolicy(Policy):
 
     @property
     def stable_between_events(self) -> bool:  # type: ignore[override]
-        return not self._changing
+        return not self._changing and self.config.slo_slack is None
+
+    @property
+    def rekey_interval_s(self) -> float | None:  # type: ignore[override]
+        """With ``slo_slack``, a waiting request's key changes as its TTFT deadline nears: re-keyed every
+        ``check_s``."""
+        return None if self.config.slo_slack is None else self.config.check_s
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -196,7 +226,20 @@ class CostIndexPolicy(Policy):
         self._changing.discard(request.request_id)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        return (self.index(request), request.arrival_time_s)
+        if self._slo_at_risk(request, now_s):
+            return (0.0, request.ttft_deadline_s, request.arrival_time_s)
+        return (1.0, self.index(request), request.arrival_time_s)
+
+    def _slo_at_risk(self, request: Request, now_s: float) -> bool:
+        """Whether protected ``request`` has not started and has used (1 - slo_slack) of its TTFT SLO by
+        ``now_s``, but not all of it (one past its deadline goes back to the index order)."""
+        slack, slo = self.config.slo_slack, request.ttft_slo_s
+        if slack is None or slo is None or request.num_output_tokens > 0:
+            return False
+        if request.priority > self.config.protect_priority:
+            return False
+        waited = now_s - request.arrival_time_s
+        return (1.0 - slack) * slo <= waited < slo
 
     def victim_key(self, request: Request) -> SortKey:
         if self.config.victim == "progress":  # as sjf: evicting long, advanced requests re-queues them to thrash

@@ -15,7 +15,7 @@ import pytest
 from semsched.cli import main
 from semsched.experiments.sagesched import PREDICTION_BASELINES, SAGESCHED, contenders, predictor_spec
 
-FIGURES = {"fig7", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "beyond-cold"}
+FIGURES = {"fig7", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "beyond-cold", "beyond-tiers"}
 
 pytestmark = pytest.mark.embeddings  # the online predictors embed every prompt
 
@@ -82,3 +82,12 @@ def test_predicted_contenders_carry_predictions_and_the_others_none(rows: list[d
 def test_predictor_specs_name_their_warmup_only_when_given() -> None:
     assert predictor_spec("semantic-knn", None) == "length=semantic-knn"
     assert predictor_spec("regressor", "a.json", threshold=0.7) == "length=regressor;threshold=0.7;warmup=a.json"
+
+
+def test_beyond_tiers_attainment_is_recomputed_from_requests_csv(figures: dict[str, dict[str, Any]],
+                                                                 rows: list[dict[str, str]]) -> None:
+    chosen = [r for r in rows if r["figure"] == "beyond-tiers" and r["ttft_slo_s"]]
+    for label, numbers in figures["beyond-tiers"]["ours"].items():
+        mine = [r for r in chosen if r["contender"] == label]
+        met = [r for r in mine if r["ttft_s"] and float(r["ttft_s"]) <= float(r["ttft_slo_s"])]
+        assert numbers["ttft_attainment_all"] == pytest.approx(len(met) / len(mine)), label

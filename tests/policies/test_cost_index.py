@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semsched.core.request import LengthDistribution, Request
+from semsched.core.request import LengthDistribution, Request, RequestState
 from semsched.policies import make_policy
 from semsched.policies.cost_index import CostIndexPolicy
 from semsched.policies.cost_model import CostDistribution
 from semsched.policies.gittins import gittins_index
 from semsched.policies.registry import PolicyError
-from tests.support import make_request, simulate
+from tests.support import make_request, random_requests, simulate
 
 SHORT_OR_LONG = LengthDistribution((10, 100), (0.5, 0.5))
 
@@ -151,3 +151,48 @@ def test_point_predictions_keep_fast_forward() -> None:
 def test_bad_parameters_are_refused(spec: str) -> None:
     with pytest.raises(PolicyError):
         make_policy(spec)
+
+
+def test_slo_slack_puts_a_protected_request_near_its_ttft_deadline_first() -> None:
+    policy = _policy("gittins:slo_slack=0.5;cost=output")
+    costly = make_request("costly", prompt=10, output=400, arrival=0.0, priority=1)
+    costly.ttft_slo_s = 2.0  # at risk from t = 1.0 (half of its SLO used) until its deadline at 2.0
+    cheap = make_request("cheap", prompt=10, output=4, arrival=0.5, priority=1)  # no SLO: the index alone
+    assert policy.waiting_key(cheap, 0.9) < policy.waiting_key(costly, 0.9)
+    assert policy.waiting_key(costly, 1.0) < policy.waiting_key(cheap, 1.0)
+    assert policy.waiting_key(cheap, 2.0) < policy.waiting_key(costly, 2.0)  # missed: back to the index order
+    later = make_request("later", prompt=10, output=400, arrival=0.2, priority=0)
+    later.ttft_slo_s = 1.5  # deadline 1.7 < 2.0: earliest deadline first among the protected at risk
+    assert policy.waiting_key(later, 1.2) < policy.waiting_key(costly, 1.2)
+    standard = make_request("standard", prompt=10, output=400, arrival=0.0, priority=2)
+    standard.ttft_slo_s = 2.0  # a less important tier is not protected
+    assert policy.waiting_key(cheap, 1.5) < policy.waiting_key(standard, 1.5)
+    assert policy.rekey_interval_s == 0.1 and not policy.stable_between_events
+    assert _policy("gittins").rekey_interval_s is None
+
+
+@pytest.mark.parametrize("spec", ["gittins:slo_slack=x", "gittins:slo_slack=1.5", "gittins:check_s=0"])
+def test_bad_slo_settings_are_refused_by_name(spec: str) -> None:
+    with pytest.raises(PolicyError, match="slo_slack|check_s"):
+        make_policy(spec)
+
+
+def _ttft_attainment(requests: list[Request], priorities: tuple[int, ...]) -> float:
+    chosen = [r for r in requests if r.ttft_slo_s is not None and r.priority in priorities]
+    met = [r for r in chosen if r.first_token_time_s is not None
+           and r.first_token_time_s - r.arrival_time_s <= r.ttft_slo_s]  # type: ignore[operator]
+    return len(met) / len(chosen)
+
+
+def test_slo_slack_raises_the_protected_tiers_ttft_attainment_alike_in_both_modes() -> None:
+    def run(spec: str, fast_forward: bool) -> list[Request]:
+        requests = random_requests(7, 200, rate=12.0, max_prompt=300, max_output=150, num_priorities=4,
+                                   with_slos=True)
+        simulate(requests, spec, fast_forward=fast_forward, max_num_seqs=8, num_gpu_blocks=200)
+        return requests
+
+    fast, slow = run("gittins:slo_slack=0.5", True), run("gittins:slo_slack=0.5", False)
+    assert [r.token_times_s().tolist() for r in fast] == [r.token_times_s().tolist() for r in slow]
+    assert all(r.state is RequestState.FINISHED for r in fast)
+    plain = run("gittins", True)
+    assert _ttft_attainment(fast, (0, 1)) > _ttft_attainment(plain, (0, 1))

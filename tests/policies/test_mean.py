@@ -16,7 +16,7 @@ def test_the_index_is_the_expected_remaining_cost() -> None:
     request = make_request(prompt=10, output=30, predicted_output=LengthDistribution((4, 20), (0.5, 0.5)))
     policy.on_arrival(request, 0.0)
     # E[O^2/2 + 10*O] = 0.5 * (8 + 40) + 0.5 * (200 + 200)
-    assert policy.waiting_key(request, 0.0) == (224.0, 0.0)
+    assert policy.waiting_key(request, 0.0) == (1.0, 224.0, 0.0)  # (not an SLO at risk, index, arrival)
 
 
 def test_a_smaller_expected_remaining_cost_displaces_running_work() -> None:
