@@ -7,6 +7,7 @@ policy specs, workload parameters and size), so that bad input never costs a run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -75,7 +76,12 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=DEFAULT_PROFILE, help="latency profile name or YAML/JSON path")
     parser.add_argument("--instances", type=int, default=1, help="engine instances behind the router")
-    parser.add_argument("--router", default="round-robin", help="round-robin | least-outstanding")
+    parser.add_argument(
+        "--router",
+        default="round-robin",
+        help="round-robin | least-outstanding | min-load | go-routing, with parameters as "
+        "name:key=value;key=value (e.g. go-routing:alpha=0.9;mu=0.1;lam=0.9)",
+    )
     parser.add_argument("--gpu-blocks", type=int, default=defaults.num_gpu_blocks)
     parser.add_argument("--cpu-blocks", type=int, default=defaults.num_cpu_blocks, help="swap space in blocks")
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
@@ -309,6 +315,7 @@ def run_meta(
         "profile": cluster.profile,
         "instances": cluster.num_instances,
         "router": cluster.router,
+        "pd": None if cluster.pd is None else dataclasses.asdict(cluster.pd),
         "scheduler": vars(cluster.scheduler) if hasattr(cluster.scheduler, "__dict__") else str(cluster.scheduler),
         "fast_forward": not args.per_iteration,
         "predictor": cluster.predictor.spec if cluster.predictor is not None else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from typing import Any
 
@@ -21,6 +22,8 @@ from semsched.cli.common import (
     workload_for,
 )
 from semsched.cli.predictions import warn_about_missing_predictions
+from semsched.sim.disagg import DEFAULT_KV_LINK_GBPS, DEFAULT_MODEL_SHAPE, DisaggregationError, PDSpec
+from semsched.sim.runner import ClusterSpec
 
 
 def register(sub: Any) -> None:
@@ -33,11 +36,62 @@ def register(sub: Any) -> None:
         default=60.0,
         help="seconds of simulated time per row of series.csv (monitoring series; default 60)",
     )
+    add_pd_args(parser)
     parser.set_defaults(handler=run)
 
 
+def add_pd_args(parser: argparse.ArgumentParser) -> None:
+    """PD disaggregation (seed 001 §4.3): prefill and decode pools instead of ``--instances``."""
+    group = parser.add_argument_group("PD disaggregation (instead of --instances)")
+    group.add_argument("--prefill-instances", type=int, default=None, metavar="N",
+                       help="prefill instances; --router picks one per request (give --decode-instances too)")
+    group.add_argument("--decode-instances", type=int, default=None, metavar="M",
+                       help="decode instances; a request's KV moves to the one with the most free blocks when its "
+                       "prefill ends (or the router's choice: go-routing, min-load)")
+    group.add_argument("--kv-link-gbps", type=float, default=None, metavar="X",
+                       help=f"KV link from prefill to decode, GB/s (gigabytes per second; default "
+                       f"{DEFAULT_KV_LINK_GBPS:g}, one 200 Gb/s RDMA NIC)")
+    group.add_argument("--kv-model", default=None, metavar="NAME",
+                       help=f"model whose KV crosses the link (bytes per token; default {DEFAULT_MODEL_SHAPE})")
+
+
+#: the command-line option of each PDSpec field (its errors name the field)
+_PD_OPTIONS = {
+    "pd.num_prefill_instances": "--prefill-instances",
+    "pd.num_decode_instances": "--decode-instances",
+    "pd.kv_link_gbps": "--kv-link-gbps",
+    "pd.model_shape": "--kv-model",
+}
+
+
+def with_pd(args: argparse.Namespace, cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` made PD-disaggregated by the PD options, or as it is when none is given."""
+    prefill, decode = args.prefill_instances, args.decode_instances
+    if prefill is None and decode is None:
+        for option, value in (("--kv-link-gbps", args.kv_link_gbps), ("--kv-model", args.kv_model)):
+            if value is not None:
+                raise UsageError(f"{option}: only with --prefill-instances and --decode-instances")
+        return cluster
+    if prefill is None or decode is None:
+        raise UsageError("--prefill-instances and --decode-instances: give both (or neither)")
+    if args.instances != 1:
+        raise UsageError(
+            f"--instances: leave it out with --prefill-instances/--decode-instances (got {args.instances})"
+        )
+    try:
+        pd = PDSpec(
+            prefill, decode,
+            DEFAULT_KV_LINK_GBPS if args.kv_link_gbps is None else args.kv_link_gbps,
+            DEFAULT_MODEL_SHAPE if args.kv_model is None else args.kv_model,
+        )
+    except DisaggregationError as error:
+        field, _, rest = str(error).partition(":")
+        raise UsageError(f"{_PD_OPTIONS.get(field, field)}:{rest}") from None
+    return dataclasses.replace(cluster, pd=pd)
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
-    policies, cluster = policy_specs(args.policy), cluster_spec(args)
+    policies, cluster = policy_specs(args.policy), with_pd(args, cluster_spec(args))
     if not (math.isfinite(args.series_bin) and args.series_bin > 0):
         raise UsageError(f"--series-bin: must be a finite number > 0 (got {args.series_bin:g})")
     workload = workload_for(args, args.rate)  # its size is checked first: a refused run leaves no --out behind

@@ -18,7 +18,10 @@ Hook summary (all times are arguments; a policy never reads a clock):
 ``exclusive_class``    optional class-exclusive batching: only the most important class present runs
 ``step_budget``        per-step token budget and sequence cap (``None``: the engine's configuration)
 ``reservations``       GPU blocks kept for important classes (seed 003), asked once when a scheduler is built
-``on_*``               callbacks on arrival, emitted tokens, preemption and finish
+``on_*``               callbacks on arrival, emitted tokens, preemption and finish; ``on_leave`` when a request
+                       moves to another instance with its KV (PD disaggregation's hand-off), not ended
+``on_step``            after each executed step: its composition and how long it really took (an estimator's
+                       online correction, seed 001 §4.1); called only for a policy that overrides it
 =====================  ==============================================================================
 """
 
@@ -67,6 +70,11 @@ class SchedulerView(Protocol):
     def budget(self) -> StepBudget: ...
 
     def running_requests(self) -> Sequence[Request]: ...
+
+    def available_blocks(self, request: Request, *, admission: bool) -> int:
+        """Free GPU blocks ``request`` may take now: less the blocks reserved for more important classes and, to
+        be admitted (``admission``), less the engine's admission watermark."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,27 @@ class Policy:
         return None
 
     def on_finish(self, request: Request, now_s: float) -> None:
+        return None
+
+    def on_leave(self, request: Request) -> None:
+        """``request`` left this scheduler without ending (handed off to a decode instance with its KV): a
+        policy that keeps its own list of requests forgets it here."""
+        return None
+
+    def on_step(
+        self,
+        prefill: Sequence[tuple[int, int]],
+        num_decode: int,
+        decode_context_tokens: int,
+        duration_s: float,
+        now_s: float,
+    ) -> None:
+        """A step ran: ``prefill`` holds one ``(lq, lkv)`` pair per prefill chunk (tokens computed on top of tokens
+        cached), ``num_decode`` decodes on ``decode_context_tokens`` summed context; it took ``duration_s`` of
+        engine time and ended at ``now_s``. Called once per executed step, before the step's ``on_tokens``: by the
+        core scheduler (a fast-forwarded stretch of k steps gives the same k calls, together, before its tokens)
+        and by the vLLM adapter, which times the model's execution. Schedulers skip it unless :meth:`uses_hook`
+        says the policy uses it."""
         return None
 
     def describe(self) -> dict[str, Any]:

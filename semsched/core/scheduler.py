@@ -150,6 +150,7 @@ class Scheduler:
         # skip the per-token callback on the hot path when the policy does not override it
         self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
         self._step_budget = policy.step_budget if policy.uses_hook("step_budget") else None
+        self._on_step = policy.on_step if policy.uses_hook("on_step") else None
         self._next_rekey_s = -math.inf
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
@@ -185,6 +186,9 @@ class Scheduler:
 
     def running_requests(self) -> Sequence[Request]:
         return tuple(self._running)
+
+    def available_blocks(self, request: Request, *, admission: bool) -> int:
+        return self.kv.available_for(request, admission=admission)
 
     def waiting_requests(self) -> list[Request]:
         return list(self._waiting)
@@ -228,6 +232,42 @@ class Scheduler:
             self._running.remove(request)
         self._retire(request, RequestState.DROPPED, reason, now_s)
         return request
+
+    # ---- PD disaggregation: a request's KV moves between instances ---------------------------------------
+    def hand_off(self, request_id: str) -> Request:
+        """Let a running request leave with its KV (the prefill side of PD disaggregation, after its first
+        token): every block it holds here (GPU and swap) is freed, and it leaves the running list and this
+        scheduler's bookkeeping. It is not terminal: the policy hears ``on_leave``, not ``on_finish``; its
+        progress (computed and emitted tokens) stays on the request, whose state becomes WAITING until
+        :meth:`add_transferred` on the next instance. :class:`InvalidRequestError` if it is not running here."""
+        request = self._requests.get(request_id)
+        if request is None or request.state is not RequestState.RUNNING:
+            raise InvalidRequestError(f"hand_off: request {request_id!r} is not running on this instance")
+        self._running.remove(request)  # (a removal keeps the running list sorted)
+        self.kv.free(request)
+        del self._requests[request_id]
+        cls = self.policy.exclusive_class(request)
+        if cls is not None:
+            self._class_counts[cls] -= 1
+        request.state = RequestState.WAITING
+        self.policy.on_leave(request)
+        return request
+
+    def add_transferred(self, request: Request, now_s: float) -> Admission:
+        """Admit a request that arrives with its KV computed elsewhere (the decode side of PD disaggregation):
+        ``num_computed_tokens`` tokens of KV (its prompt) and its first token already emitted. It enters like any
+        arrival (:meth:`add_request`: capacity check, the policy's ``admit``, ``on_arrival``, the waiting queue),
+        and since only its pending token is uncomputed it is admitted as a decode: the blocks of its whole
+        sequence, ``blocks_for(num_tokens)`` (the transferred KV plus its pending token's slot), are allocated at
+        once when it is admitted, so its prompt is never recomputed here unless a recompute preemption drops
+        its KV (then it is recomputed here like any victim)."""
+        if request.num_output_tokens < 1 or request.num_computed_tokens != request.num_tokens - 1:
+            raise InvalidRequestError(
+                f"add_transferred: request {request.request_id!r} must arrive with its first token emitted and "
+                f"every token but the last computed (got {request.num_computed_tokens} computed of "
+                f"{request.num_tokens}, {request.num_output_tokens} emitted)"
+            )
+        return self.add_request(request, now_s)
 
     # ---- scheduling --------------------------------------------------------------------------------------
     def schedule(self, now_s: float) -> BatchPlan:
@@ -448,6 +488,9 @@ class Scheduler:
         """Apply the outcome of ``plan``: advance computed tokens, emit tokens, finish requests."""
         now_s = result.end_time_s
         step_index = self.timeline.append(now_s)
+        if self._on_step is not None:
+            prefill = [(chunk.num_tokens, chunk.context_tokens) for chunk in plan.prefill]
+            self._on_step(prefill, len(plan.decode), plan.decode_context_tokens, now_s - plan.time_s, now_s)
         for request_id in result.aborted_request_ids:
             self.abort(request_id, now_s, "aborted by engine")
         finished: list[Request] = []
@@ -579,6 +622,8 @@ class Scheduler:
         count = len(end_times_s)
         first_step = self.timeline.extend(end_times_s)
         now_s = end_times_s[-1]
+        if self._on_step is not None:
+            self._report_steady_steps(plan, end_times_s)
         finished: list[Request] = []
         for request in plan.decode:
             # step 1's blocks were allocated by schedule(); steps 2..count allocate here
@@ -589,6 +634,16 @@ class Scheduler:
                 finished.append(request)
         if finished:
             self._finish(finished, now_s)
+
+    def _report_steady_steps(self, plan: BatchPlan, end_times_s: Sequence[float]) -> None:
+        """``on_step`` for each repetition of ``plan``: the calls per-step updates would make (each step starts
+        when the one before it ended; its context grows by one token per decode)."""
+        assert self._on_step is not None
+        num_decode, context = len(plan.decode), plan.decode_context_tokens
+        start_s = plan.time_s
+        for index, end_s in enumerate(end_times_s):
+            self._on_step([], num_decode, context + index * num_decode, end_s - start_s, end_s)
+            start_s = end_s
 
 
 def static_victim_order(policy: Policy) -> bool:

@@ -21,10 +21,25 @@ stretch's) update, with the requests that reached FINISHED in it. A stretch neve
 requests finish only at its end, at the same time as in per-step mode; events at the instant of a hand-over are
 handled after it, so ``on_finish`` has reported exactly the requests that finished strictly before.
 
+Router notifications: after each update the router's optional ``on_first_token(request, instance, now_s)`` hears
+of every request whose first token the step emitted, and ``on_finish(request, instance, now_s)`` of every request
+that ended (finished; rejected at admission; dropped by a DROP preemption), as a gateway would from the streams.
+
+PD disaggregation (``disaggregation``, :mod:`semsched.sim.disagg`): the first instances prefill, the others
+decode. A request is routed to a prefill instance (``Router.route`` sees only the prefill pool); when a step emits
+its first token there, the instance hands it off (every block freed there), the decode instance is chosen
+(``Router.route_decode`` if the router has one, else the most free blocks) and the request enters it after the KV
+transfer time of its computed tokens, holding its KV (``Scheduler.add_transferred``). All instances of a PD
+cluster append their step end times to one shared :class:`~semsched.core.request.TokenTimeline`, so a request's
+step-index ranges index one array whichever instance emitted its tokens (that timeline is in event order, not
+sorted by time, and its length is the cluster's step count).
+
 Fast-forward: a decode-only plan that nothing will disturb (no arrival, no finish, no block exhaustion, a policy
 whose decisions do not drift; see :meth:`Scheduler.steady_decode_steps`) is executed for many steps in one
 event (:meth:`Executor.execute_repeated`), with the step end times accumulated left to right exactly as the
-per-step loop adds them, so both modes produce bit-identical metrics.
+per-step loop adds them, so both modes produce bit-identical metrics. In a PD cluster a stretch also ends before
+the end of any prefill step in flight (a hand-off reads the decode instances' free blocks) and before any KV
+transfer in flight lands.
 """
 
 from __future__ import annotations
@@ -38,19 +53,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from semsched.core.plan import BatchPlan, StepResult
-from semsched.core.request import Request, RequestState
+from semsched.core.plan import BatchPlan, PreemptionMode, StepResult
+from semsched.core.request import Request, RequestState, TokenTimeline
 from semsched.core.scheduler import Scheduler
 from semsched.latency.base import LatencyModel
 from semsched.latency.profiles import EngineOverheads
+from semsched.sim.disagg import Disaggregation
 from semsched.sim.executor import Executor, ModelExecutor
 from semsched.sim.monitor import DEFAULT_SAMPLE_INTERVAL_S, Monitor, MonitorLog
-from semsched.sim.router import InstanceView, Router, RouterError
+from semsched.sim.router import InstanceView, Router, RouterError, most_free_blocks
 from semsched.sim.speed import SpeedTrace
 
 ProgressCallback = Callable[[int, int], None]
 HandoverHook = Callable[[Request, float], None]
 FinishHook = Callable[[Sequence[Request]], None]
+RouterNotice = Callable[[Request, InstanceView, float], None]
+DecodeChoice = Callable[[Request, Sequence[InstanceView], float], int]
 
 
 class Instance:
@@ -101,6 +119,16 @@ class SimResult:
         return [r for r in self.requests if r.state is RequestState.FINISHED]
 
 
+class _Transfer(NamedTuple):
+    """Heap entry of a PD hand-off: ``request``'s KV lands on decode ``instance`` (cluster index) at ``time_s``.
+    Ordered by (time, sequence number) with :class:`_StepDone`; the sequence is unique."""
+
+    time_s: float
+    seq: int
+    instance: int
+    request: Request
+
+
 class _StepDone(NamedTuple):
     """Heap entry; ordered by (time, sequence number): the sequence is unique, so later fields never compare.
     ``outcome`` is one step's result, or the end times of a fast-forwarded stretch of repetitions of ``plan``."""
@@ -137,10 +165,17 @@ class Simulation:
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         on_handover: HandoverHook | None = None,
         on_finish: FinishHook | None = None,
+        disaggregation: Disaggregation | None = None,
     ) -> None:
         if not instances:
             raise ValueError("instances: need at least one")
+        if disaggregation is not None and not 1 <= disaggregation.num_prefill < len(instances):
+            raise ValueError(
+                f"disaggregation.num_prefill: must be from 1 to {len(instances) - 1} (the {len(instances)} "
+                f"instances include the decode instances; got {disaggregation.num_prefill})"
+            )
         self.instances = list(instances)
+        self.disaggregation = disaggregation
         self.router = router
         self.fast_forward = fast_forward
         self.max_steady_steps = max_steady_steps
@@ -149,10 +184,33 @@ class Simulation:
         self.on_handover = on_handover
         self.on_finish = on_finish
         self._monitor = Monitor([i.scheduler for i in self.instances], sample_interval_s)  # checks the interval
-        self._views = tuple(InstanceView(i, inst.scheduler) for i, inst in enumerate(self.instances))
-        self._heap: list[_StepDone] = []
+        self._views = self._make_views()
+        # what route() and route_decode() see: the cluster, or the prefill and the decode pool of a PD cluster
+        num_prefill = len(self.instances) if disaggregation is None else disaggregation.num_prefill
+        self._route_views = self._views[:num_prefill]
+        self._decode_views = self._views[num_prefill:]
+        if disaggregation is not None:
+            timeline = TokenTimeline()  # one for the cluster: a request's tokens come from two instances
+            for instance in self.instances:
+                instance.scheduler.timeline = timeline
+        self._on_first_token: RouterNotice | None = getattr(router, "on_first_token", None)
+        self._on_router_finish: RouterNotice | None = getattr(router, "on_finish", None)
+        self._route_decode: DecodeChoice = getattr(router, "route_decode", None) or _most_free_blocks
+        self._heap: list[_StepDone | _Transfer] = []
         self._seq = itertools.count()
         self._next_arrival_s = math.inf
+        # PD: end times of the prefill steps and KV transfers in flight, which fast-forward stretches end before
+        self._pd_marks: list[float] = []
+
+    def _make_views(self) -> tuple[InstanceView, ...]:
+        split = self.disaggregation
+        if split is None:
+            return tuple(InstanceView(i, inst.scheduler) for i, inst in enumerate(self.instances))
+        return tuple(
+            InstanceView(i, inst.scheduler, "prefill") if i < split.num_prefill
+            else InstanceView(i - split.num_prefill, inst.scheduler, "decode")
+            for i, inst in enumerate(self.instances)
+        )
 
     def run(self, requests: Sequence[Request]) -> SimResult:
         """Simulate until every request has finished or been rejected; each request enters the cluster at its
@@ -169,7 +227,10 @@ class Simulation:
                 now_s = event.time_s
                 if now_s > next_sample_s:  # the first event past a grid point: the state before it is sampled
                     next_sample_s = monitor.sample_before(now_s)
-                self._complete(event)
+                if isinstance(event, _Transfer):
+                    self._land(event)
+                else:
+                    self._complete(event)
                 continue
             request = arrivals[index]
             now_s = handovers_s[index]
@@ -196,34 +257,82 @@ class Simulation:
 
     # ---- events ----------------------------------------------------------------------------------------
     def _arrive(self, request: Request, now_s: float) -> None:
-        target = self.router.route(request, self._views, now_s)
-        if not (isinstance(target, int | np.integer) and 0 <= target < len(self.instances)):
-            raise RouterError(
-                f"router {self.router.name!r} chose instance {target!r}; there are {len(self.instances)} "
-                f"(0 to {len(self.instances) - 1})"
-            )
-        instance = self.instances[target]
-        if instance.scheduler.add_request(request, now_s).accepted:
-            self._monitor.enqueued(request)
-            instance.executor.take_arrival(engine_idle=not instance.busy)
-            if not instance.busy:  # the instance had nothing to do: it wakes up and steps
-                self._step(target, now_s)
+        views = self._route_views
+        target = _checked_choice(self.router, self.router.route(request, views, now_s), len(views), "")
+        self._admit(target, request, now_s, transferred=False)
+
+    def _admit(self, index: int, request: Request, now_s: float, *, transferred: bool) -> None:
+        """``request`` enters instance ``index`` (an arrival, or a PD hand-off landing with its KV)."""
+        instance = self.instances[index]
+        scheduler = instance.scheduler
+        admission = (scheduler.add_transferred if transferred else scheduler.add_request)(request, now_s)
+        if not admission.accepted:
+            self._notify_finish(request, index, now_s)
+            return
+        self._monitor.enqueued(request)
+        instance.executor.take_arrival(engine_idle=not instance.busy)
+        if not instance.busy:  # the instance had nothing to do: it wakes up and steps
+            self._step(index, now_s)
+
+    def _land(self, event: _Transfer) -> None:
+        """A hand-off's KV has crossed the link: the request enters its decode instance."""
+        self._admit(event.instance, event.request, event.time_s, transferred=True)
 
     def _complete(self, event: _StepDone) -> None:
-        """Update: the scheduler applies the step's (or stretch's) outcome; then the instance steps again."""
+        """Update: the scheduler applies the step's (or stretch's) outcome, the router hears of first tokens and
+        ends, a PD prefill instance hands off the requests that got their first token; then the instance steps
+        again."""
         instance = self.instances[event.instance]
         outcome = event.outcome
         finished_before = len(instance.scheduler.finished)
+        watch_first = self._on_first_token is not None or self._is_prefill(event.instance)
+        fresh = [c.request for c in event.plan.prefill if c.request.num_output_tokens == 0] if watch_first else []
         if isinstance(outcome, StepResult):
             instance.scheduler.update(event.plan, outcome)
             instance.num_steps += 1
         else:
             instance.scheduler.update_steady(event.plan, outcome.tolist())
             instance.num_steps += len(outcome)
-        if self.on_finish is not None and len(instance.scheduler.finished) > finished_before:
-            self.on_finish(instance.scheduler.finished[finished_before:])
+        first_tokens = [r for r in fresh if r.num_output_tokens > 0]
+        finished = instance.scheduler.finished[finished_before:]
+        self._notify(event.instance, first_tokens, finished, event.time_s)
+        if self.on_finish is not None and finished:
+            self.on_finish(finished)
+        if self._is_prefill(event.instance):
+            self._hand_off(event.instance, first_tokens, event.time_s)
         instance.busy = False
         self._step(event.instance, event.time_s)
+
+    def _notify(self, index: int, first_tokens: list[Request], finished: Sequence[Request], now_s: float) -> None:
+        if self._on_first_token is not None:
+            view = self._views[index]
+            for request in first_tokens:
+                self._on_first_token(request, view, now_s)
+        for request in finished:
+            self._notify_finish(request, index, now_s)
+
+    def _notify_finish(self, request: Request, index: int, now_s: float) -> None:
+        if self._on_router_finish is not None:
+            self._on_router_finish(request, self._views[index], now_s)
+
+    def _is_prefill(self, index: int) -> bool:
+        return self.disaggregation is not None and index < self.disaggregation.num_prefill
+
+    def _hand_off(self, index: int, first_tokens: list[Request], now_s: float) -> None:
+        """PD: each request whose first token a prefill instance just emitted (and that goes on) leaves it with
+        its KV for the decode instance the router picks, where it lands after the transfer."""
+        assert self.disaggregation is not None
+        link, num_prefill = self.disaggregation.link, self.disaggregation.num_prefill
+        scheduler = self.instances[index].scheduler
+        for request in first_tokens:
+            if request.state is not RequestState.RUNNING:
+                continue  # it finished with its first token
+            scheduler.hand_off(request.request_id)
+            views = self._decode_views
+            choice = _checked_choice(self.router, self._route_decode(request, views, now_s), len(views), "decode ")
+            arrival_s = now_s + link.transfer_time_s(request.num_computed_tokens)
+            heapq.heappush(self._heap, _Transfer(arrival_s, next(self._seq), num_prefill + choice, request))
+            heapq.heappush(self._pd_marks, arrival_s)
 
     def _step(self, index: int, now_s: float) -> None:
         """Schedule and execute one step (or a fast-forwarded stretch); its update waits for its end."""
@@ -231,6 +340,9 @@ class Simulation:
         plan = instance.scheduler.schedule(now_s)
         if plan.prefill or plan.preempted or plan.swapped_in:  # (a plan of decodes changes no queue)
             self._monitor.record_plan(index, plan, now_s)
+            for preemption in plan.preempted:
+                if preemption.mode is PreemptionMode.DROP:
+                    self._notify_finish(preemption.request, index, now_s)
         if plan.is_empty:
             return  # idle until the next arrival
         stretch = self._execute_repeated(instance, plan, now_s)
@@ -244,6 +356,8 @@ class Simulation:
         instance.num_events += 1
         instance.busy_time_s += end_s - now_s
         heapq.heappush(self._heap, _StepDone(end_s, next(self._seq), index, plan, outcome))
+        if self._is_prefill(index):
+            heapq.heappush(self._pd_marks, end_s)
 
     def _execute_repeated(self, instance: Instance, plan: BatchPlan, now_s: float) -> np.ndarray | None:
         """End times of a fast-forwardable stretch of >= 2 repetitions of ``plan``, else None: the scheduler
@@ -252,10 +366,20 @@ class Simulation:
         if not self.fast_forward or not plan.is_pure_decode:
             return None
         executor, until_s = instance.executor, self._next_arrival_s
+        if self.disaggregation is not None:
+            until_s = min(until_s, self._next_pd_mark_s(now_s))
         if not executor.can_repeat(plan, now_s, until_s):  # cheap checks before the scheduler's count
             return None
         steps = instance.scheduler.steady_decode_steps(plan, self.max_steady_steps)
         return executor.execute_repeated(plan, now_s, steps, until_s) if steps > 1 else None
+
+    def _next_pd_mark_s(self, now_s: float) -> float:
+        """The earliest end of a prefill step or KV transfer not before ``now_s`` (one at ``now_s`` may still be
+        pending), or inf."""
+        marks = self._pd_marks
+        while marks and marks[0] < now_s:
+            heapq.heappop(marks)
+        return marks[0] if marks else math.inf
 
     def _drop_stuck(self, now_s: float) -> None:
         """Requests that can never be scheduled (e.g. behind a reservation) are dropped explicitly."""
@@ -263,3 +387,17 @@ class Simulation:
             scheduler = instance.scheduler
             for request in scheduler.waiting_requests():
                 scheduler.abort(request.request_id, now_s, "never schedulable")
+
+
+def _most_free_blocks(request: Request, instances: Sequence[InstanceView], now_s: float) -> int:
+    """The default decode choice of a PD cluster: the most free KV blocks."""
+    return most_free_blocks(instances)
+
+
+def _checked_choice(router: Router, target: object, count: int, pool: str) -> int:
+    """``target`` if it indexes one of ``count`` instances, else a :class:`RouterError` naming the router."""
+    if not (isinstance(target, int | np.integer) and 0 <= target < count):
+        raise RouterError(
+            f"router {router.name!r} chose {pool}instance {target!r}; there are {count} (0 to {count - 1})"
+        )
+    return int(target)

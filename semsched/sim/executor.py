@@ -4,8 +4,9 @@ The simulation drives each instance as nano-vllm's ``LLMEngine.step()`` does: th
 executor runs it (:meth:`Executor.execute` returns the :class:`~semsched.core.plan.StepResult`), the scheduler
 applies the result. Here the executor is a model of the engine, :class:`ModelExecutor`: a step lasts what the
 latency model says plus the engine time outside it (:class:`~semsched.latency.EngineOverheads`), all of it
-scaled by the machine's speed (:class:`~semsched.sim.speed.SpeedTrace`); with speculative decoding a
-:class:`DraftAcceptance` says how many tokens each decode emitted.
+scaled by the machine's speed (:class:`~semsched.sim.speed.SpeedTrace`) and, for an engine whose real times
+differ from its profile, by a :class:`~semsched.sim.ground_truth.TruthSampler` (noise and drift); with
+speculative decoding a :class:`DraftAcceptance` says how many tokens each decode emitted.
 
 Fast-forward: when the scheduler says a decode-only plan would repeat unchanged for ``k`` steps, the executor
 prices all of them at once (:meth:`Executor.execute_repeated`), bit for bit as ``k`` calls of ``execute`` would.
@@ -23,6 +24,7 @@ from semsched.core.errors import SemschedError
 from semsched.core.plan import BatchPlan, StepResult
 from semsched.latency.base import LatencyModel
 from semsched.latency.profiles import EngineOverheads
+from semsched.sim.ground_truth import TruthSampler
 from semsched.sim.speed import SpeedTrace
 
 
@@ -73,7 +75,10 @@ class ModelExecutor:
     (``overheads.arrival_s`` per accepted arrival, plus ``idle_wakeup_s`` for one that found the engine idle),
     ``overheads.new_shape_s`` the first time a batch size (scheduled tokens) runs unless it is in
     ``warm_shapes``, and the latency model's step time (plus swap time); ``speed`` multiplies all of it by the
-    machine's factor at the step's start. ``drafts``, when given, decides each step's speculative yield."""
+    machine's factor at the step's start. ``truth``, when given, multiplies it again by the ground truth's factor
+    for the step (drift at its start times a noise draw from the sampler's own generator): the step's real time,
+    which the profile the scheduler estimates with does not know; it turns fast-forward off, as ``speed`` does.
+    ``drafts``, when given, decides each step's speculative yield."""
 
     def __init__(
         self,
@@ -83,12 +88,15 @@ class ModelExecutor:
         warm_shapes: Iterable[int] = (),
         speed: SpeedTrace | None = None,
         drafts: DraftAcceptance | None = None,
+        truth: TruthSampler | None = None,
     ) -> None:
         overheads = EngineOverheads() if overheads is None else overheads
         if not isinstance(overheads, EngineOverheads):
             raise TypeError(f"overheads: expected EngineOverheads, got {type(overheads).__name__}")
         if speed is not None and not isinstance(speed, SpeedTrace):
             raise TypeError(f"speed: expected SpeedTrace or None, got {type(speed).__name__}")
+        if truth is not None and not isinstance(truth, TruthSampler):
+            raise TypeError(f"truth: expected TruthSampler or None, got {type(truth).__name__}")
         if not isinstance(latency, LatencyModel):
             raise TypeError(f"latency: expected a LatencyModel, got {type(latency).__name__}")
         self.latency = latency
@@ -97,6 +105,7 @@ class ModelExecutor:
         self.warm_shapes = set(warm_shapes)
         self.speed = speed
         self.drafts = drafts
+        self.truth = truth
         #: intake time of arrivals since the last step started, charged to the next step
         self.pending_s = 0.0
 
@@ -108,7 +117,11 @@ class ModelExecutor:
     def execute(self, plan: BatchPlan, now_s: float) -> StepResult:
         engine_s = self.pending_s + self._shape_cost_s(plan) + self.step_time_s(plan)
         self.pending_s = 0.0
-        end_s = now_s + (engine_s if self.speed is None else engine_s * self.speed.factor_at(now_s))
+        if self.speed is not None:
+            engine_s *= self.speed.factor_at(now_s)
+        if self.truth is not None:
+            engine_s *= self.truth.factor(now_s)
+        end_s = now_s + engine_s
         if not now_s <= end_s < math.inf:
             raise SimulationError(
                 f"{self.latency.name}: a step of {plan.num_tokens} tokens starting at {now_s!r} s would end at "
@@ -119,7 +132,7 @@ class ModelExecutor:
         return StepResult(end_s, accepted_tokens=self.drafts.accepted_tokens(plan, end_s))
 
     def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
-        if self.pending_s or self.speed is not None or self.drafts is not None:
+        if self.pending_s or self.speed is not None or self.drafts is not None or self.truth is not None:
             return False  # an intake to charge; a factor, or a yield, that may change from one step to the next
         if self.overheads.new_shape_s and plan.num_tokens not in self.warm_shapes:
             return False  # its first step costs extra; the steps after it can repeat

@@ -1,8 +1,9 @@
 """Routers: which instance of a cluster gets an arriving request.
 
 A router sees each instance through an :class:`InstanceView` (queue depths, free KV blocks, running requests
-at the arrival time), never the mutable scheduler. Routers are objects with their own state (e.g. the
-round-robin cursor), never globals, registered by name with :func:`register_router`::
+at the arrival time), never the mutable scheduler: what a gateway in front of real servers could know, plus its
+own dispatch accounting. Routers are objects with their own state (e.g. the round-robin cursor), never globals,
+registered by name with :func:`register_router`::
 
     @register_router
     class MostFreeBlocks:
@@ -11,36 +12,78 @@ round-robin cursor), never globals, registered by name with :func:`register_rout
         def route(self, request: Request, instances: Sequence[InstanceView], now_s: float) -> int:
             return max(range(len(instances)), key=lambda i: instances[i].num_free_gpu_blocks)
 
-:func:`make_router` builds a fresh one by name (``ClusterSpec.router``, ``--router``).
+:func:`make_router` builds a fresh one from a spec (``ClusterSpec.router``, ``--router``): a name, or
+``name:key=value;key=value`` for a router with a ``config_class`` (a frozen dataclass; :class:`SpecSyntax` reads
+the values). Optional methods, called only when a router defines them (:data:`ROUTER_HOOKS`):
+
+* ``bind(context: RouterContext)``: once, before the run, with the cluster's latency model and TDG weights;
+* ``route_decode(request, decode_instances, now_s) -> int``: PD clusters only, the decode instance of a request
+  whose prefill just ended (default: the most free KV blocks, lowest index on ties);
+* ``on_first_token(request, instance, now_s)``: the request's first token left ``instance`` (its prefill ended);
+* ``on_finish(request, instance, now_s)``: the request ended on ``instance``, finished, rejected or dropped.
+
+A gateway learns these from the response streams. In a PD cluster ``route`` sees the prefill instances only and
+``route_decode`` the decode instances only, each indexed within its pool (``InstanceView.role`` says which).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, cast
 
 from semsched.core.errors import SemschedError
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler
+from semsched.core.specs import SpecSyntax
+from semsched.latency.base import LatencyModel
+from semsched.metrics.tdg import TDGWeights
+
+InstanceRole = Literal["mixed", "prefill", "decode"]
 
 
 class RouterError(SemschedError):
-    """Unknown router name, a name registered twice, or a router that chose an instance that does not exist."""
+    """Unknown router name, a bad router parameter, a name registered twice, or a router that chose an instance
+    that does not exist."""
+
+
+ROUTER_SPECS = SpecSyntax("router", RouterError)
+
+#: the optional router methods the simulation calls when a router defines them (see the module docstring)
+ROUTER_HOOKS = ("bind", "route_decode", "on_first_token", "on_finish")
+
+
+@dataclass(frozen=True)
+class RouterContext:
+    """What a router may know about its cluster before the run (``bind``): the engines' ``latency`` model (to
+    estimate execution times), whether the cluster is PD ``disaggregated``, and the run's TDG weights
+    (``tdg_weights``; None: a router's own default)."""
+
+    latency: LatencyModel
+    disaggregated: bool = False
+    tdg_weights: TDGWeights | None = None
 
 
 class InstanceView:
     """Read-only state of one instance at the arrival time: what a router may consult."""
 
-    __slots__ = ("_index", "_scheduler")
+    __slots__ = ("_index", "_scheduler", "_role")
 
-    def __init__(self, index: int, scheduler: Scheduler) -> None:
+    def __init__(self, index: int, scheduler: Scheduler, role: InstanceRole = "mixed") -> None:
         self._index = index
         self._scheduler = scheduler
+        self._role: InstanceRole = role
 
     @property
     def index(self) -> int:
-        """Position of the instance in the cluster (what :meth:`Router.route` returns to choose it)."""
+        """Position of the instance in its pool (what :meth:`Router.route` returns to choose it): the cluster for
+        a co-located cluster, the prefill or the decode pool of a PD one."""
         return self._index
+
+    @property
+    def role(self) -> InstanceRole:
+        """``mixed`` (co-located: prefill and decode), ``prefill`` or ``decode`` (PD disaggregation)."""
+        return self._role
 
     @property
     def num_waiting(self) -> int:
@@ -73,7 +116,9 @@ class InstanceView:
 
 
 class Router(Protocol):
-    """Chooses an instance for each arrival; ``name`` is what :func:`make_router` knows it by."""
+    """Chooses an instance for each arrival; ``name`` is what :func:`make_router` knows it by. A router with
+    parameters names their frozen dataclass as ``config_class`` and takes an instance of it as its one
+    constructor argument; one without takes none. The optional methods are the module docstring's."""
 
     name: ClassVar[str]
 
@@ -84,7 +129,7 @@ class Router(Protocol):
 
 R = TypeVar("R", bound=type[Router])
 
-#: registered router classes by name; built with no arguments by :func:`make_router`
+#: registered router classes by name; built by :func:`make_router`
 ROUTERS: dict[str, type[Router]] = {}
 
 
@@ -109,9 +154,23 @@ def router_class(name: str) -> type[Router]:
     return cls
 
 
-def make_router(name: str) -> Router:
-    """A fresh router registered as ``name``."""
-    return router_class(name)()
+def make_router(spec: str) -> Router:
+    """A fresh router from ``spec``: a registered name, with ``:key=value;key=value`` parameters for a router
+    that has a ``config_class``. :class:`RouterError` names an unknown router or a bad parameter."""
+    name, params = ROUTER_SPECS.parse(spec)
+    cls = router_class(name)
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None:
+        if params:
+            raise RouterError(f"router {name!r} takes no parameters (got {', '.join(sorted(params))})")
+        return cls()
+    config = ROUTER_SPECS.config(config_class, params, name=name)
+    return cast(Any, cls)(config)  # type: ignore[no-any-return]
+
+
+def most_free_blocks(instances: Sequence[InstanceView]) -> int:
+    """Index of the instance with the most free KV blocks, lowest index on ties (GoRouting's decode rule)."""
+    return max(range(len(instances)), key=lambda i: (instances[i].num_free_gpu_blocks, -i))
 
 
 @register_router
@@ -137,3 +196,7 @@ class LeastOutstandingRouter:
 
     def route(self, request: Request, instances: Sequence[InstanceView], now_s: float) -> int:
         return min(range(len(instances)), key=lambda i: instances[i].num_unfinished)
+
+
+# the routers of seed 001 (§4.3) live in their own module; importing it registers them
+import semsched.sim.go_routing  # noqa: E402, F401, I001

@@ -18,7 +18,10 @@ from semsched.metrics import Summary, TDGWeights, summarize
 from semsched.metrics.series import DEFAULT_BIN_S, MonitoringSeries, monitoring_series
 from semsched.policies import make_policy
 from semsched.predict.cost import PredictorCost
+from semsched.sim.disagg import PDSpec
 from semsched.sim.engine import Instance, ProgressCallback, SimResult, Simulation
+from semsched.sim.executor import ModelExecutor
+from semsched.sim.ground_truth import GroundTruth
 from semsched.sim.prediction import (
     LengthPredictionError,
     LengthPredictorSpec,
@@ -26,7 +29,7 @@ from semsched.sim.prediction import (
     apply_latency,
     start_prediction,
 )
-from semsched.sim.router import make_router, router_class
+from semsched.sim.router import RouterContext, make_router
 from semsched.workloads import Workload
 
 DEFAULT_PROFILE = "a100-qwen1.5-4b"
@@ -38,7 +41,12 @@ class ClusterSpec:
     in front of them whose batches delay each request's hand-over (:mod:`semsched.predict.cost`) and a
     ``length_predictor``, an online output-length predictor that predicts each request at its hand-over and learns
     from finished requests (:mod:`semsched.sim.prediction`). With both, the cost model's batches decide the
-    hand-over times, so the length predictor's own ``latency_s`` may not be given."""
+    hand-over times, so the length predictor's own ``latency_s`` may not be given.
+
+    ``pd`` makes the cluster PD-disaggregated (:class:`~semsched.sim.disagg.PDSpec`: prefill and decode pools, the
+    KV link, the model whose KV crosses it); ``num_instances`` is then left at 1 and ``router`` picks the prefill
+    instance (and the decode instance, if it has ``route_decode``). ``router`` is a router spec
+    (``go-routing:alpha=0.9``), checked here."""
 
     profile: str = DEFAULT_PROFILE
     num_instances: int = 1
@@ -46,11 +54,20 @@ class ClusterSpec:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     predictor: PredictorCost | None = None
     length_predictor: LengthPredictorSpec | None = None
+    #: real step times that differ from the profile (noise, drift; instance i draws from stream i); None: exact
+    ground_truth: GroundTruth | None = None
+    #: a PD-disaggregated cluster (prefill and decode pools, the KV link); None: co-located
+    pd: PDSpec | None = None
 
     def __post_init__(self) -> None:
         if self.num_instances < 1:
             raise ValueError(f"num_instances: must be >= 1 (got {self.num_instances})")
-        router_class(self.router)  # an unknown name fails here, before anything runs
+        if self.pd is not None and self.num_instances != 1:
+            raise ValueError(
+                f"num_instances: leave it at 1 with pd (the cluster is pd.num_prefill_instances + "
+                f"pd.num_decode_instances = {self.pd.num_instances} instances; got {self.num_instances})"
+            )
+        make_router(self.router)  # an unknown name or a bad parameter fails here, before anything runs
         length = self.length_predictor
         if self.predictor is not None and length is not None and length.latency_s is not None:
             raise LengthPredictionError(
@@ -81,20 +98,36 @@ def build_simulation(
     fast_forward: bool = True,
     progress: ProgressCallback | None = None,
     prediction: OnlinePrediction | None = None,
+    tdg_weights: TDGWeights | None = None,
 ) -> Simulation:
+    """The cluster's instances (a PD cluster: its prefill instances, then its decode instances) behind a fresh
+    router, bound (if it has ``bind``) to the profile's latency model and ``tdg_weights``."""
     info = load_profile_info(cluster.profile)
     latency = info.model
+    count = cluster.num_instances if cluster.pd is None else cluster.pd.num_instances
     instances = [
-        Instance(Scheduler(cluster.scheduler, make_policy(policy)), latency, overheads=info.overheads)
-        for _ in range(cluster.num_instances)
+        Instance(
+            Scheduler(cluster.scheduler, make_policy(policy)),
+            executor=ModelExecutor(
+                latency,
+                overheads=info.overheads,
+                truth=None if cluster.ground_truth is None else cluster.ground_truth.sampler(index),
+            ),
+        )
+        for index in range(count)
     ]
+    router = make_router(cluster.router)
+    bind = getattr(router, "bind", None)
+    if bind is not None:
+        bind(RouterContext(latency, disaggregated=cluster.pd is not None, tdg_weights=tdg_weights))
     return Simulation(
         instances,
-        make_router(cluster.router),
+        router,
         fast_forward=fast_forward,
         progress=progress,
         on_handover=None if prediction is None else prediction.handed_over,
         on_finish=None if prediction is None else prediction.finished,
+        disaggregation=None if cluster.pd is None else cluster.pd.disaggregation(),
     )
 
 
@@ -128,15 +161,15 @@ def run_policy(
     cluster = cluster or ClusterSpec()
     requests = workload.to_requests(max_output_tokens)
     prediction = prepare_requests(requests, cluster)
+    weights = tdg_weights or TDGWeights.paper_defaults(requests)
     simulation = build_simulation(
-        policy, cluster, fast_forward=fast_forward, progress=progress, prediction=prediction
+        policy, cluster, fast_forward=fast_forward, progress=progress, prediction=prediction, tdg_weights=weights
     )
     started = time.perf_counter()
     result = simulation.run(requests)
     wall_s = time.perf_counter() - started
     if prediction is not None:
         prediction.flush()  # the last finishes too: the predictor has seen the whole run
-    weights = tdg_weights or TDGWeights.paper_defaults(requests)
     return PolicyRun(policy, requests, result, summarize(requests, tdg_weights=weights), wall_s)
 
 

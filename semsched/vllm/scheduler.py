@@ -21,7 +21,12 @@ It steers them through the state they read, around each call:
   client gets ``finish_reason="abort"`` with the reason in ``stop_reason`` (never a silent drop);
 * **token budget**: ``step_budget`` may lower vLLM's token budget and sequence cap for a step (never raise
   them: the model runner's buffers are sized for the configured ones);
-* **callbacks**: ``on_arrival``, ``on_tokens``, ``on_preempt``, ``on_finish`` with the engine's time.
+* **callbacks**: ``on_arrival``, ``on_tokens``, ``on_preempt``, ``on_finish`` with the engine's time;
+  ``on_step`` (only for a policy that overrides it) with each step's composition from its ``SchedulerOutput``
+  (new and resumed requests and prompt chunks as ``(lq, lkv)`` chunks, one-token steps past the prompt as
+  decodes) and its duration: from ``schedule()`` returning that output (or, under async scheduling, from the
+  previous batch's output arriving, if later: the batches run one after the other) to
+  ``update_from_output()`` receiving it. Outputs are paired with their own schedule by identity.
 
 Preemption inside vLLM is **recompute only**: a policy asking for SWAP is served by recompute here.
 Policies see semsched :class:`~semsched.core.request.Request` shadows of vLLM's requests, their progress refreshed
@@ -36,7 +41,7 @@ import itertools
 import logging
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -241,6 +246,21 @@ def _policy_rejection_label(reason: str) -> str:
     return kind.replace(" ", "_") if kind is not None else "policy"
 
 
+@dataclass(frozen=True, slots=True)
+class _StepTiming:
+    """A scheduled batch awaiting its output: the output itself (paired by identity), when ``schedule()``
+    returned it, and its composition in ``Policy.on_step``'s terms."""
+
+    output: Any
+    scheduled_s: float
+    prefill: list[tuple[int, int]]
+    num_decode: int
+    decode_context_tokens: int
+
+
+_MAX_STEPS_IN_FLIGHT = 8  # more than vLLM's batch queue holds: older entries are outputs that never came back
+
+
 @dataclass
 class _Rejection:
     client_index: int
@@ -299,6 +319,10 @@ class _EngineView:
     def running_requests(self) -> Sequence[Request]:
         return self._scheduler.running_shadows()
 
+    def available_blocks(self, request: Request, *, admission: bool) -> int:
+        """vLLM's free blocks less those reserved for more important classes (vLLM v1 has no watermark)."""
+        return self.num_free_gpu_blocks - self._scheduler._reserved_against(request.priority)
+
 
 _LAST: SortKey = (float("inf"),)  # sort key of a request the adapter does not track (last, first victim)
 
@@ -335,6 +359,9 @@ class Scheduler(_VllmScheduler):
         self._custom_running_order = policy.uses_hook("running_order")
         self._displaces = policy.uses_hook("victims_for")
         self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
+        self._on_step = policy.on_step if policy.uses_hook("on_step") else None
+        self._steps_in_flight: deque[_StepTiming] = deque()  # scheduled, output not yet received; oldest first
+        self._last_output_s = -math.inf  # when the last output reached update_from_output
         self._drops = policy.uses_hook("preemption_mode")  # only such a policy can ask for PreemptionMode.DROP
         self._victim_key = policy.victim_key
         self._static_victim_order = static_victim_order(policy)
@@ -535,6 +562,8 @@ class Scheduler(_VllmScheduler):
                 self.running.extend(held_back)
                 self._running_sorted = False
         self._after_schedule(output, displaced, now)
+        if self._on_step is not None and output.total_num_scheduled_tokens:
+            self._start_step_timing(output)
         return output
 
     def _maybe_rekey(self, now: float) -> None:
@@ -542,6 +571,8 @@ class Scheduler(_VllmScheduler):
         if interval is None or now < self._next_rekey_s:
             return
         self._next_rekey_s = next_rekey_s(now, interval)
+        if self.running:  # a key may read the running requests too (slide-batching plans the whole queue)
+            self.running_shadows()
         self.waiting.rekey()  # type: ignore[attr-defined]
         self.kv_holding_waiting.rekey()  # type: ignore[attr-defined]
 
@@ -827,8 +858,11 @@ class Scheduler(_VllmScheduler):
 
     # ---- results -------------------------------------------------------------------------------------------
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> dict[int, EngineCoreOutputs]:
+        received_s = time.time() if self._on_step is not None else 0.0
         outputs: dict[int, EngineCoreOutputs] = super().update_from_output(scheduler_output, model_runner_output)
         now = self._now_s = time.time()
+        if self._on_step is not None:
+            self._report_step(scheduler_output, received_s)
         if self._on_tokens is not None:
             self._report_tokens(scheduler_output.num_scheduled_tokens, now)
         if self._awaiting_first_token:
@@ -839,6 +873,38 @@ class Scheduler(_VllmScheduler):
             self._flush_rejections(outputs)
         self._update_gauges()
         return outputs
+
+    def _start_step_timing(self, output: Any) -> None:
+        """Note a scheduled batch's composition, then the time its execution may start (``schedule()`` returns)."""
+        scheduled = output.num_scheduled_tokens
+        prefill = [(scheduled[new.req_id], new.num_computed_tokens) for new in output.scheduled_new_reqs]
+        num_decode = context = 0
+        cached, requests = output.scheduled_cached_reqs, self.requests
+        for request_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+            query = scheduled[request_id]
+            request = requests.get(request_id)
+            if query == 1 and request is not None and computed >= request.num_prompt_tokens:
+                num_decode += 1
+                context += computed
+            else:
+                prefill.append((query, computed))
+        if len(self._steps_in_flight) >= _MAX_STEPS_IN_FLIGHT:
+            self._steps_in_flight.popleft()
+        self._steps_in_flight.append(_StepTiming(output, time.time(), prefill, num_decode, context))
+
+    def _report_step(self, output: Any, received_s: float) -> None:
+        """``on_step`` for the batch whose output arrived at ``received_s`` (batches scheduled before it whose
+        outputs never came are forgotten)."""
+        assert self._on_step is not None
+        in_flight = self._steps_in_flight
+        if not any(step.output is output for step in in_flight):
+            return  # an output of an empty schedule, or one this adapter did not time
+        step = in_flight.popleft()
+        while step.output is not output:
+            step = in_flight.popleft()
+        start_s = max(step.scheduled_s, self._last_output_s)
+        self._last_output_s = received_s
+        self._on_step(step.prefill, step.num_decode, step.decode_context_tokens, received_s - start_s, received_s)
 
     def _report_tokens(self, scheduled: Iterable[str], now: float) -> None:
         """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it)."""

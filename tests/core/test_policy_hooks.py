@@ -171,3 +171,76 @@ def test_speculation_with_swap_preemption_keeps_kv_consistent() -> None:
         len(r.token_times_s()) == r.target_output_tokens for r in requests if r.state is RequestState.FINISHED
     )
     assert all(r.state is RequestState.FINISHED for r in requests)
+
+
+StepCall = tuple[tuple[tuple[int, int], ...], int, int, float, float]
+
+
+class StepRecorder(Policy):
+    """FCFS that records every ``on_step`` call; stable between events, so the simulator fast-forwards it."""
+
+    name: ClassVar[str] = "test-step-recorder"
+    stable_between_events: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[StepCall] = []
+
+    def on_step(
+        self,
+        prefill: Sequence[tuple[int, int]],
+        num_decode: int,
+        decode_context_tokens: int,
+        duration_s: float,
+        now_s: float,
+    ) -> None:
+        self.calls.append((tuple(prefill), num_decode, decode_context_tokens, duration_s, now_s))
+
+
+def test_on_step_reports_each_step_with_its_composition_and_duration() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=16), StepRecorder())
+    policy = scheduler.policy
+    assert isinstance(policy, StepRecorder) and policy.uses_hook("on_step")
+    scheduler.add_request(make_request("a", prompt=20, output=3), 0.0)
+    scheduler.add_request(make_request("b", prompt=4, output=2), 0.0)
+    now_s = 0.0
+    while scheduler.has_unfinished():
+        plan = scheduler.schedule(now_s)
+        now_s += 0.25
+        scheduler.update(plan, StepResult(now_s))
+    assert policy.calls == [
+        (((16, 0),), 0, 0, 0.25, 0.25),  # a's first chunk takes the whole budget
+        (((4, 16), (4, 0)), 0, 0, 0.25, 0.5),  # a's last chunk, b's prompt
+        ((), 2, 24, 0.25, 0.75),  # a decodes on 20, b on 4: b finishes
+        ((), 1, 21, 0.25, 1.0),
+    ]
+
+
+def test_on_step_is_skipped_for_policies_that_do_not_define_it() -> None:
+    scheduler = make_scheduler("fcfs")
+    assert not scheduler.policy.uses_hook("on_step") and scheduler._on_step is None
+
+
+def test_on_step_calls_are_identical_with_and_without_fast_forward() -> None:
+    from semsched.latency import load_profile
+    from semsched.sim.engine import Instance, Simulation
+    from semsched.sim.router import make_router
+
+    latency = load_profile("a100-qwen1.5-7b-batch")
+    calls: dict[bool, list[StepCall]] = {}
+    events: dict[bool, int] = {}
+    steps: dict[bool, int] = {}
+    for fast_forward in (True, False):
+        policy = StepRecorder()
+        instance = Instance(Scheduler(SchedulerConfig(num_gpu_blocks=800), policy), latency)
+        requests = random_requests(11, 40, rate=2.0, max_output=300)
+        result = Simulation([instance], make_router("round-robin"), fast_forward=fast_forward).run(requests)
+        calls[fast_forward] = policy.calls
+        events[fast_forward], steps[fast_forward] = result.num_events, result.num_steps
+    assert events[True] < events[False] == steps[False]  # fast-forward ran stretches
+    assert calls[True] == calls[False]
+    assert len(calls[True]) == steps[True]
+    for prefill, num_decode, context, duration_s, _ in calls[True]:
+        assert duration_s == pytest.approx(latency.step_time_s(prefill, num_decode, context), rel=1e-9)
+    computed = sum(sum(lq for lq, _ in c[0]) + c[1] for c in calls[True])
+    assert computed == sum(r.prompt_tokens + r.target_output_tokens - 1 for r in requests)  # no preemption here

@@ -1,0 +1,88 @@
+"""The vLLM adapter's ``on_step``: each step's composition from its SchedulerOutput and its measured duration."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+import semsched.vllm.scheduler as adapter_module
+from semsched.core.policy import Policy
+from semsched.policies import POLICIES, register_policy
+from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+
+Call = tuple[tuple[tuple[int, int], ...], int, int, float, float]
+
+
+class _StepLog(Policy):
+    """FCFS that records every ``on_step`` call."""
+
+    name: ClassVar[str] = "test-on-step-log"
+
+    def __init__(self, config: object = None) -> None:
+        super().__init__(None)
+        self.calls: list[Call] = []
+
+    def on_step(
+        self,
+        prefill: Sequence[tuple[int, int]],
+        num_decode: int,
+        decode_context_tokens: int,
+        duration_s: float,
+        now_s: float,
+    ) -> None:
+        self.calls.append((tuple(prefill), num_decode, decode_context_tokens, duration_s, now_s))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _test_policy() -> Iterator[None]:
+    register_policy(_StepLog)
+    yield
+    POLICIES.unregister(_StepLog.name)
+
+
+class _TickingClock:
+    """``time.time()`` that advances 1 ms per call: durations are deterministic and positive."""
+
+    def __init__(self) -> None:
+        self.now_s = 1_000.0
+
+    def time(self) -> float:
+        self.now_s += 0.001
+        return self.now_s
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_on_step_gets_each_steps_composition_and_a_positive_duration(
+    tiny_model_dir: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(adapter_module, "time", _TickingClock())
+    h = SchedulerHarness(
+        "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
+        env={"SEMSCHED_POLICY": _StepLog.name},
+    )
+    rng = random.Random(0)
+    prompts = {"a": 10, "b": 20, "c": 30}
+    for request_id, length in prompts.items():
+        h.add(request_id, [rng.randrange(100, 31000) for _ in range(length)], 4)
+    scheduled = [r.num_scheduled_tokens for r in h.run() if r.num_scheduled_tokens]
+    policy = h.scheduler.semsched_policy
+    assert isinstance(policy, _StepLog)
+    calls = policy.calls
+    # one call per scheduled batch, in the order the batches were scheduled (outputs paired with their batch)
+    assert [sum(lq for lq, _ in c[0]) + c[1] for c in calls] == [sum(s.values()) for s in scheduled]
+    assert calls[0][:3] == (((10, 0), (20, 0), (30, 0)), 0, 0)  # the three prompts, nothing cached
+    decode_only = [c for c in calls if not c[0]]
+    assert decode_only and decode_only[0][1:3] == (3, 10 + 20 + 30)  # first decodes on the prompts
+    assert all(c[3] > 0 for c in calls)
+    assert [c[4] for c in calls] == sorted(c[4] for c in calls)
+
+
+def test_policies_without_on_step_are_not_timed(tiny_model_dir: Path) -> None:
+    h = SchedulerHarness("semsched.vllm.Scheduler", tiny_model_dir, env={"SEMSCHED_POLICY": "fcfs"})
+    h.add("a", [101] * 8, 2)
+    h.run()
+    assert h.scheduler._on_step is None and not h.scheduler._steps_in_flight
