@@ -19,6 +19,9 @@ import numpy as np
 
 from semsched.core.errors import SemschedError
 
+#: longest ``Request.client`` label
+MAX_CLIENT_CHARS = 256
+
 
 class RequestState(enum.Enum):
     """Where a request is in its life. Terminal states: FINISHED, REJECTED, DROPPED."""
@@ -170,6 +173,8 @@ class Request:
     #: when the request's predictions are ready and it may enter the scheduler (None: at arrival). The simulator
     #: hands the request over then; latency is still measured from ``arrival_time_s``
     ready_time_s: float | None = None
+    #: who sent the request (a user, tenant or API key), for per-client fairness (``vtc``); None: unknown
+    client: str | None = None
 
     # progress, owned by the scheduler
     state: RequestState = RequestState.WAITING
@@ -212,6 +217,13 @@ class Request:
             raise InvalidRequestError(
                 f"ready_time_s: must be a finite number >= arrival_time_s ({self.arrival_time_s}) "
                 f"(got {self.ready_time_s!r})"
+            )
+        if self.client is not None and (
+            not isinstance(self.client, str) or not 1 <= len(self.client) <= MAX_CLIENT_CHARS
+        ):
+            raise InvalidRequestError(
+                f"client: must be a non-empty string of at most {MAX_CLIENT_CHARS} characters or None "
+                f"(got {self.client!r:.80})"
             )
         # read on the hot path every step, so computed once (the fields it derives from never change)
         self.target_output_tokens = self._target_output_tokens()

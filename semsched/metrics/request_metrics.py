@@ -40,6 +40,8 @@ REQUEST_ATTRIBUTES: Mapping[str, Callable[[Request], AttributeValue]] = {
     "ttft_slo_s": lambda r: r.ttft_slo_s,
     "tpot_slo_s": lambda r: r.tpot_slo_s,
     "e2e_slo_s": lambda r: r.e2e_slo_s,
+    #: who sent the request (empty when the workload names no clients)
+    "client": lambda r: r.client,
 }
 
 _ENDED_WITHOUT_FINISHING = frozenset({RequestState.REJECTED, RequestState.DROPPED})

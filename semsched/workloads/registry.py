@@ -41,7 +41,8 @@ Registered names
 Every workload also takes ``max_prompt_tokens`` / ``max_output_tokens`` (longer requests are cut to the cap,
 e.g. to fit a model's context; no cap by default, except in ``spikes``) and ``tier_weights`` (one weight per
 tier of the tier table, ``/``-separated, e.g. ``tier_weights=5/20/50/25`` for SYSTEM/PREMIUM/STANDARD/BACKGROUND;
-default: each tier's own weight).
+default: each tier's own weight) and ``clients`` (each request sent by one of N clients, ``client-0`` ...,
+drawn uniformly from a side stream of the seed; a trace with a ``client`` column names them itself).
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ SPIKE_MAX_OUTPUT_TOKENS = 500
 SPIKE_URGENCY_LEVELS = 5
 MAX_URGENCY_LEVELS = 1_000
 MAX_SPIKE_CONCURRENT = 1_000_000
+#: most clients ``clients=N`` may draw from
+MAX_CLIENTS = 1_000_000
+#: the spawn key of the generator clients are drawn from (urgency has URGENCY_STREAM)
+CLIENT_STREAM = 2
 GAMMA_CONV_CV = 3.0
 GAMMA_CV_RANGE = (0.01, 100.0)
 TRACE_SUFFIXES = (".csv", ".jsonl")
@@ -144,12 +149,19 @@ class WorkloadConfig:
         None, "one weight per tier, '/'-separated, in tier-table order (default: the tiers' own weights)"
     )
 
+    clients: int | None = parameter(
+        None, "each request sent by one of this many clients (client-0, client-1, ...), drawn uniformly "
+              "(default: none; vtc then counts each priority as a client)"
+    )
+
     def __post_init__(self) -> None:
         for name in ("max_prompt_tokens", "max_output_tokens"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or not 1 <= value <= MAX_LENGTH_TOKENS):
                 raise WorkloadError(f"{name}: must be an integer from 1 to {MAX_LENGTH_TOKENS} (got {value!r})")
         check_weights("tier_weights", self.tier_weights)
+        if self.clients is not None and (not is_int(self.clients) or not 1 <= self.clients <= MAX_CLIENTS):
+            raise WorkloadError(f"clients: must be an integer from 1 to {MAX_CLIENTS:,} (got {self.clients!r})")
 
     def expected_requests(self, args: BuildArgs) -> float | None:
         """How many requests ``args`` would give, computed before anything is drawn; None when that is known
@@ -355,7 +367,8 @@ def build_workload(
     workload = info.build(config, args, rng)
     if expected is None:  # known only now that the data is read
         _check_size(info.name, float(len(workload)), max_requests, args, exact=True)
-    return _with_tiers(info.name, _capped(workload, config), config, tuple(tiers), rng)
+    tiered = _with_tiers(info.name, _capped(workload, config), config, tuple(tiers), rng)
+    return _with_clients(info.name, tiered, config, rng)
 
 
 def _check_size(
@@ -407,6 +420,18 @@ def _with_tiers(
             f"workload {name!r}: tier_weights: {len(weights)} given, one per tier needed ({len(tiers)}: {names})"
         )
     return assign_tiers(workload, tiers, rng, weights)
+
+
+def _with_clients(name: str, workload: Workload, config: WorkloadConfig, rng: np.random.Generator) -> Workload:
+    """Clients drawn uniformly from ``config.clients``, from a side stream of the seed (so the arrivals,
+    lengths, tiers and urgency of a seed do not depend on them)."""
+    if config.clients is None:
+        return workload
+    if workload.client is not None:
+        raise WorkloadError(f"workload {name!r}: clients: {workload.name!r} names each request's client itself, "
+                            "so none are drawn")
+    drawn = side_stream(rng, CLIENT_STREAM).integers(0, config.clients, size=len(workload))
+    return workload.with_client(tuple(f"client-{int(i)}" for i in drawn))
 
 
 def _is_untiered(workload: Workload) -> bool:

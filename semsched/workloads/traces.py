@@ -4,10 +4,12 @@ Formats
 -------
 * Azure LLM inference traces (2023): CSV with columns ``TIMESTAMP`` (``2023-11-16 18:15:46.6805900``: any
   number of fractional digits, or none; a ``T`` separator is also accepted), ``ContextTokens`` and
-  ``GeneratedTokens``.
+  ``GeneratedTokens``; an optional ``client`` column (who sent the request) is read when the header has it.
 * Mooncake-style JSONL: one object per line with ``timestamp`` (milliseconds), ``input_length`` and
-  ``output_length``; optional ``priority`` (int) and ``tier`` (a tier name) are used when present. Blank lines
-  are skipped.
+  ``output_length``; optional ``priority`` (int), ``tier`` (a tier name) and ``client`` (a string) are used when
+  present. Blank lines are skipped.
+* ``client``: a non-empty string of at most 256 characters; a trace gives every row one or none (a JSONL row
+  without one, when others have one, is an error naming the line).
 
 Decisions
 ---------
@@ -39,6 +41,7 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from semsched.core.request import MAX_CLIENT_CHARS
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierSpec, tier_index
 from semsched.workloads.workload import Workload, WorkloadError
 
@@ -81,10 +84,12 @@ class _Columns:
     output_tokens: list[int]
     priority: list[int]
     tier: list[str]
+    #: one per row (None where the row has no client); all None: the trace has no clients
+    client: list[str | None]
 
     @classmethod
     def empty(cls) -> _Columns:
-        return cls([], [], [], [], [])
+        return cls([], [], [], [], [], [])
 
 
 # ---- data directory --------------------------------------------------------------------------------------
@@ -130,6 +135,7 @@ def read_azure_csv(path: str | Path) -> tuple[Workload, LoadReport]:
         columns.output_tokens.append(_parse_length(where, "GeneratedTokens", row["GeneratedTokens"]))
         columns.priority.append(0)
         columns.tier.append(UNTIERED.name)
+        columns.client.append(_client(where, row["client"]) if "client" in row else None)
     return _build(path, columns, (UNTIERED,))
 
 
@@ -222,6 +228,7 @@ def read_mooncake_jsonl(
         spec = _json_tier(where, record, by_name)
         columns.tier.append(spec.name)
         columns.priority.append(_json_priority(where, record, spec.priority))
+        columns.client.append(_client(where, record["client"]) if "client" in record else None)
     return _build(path, columns, _table_for(columns.tier, tuple(tiers)))
 
 
@@ -297,6 +304,25 @@ def _json_priority(where: str, record: dict[str, Any], default: int) -> int:
     return value
 
 
+def _client(where: str, value: object) -> str:
+    if not isinstance(value, str) or not 1 <= len(value.strip()) <= MAX_CLIENT_CHARS:
+        raise TraceFormatError(
+            f"{where}: client must be a non-empty string of at most {MAX_CLIENT_CHARS} characters, "
+            f"got {_short(value)}"
+        )
+    return value.strip()
+
+
+def _clients(path: Path, clients: list[str | None], order: npt.NDArray[np.intp]) -> tuple[str, ...] | None:
+    """The client column in arrival order, or None when no row names one."""
+    missing = [i for i, client in enumerate(clients) if client is None]
+    if len(missing) == len(clients):
+        return None
+    if missing:
+        raise TraceFormatError(f"{path.name}: client given on some rows but not on row {missing[0] + 1}")
+    return tuple(str(clients[int(i)]) for i in order)
+
+
 def _table_for(labels: Sequence[str], tiers: tuple[TierSpec, ...]) -> tuple[TierSpec, ...]:
     used = set(labels)
     table = tiers if used - {UNTIERED.name} else ()
@@ -344,6 +370,7 @@ def _build(path: Path, columns: _Columns, tiers: tuple[TierSpec, ...]) -> tuple[
         priority=np.asarray(columns.priority, dtype=np.int64)[order],
         tier=tuple(columns.tier[int(i)] for i in order),
         tiers=tiers,
+        client=_clients(path, columns.client, order),
     )
     return workload, report
 

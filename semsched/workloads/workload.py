@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from semsched.core.errors import SemschedError
-from semsched.core.request import LengthDistribution, Request
+from semsched.core.request import MAX_CLIENT_CHARS, LengthDistribution, Request
 from semsched.core.tiers import UNTIERED, TierError, TierSpec, tier_index
 
 FloatArray = npt.NDArray[np.float64]
@@ -38,7 +38,8 @@ class Workload:
     Optional per-request data, ``None`` when the workload has none: ``urgency`` (the level the scheduler
     believes, 0 = most urgent; possibly a prediction), ``urgency_true`` (the true level beside a believed one;
     only with ``urgency``), both integers >= 0; ``predicted_length`` (a point prediction of the output tokens,
-    >= 1); ``prompt_text`` (the prompt itself).
+    >= 1); ``prompt_text`` (the prompt itself); ``client`` (who sent each request, a non-empty string of at most
+    :data:`~semsched.core.request.MAX_CLIENT_CHARS` characters; per-client fairness, ``vtc``).
     """
 
     name: str
@@ -52,6 +53,7 @@ class Workload:
     urgency_true: IntArray | None = None
     predicted_length: IntArray | None = None
     prompt_text: tuple[str, ...] | None = None
+    client: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float))
@@ -116,6 +118,18 @@ class Workload:
                 if not isinstance(text, str):
                     raise WorkloadError(f"prompt_text[{i}]: must be a string (got {type(text).__name__})")
             object.__setattr__(self, "prompt_text", texts)
+        if self.client is not None:
+            object.__setattr__(self, "client", self._checked_clients(tuple(self.client)))
+
+    def _checked_clients(self, clients: tuple[str, ...]) -> tuple[str, ...]:
+        self._check_size("client", len(clients))
+        for i, client in enumerate(clients):
+            if not isinstance(client, str) or not 1 <= len(client) <= MAX_CLIENT_CHARS:
+                raise WorkloadError(
+                    f"client[{i}]: must be a non-empty string of at most {MAX_CLIENT_CHARS} characters "
+                    f"(got {client!r:.80})"
+                )
+        return clients
 
     def _check_size(self, name: str, size: int) -> None:
         if size != len(self):
@@ -172,8 +186,8 @@ class Workload:
 
         Each request gets its tier's SLOs, its true ``output_tokens`` and the optional data the workload holds
         (``urgency``, ``urgency_true``, ``predicted_length`` as a point :class:`LengthDistribution`,
-        ``prompt_text``). ``max_output_tokens`` caps every request (the engine stops there); by default each
-        request's cap is its own true output length.
+        ``prompt_text``, ``client``). ``max_output_tokens`` caps every request (the engine stops there); by
+        default each request's cap is its own true output length.
         """
         if max_output_tokens is not None and max_output_tokens < 1:
             raise WorkloadError(f"max_output_tokens: must be >= 1 or None (got {max_output_tokens})")
@@ -199,6 +213,7 @@ class Workload:
                 int(self.predicted_length[i])
             ),
             prompt_text=None if self.prompt_text is None else self.prompt_text[i],
+            client=None if self.client is None else self.client[i],
         )
 
     # ---- derived workloads -------------------------------------------------------------------------------
@@ -263,6 +278,10 @@ class Workload:
         """A copy with each request's prompt text (None: no text)."""
         return dataclasses.replace(self, prompt_text=None if prompt_text is None else tuple(prompt_text))
 
+    def with_client(self, client: Sequence[str] | None) -> Workload:
+        """A copy with who sent each request (None: no clients)."""
+        return dataclasses.replace(self, client=None if client is None else tuple(client))
+
     def with_name(self, name: str) -> Workload:
         """A copy with a new name."""
         return dataclasses.replace(self, name=name)
@@ -279,6 +298,7 @@ class Workload:
             urgency_true=_taken(self.urgency_true, index),
             predicted_length=_taken(self.predicted_length, index),
             prompt_text=None if self.prompt_text is None else tuple(self.prompt_text[int(i)] for i in index),
+            client=None if self.client is None else tuple(self.client[int(i)] for i in index),
         )
 
 

@@ -76,3 +76,14 @@ def test_length_distribution_summaries() -> None:
 def test_terminal_states() -> None:
     assert RequestState.FINISHED.is_terminal and RequestState.REJECTED.is_terminal
     assert not RequestState.PREEMPTED_SWAPPED.is_terminal
+
+
+@pytest.mark.parametrize("client", ["", "x" * 257, 7])
+def test_client_must_be_a_short_non_empty_string(client: object) -> None:
+    with pytest.raises(InvalidRequestError, match="client: must be a non-empty string of at most 256"):
+        make_request("x", client=client)
+
+
+def test_client_is_optional() -> None:
+    assert make_request("x").client is None
+    assert make_request("x", client="x" * 256).client == "x" * 256

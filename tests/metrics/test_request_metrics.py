@@ -147,6 +147,7 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
         ttft_slo_s=0.5,
         e2e_slo_s=15.0,
     )
+    req.client = "tenant-a"
     assert request_metrics(req).attributes == {
         "max_output_tokens": 40,
         "target_output_tokens": 40,  # the true length 50, capped by max_output_tokens
@@ -156,6 +157,7 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
         "ttft_slo_s": 0.5,
         "tpot_slo_s": None,
         "e2e_slo_s": 15.0,
+        "client": "tenant-a",
     }
     assert list(request_metrics(req).attributes) == list(REQUEST_ATTRIBUTES)
 

@@ -432,3 +432,16 @@ def test_build_arguments_that_overflow_are_named() -> None:
         build_workload("azure-conv", rate_per_s=1.0, duration_s=math.inf, seed=0)
     with pytest.raises(WorkloadError, match="num_requests: must be an integer >= 1"):
         build_workload("azure-conv", rate_per_s=1.0, seed=0, num_requests=True)
+
+
+def test_clients_parameter_draws_clients_from_a_side_stream() -> None:
+    plain = build_workload("azure-conv", rate_per_s=5.0, num_requests=200, seed=3)
+    drawn = build_workload("azure-conv:clients=3", rate_per_s=5.0, num_requests=200, seed=3)
+    assert plain.client is None and drawn.client is not None
+    assert set(drawn.client) == {"client-0", "client-1", "client-2"}
+    # the arrivals, lengths and tiers of the seed are those of the workload without clients
+    assert np.array_equal(plain.arrival_time_s, drawn.arrival_time_s) and plain.tier == drawn.tier
+    again = build_workload("azure-conv:clients=3", rate_per_s=5.0, num_requests=200, seed=3)
+    assert again.client == drawn.client
+    with pytest.raises(WorkloadError, match="clients: must be an integer from 1"):
+        build_workload("azure-conv:clients=0", rate_per_s=5.0, num_requests=10, seed=3)

@@ -260,3 +260,28 @@ def test_default_data_dir_is_beside_project(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("SEMSCHED_DATA_DIR", raising=False)
     path = find_data_file("azure_llm_2023_code.csv")
     assert path.parent.name == "data" and path.parent.parent.name == "shared"
+
+
+def test_client_columns_are_read_when_present(write_file: WriteFile) -> None:
+    csv_path = write_file("clients.csv", "TIMESTAMP,ContextTokens,GeneratedTokens,client\n"
+                                        "2023-11-16 18:15:47.0,10,2,bob\n2023-11-16 18:15:46.0,20,3,alice\n")
+    assert load_azure_csv(csv_path).client == ("alice", "bob")  # sorted by time with the other columns
+    assert load_azure_csv(write_file("plain.csv", HEADER + GOOD_ROW)).client is None
+    rows = [{"timestamp": 0, "input_length": 5, "output_length": 1, "client": "t1"},
+            {"timestamp": 5, "input_length": 5, "output_length": 1, "client": "t2"}]
+    jsonl = write_file("clients.jsonl", "\n".join(json.dumps(r) for r in rows))
+    assert load_mooncake_jsonl(jsonl).client == ("t1", "t2")
+
+
+def test_bad_client_cells_name_the_line(write_file: WriteFile) -> None:
+    empty = write_file("empty_client.csv", "TIMESTAMP,ContextTokens,GeneratedTokens,client\n"
+                                           "2023-11-16 18:15:47.0,10,2, \n")
+    with pytest.raises(TraceFormatError, match="line 2.*client must be a non-empty string"):
+        load_azure_csv(empty)
+    rows = [{"timestamp": 0, "input_length": 5, "output_length": 1, "client": "t1"},
+            {"timestamp": 5, "input_length": 5, "output_length": 1}]
+    partial = write_file("partial.jsonl", "\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(TraceFormatError, match="client given on some rows but not on row 2"):
+        load_mooncake_jsonl(partial)
+    with pytest.raises(TraceFormatError, match="client must be"):
+        load_mooncake_jsonl(write_file("num.jsonl", json.dumps({**rows[1], "client": 3})))

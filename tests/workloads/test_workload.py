@@ -207,3 +207,16 @@ def test_with_helpers_replace_one_thing() -> None:
     assert _semantics(workload.with_prompt_text(["w", "x", "y", "z"]))[3] == ("w", "x", "y", "z")
     with pytest.raises(WorkloadError, match="urgency: has 2 entries"):
         workload.with_urgency([0, 1])
+
+
+def test_client_column_is_carried_and_checked() -> None:
+    workload = make_workload().with_client(("a", "b", "a", "c"))
+    assert [r.client for r in workload.to_requests()] == ["a", "b", "a", "c"]
+    assert workload.head(2).client == ("a", "b")
+    assert workload.slice_time(1.0, 3.0).client == ("b", "a")
+    assert workload.with_arrival_times([0.0, 0.5, 1.0, 1.5]).client == workload.client
+    assert make_workload().client is None and make_workload().to_requests()[0].client is None
+    with pytest.raises(WorkloadError, match="client: has 2 entries"):
+        make_workload().with_client(("a", "b"))
+    with pytest.raises(WorkloadError, match=r"client\[1\]: must be a non-empty string"):
+        make_workload().with_client(("a", "", "b", "c"))

@@ -1,0 +1,184 @@
+"""FairBatching (PROSERVE §5.1): an enhanced EDF over per-token deadlines.
+
+The ``j``-th output token of request ``r`` (``j`` from 0) is due at ``arrival + TTFT SLO + j * TPOT SLO``, the
+deadline of PROSERVE's TDG (eq. 3, :mod:`semsched.metrics.tdg`); a request without a TTFT SLO, or without a TPOT
+SLO for ``j > 0``, has an infinitely late deadline. Each step serves, in this order:
+
+1. **urgent decodes**: running decodes whose next token is due within ``margin_ms`` of now (default: within the
+   request's own TPOT SLO), earliest deadline first;
+2. **prefills**: running requests in their prompt, earliest deadline first, then waiting requests in deadline
+   order (``waiting_key``), admitted by the core;
+3. **slack decodes**, earliest deadline first, only with the budget left.
+
+The step's token budget is capped as Sarathi's (:class:`semsched.policies.sarathi.TBTBudget`): urgent decodes plus
+the largest prefill priced within the TBT SLO (at least one token), then as many slack decodes as still keep the
+priced step within it. With no prefill to serve every decode runs.
+
+**What the core's hooks force.** The core serves running requests (in ``running_order``) before it admits waiting
+ones, so slack decodes cannot literally come after waiting prefills. The policy therefore estimates the waiting
+prefill demand from its own bookkeeping (the waiting requests, in deadline order, that the free KV blocks and
+sequence slots would admit) and lets in only the slack decodes that fit in the budget this demand leaves; if an
+admission then takes fewer tokens than estimated, that budget goes unused for a step. For the same reason a
+waiting request never overtakes a running prompt with a later deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
+from semsched.core.request import Request
+from semsched.latency import load_profile
+from semsched.policies.params import param
+from semsched.policies.registry import register_policy
+from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
+from semsched.policies.vllm_fcfs import (
+    WaitingBook,
+    admission_blocks,
+    fits_in_place,
+    in_prompt,
+    step_blocks,
+    whole_sequence_blocks,
+)
+
+
+def token_deadline_s(request: Request, index: int) -> float:
+    """When output token ``index`` (from 0) of ``request`` is due: arrival + TTFT SLO + index * TPOT SLO."""
+    if request.ttft_slo_s is None or (index > 0 and request.tpot_slo_s is None):
+        return math.inf
+    decode_s = request.tpot_slo_s * index if index > 0 and request.tpot_slo_s is not None else 0.0
+    return request.arrival_time_s + request.ttft_slo_s + decode_s
+
+
+def next_deadline_s(request: Request) -> float:
+    """When ``request``'s next output token is due."""
+    return token_deadline_s(request, request.num_output_tokens)
+
+
+@dataclass(frozen=True)
+class FairBatchingConfig(PolicyConfig):
+    margin_ms: float | None = param(
+        None, "a decode is urgent (served before prefills) when its next token is due within this many ms "
+              "(default: within the request's own TPOT SLO)")
+    tbt_slo_ms: float | None = param(
+        None, "TBT SLO the step budget is priced against, ms (default: the tightest tpot_slo_s among the running "
+              "requests, else default_tbt_slo_ms)")
+    default_tbt_slo_ms: float = param(100.0, "TBT SLO when neither tbt_slo_ms nor any running request gives one, "
+                                             "ms")
+    profile: str = param(DEFAULT_PROFILE, "latency profile that prices each step (use the engine's own)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_slo_ms("margin_ms", self.margin_ms, optional=True)
+        check_slo_ms("tbt_slo_ms", self.tbt_slo_ms, optional=True)
+        check_slo_ms("default_tbt_slo_ms", self.default_tbt_slo_ms, optional=False)
+        if not isinstance(self.profile, str) or not self.profile:
+            raise ValueError(f"profile must be a profile name or path, got {self.profile!r}")
+
+
+@dataclass(frozen=True)
+class _StepPlan:
+    """What one step serves of the running requests, and its token budget (None: the engine's)."""
+
+    time_s: float
+    order: tuple[Request, ...]
+    budget: StepBudget | None
+
+
+@register_policy
+class FairBatching(Policy):
+    """Enhanced EDF: near-deadline decodes, then prefills by deadline, then the other decodes with what is left."""
+
+    name: ClassVar[str] = "fairbatching"
+    config_cls: ClassVar[type[PolicyConfig]] = FairBatchingConfig
+    static_victim_key: ClassVar[bool] = True
+    config: FairBatchingConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
+        self._waiting = WaitingBook(lambda request: self.waiting_key(request, 0.0))
+        self._plan: _StepPlan | None = None
+
+    # ---- ordering ----------------------------------------------------------------------------------------
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (next_deadline_s(request), request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        """Under KV pressure the latest first-token deadline goes first (static while the request runs)."""
+        return (token_deadline_s(request, 0), request.arrival_time_s)
+
+    def urgent(self, request: Request, now_s: float) -> bool:
+        """Whether a decode's next token is due within the margin."""
+        margin_ms = self.config.margin_ms
+        margin_s = margin_ms / 1000.0 if margin_ms is not None else request.tpot_slo_s
+        return margin_s is not None and next_deadline_s(request) - now_s <= margin_s
+
+    # ---- callbacks ---------------------------------------------------------------------------------------
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        self._waiting.add(request)
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        self._waiting.add(request)
+
+    # ---- the step ----------------------------------------------------------------------------------------
+    def running_order(
+        self, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request] | None:
+        return self._step_plan(view, now_s).order
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        return self._step_plan(view, now_s).budget
+
+    def _step_plan(self, view: SchedulerView, now_s: float) -> _StepPlan:
+        """This step's plan, made once per step (the core asks ``step_budget`` first, the vLLM adapter may ask
+        ``running_order`` first)."""
+        if self._plan is None or self._plan.time_s != now_s:
+            self._plan = self._make_plan(view, now_s)
+        return self._plan
+
+    def _make_plan(self, view: SchedulerView, now_s: float) -> _StepPlan:
+        running = sorted(view.running_requests(), key=next_deadline_s)
+        prompts = [r for r in running if in_prompt(r)]
+        urgent = [r for r in running if not in_prompt(r) and self.urgent(r, now_s)]
+        slack = [r for r in running if not in_prompt(r) and not self.urgent(r, now_s)]
+        waiting = self._admissible_waiting(view, prompts)
+        demand = sum(r.num_uncomputed_tokens for r in (*prompts, *waiting))
+        engine = view.budget
+        if demand == 0:  # nothing to prefill: every decode runs
+            return _StepPlan(now_s, tuple(urgent + slack), None)
+        slo_s = self.budget.slo_s(running)
+        context = sum(r.num_computed_tokens for r in urgent)
+        cached = max(r.num_computed_tokens for r in (*prompts, *waiting))
+        most = engine.max_num_batched_tokens - len(urgent)
+        if most <= 0:  # the urgent decodes take the whole budget
+            return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
+        prefill = min(demand, self.budget.prefill_tokens(slo_s, len(urgent), context, cached, most))
+        joining = self.budget.decodes_within(slo_s, prefill, cached, slack, len(urgent), context)
+        joining = min(joining, most - prefill)
+        budget = StepBudget(len(urgent) + prefill + joining, engine.max_num_seqs)
+        order = urgent + prompts + slack[:joining]
+        if len(order) < len(running) and not fits_in_place(order, view):
+            # what runs may have to preempt under KV pressure, possibly itself: hold nothing back, so the step
+            # cannot come out empty while decodes wait
+            return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
+        return _StepPlan(now_s, tuple(order), budget)
+
+    def _admissible_waiting(self, view: SchedulerView, prompts: Sequence[Request]) -> list[Request]:
+        """The waiting requests, in deadline order, that the free blocks and sequence slots would admit after
+        the running ``prompts`` take the blocks of their remaining prompt (the core stops at the first that does
+        not fit)."""
+        slots = view.budget.max_num_seqs - view.num_running
+        block_size = view.block_size
+        taken = step_blocks(prompts, block_size)
+        admitted: list[Request] = []
+        for request in self._waiting.first(slots):
+            taken += whole_sequence_blocks(request, block_size)
+            if taken > admission_blocks(view, request, 0):
+                break
+            admitted.append(request)
+        return admitted

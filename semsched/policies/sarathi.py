@@ -1,0 +1,189 @@
+"""Sarathi-Serve (PROSERVE §5.1 baselines): decode first, chunked prefill, step budget from the TBT SLO.
+
+``sarathi-fcfs`` and ``sarathi-priority`` (Sarathi-FCFS and Sarathi-Priority) differ only in their waiting order.
+
+* **Decode first.** ``running_order`` serves every running decode before any running request still in its
+  prompt; waiting requests are admitted after both (the core's rule), FCFS (``sarathi-fcfs``) or by (priority,
+  arrival) (``sarathi-priority``).
+* **Token budget from the TBT SLO** (:class:`TBTBudget`): the step takes the decodes plus the largest prefill
+  whose step time, priced with the latency profile ``profile``, stays within the TBT SLO; never less than one
+  prefill token beyond the decodes (so prefills progress even when the decodes alone exceed the SLO), never
+  more than the engine's budget. Sarathi profiles one fixed budget offline; pricing each step's own decode batch
+  keeps the same promise (no step beyond the TBT SLO) as the batch grows and shrinks.
+* **Which TBT SLO.** ``tbt_slo_ms`` when given; otherwise the tightest ``tpot_slo_s`` among the running requests
+  (those whose next tokens the step delays), and ``default_tbt_slo_ms`` when none has one.
+* **Pricing.** The step's prefill is priced as one chunk of all its tokens on top of the largest context among
+  the requests that may prefill in it (running prompts, and swapped-out requests waiting to come back): for
+  an analytic profile (attention quadratic in the tokens) that bounds any split of those tokens into chunks. A
+  batch profile with a per-chunk constant (``d_p``) adds that constant per extra chunk, which this price misses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
+from semsched.core.request import Request
+from semsched.latency import LatencyModel, load_profile
+from semsched.policies.params import param
+from semsched.policies.registry import register_policy
+from semsched.policies.vllm_fcfs import in_prompt, is_waiting
+
+#: the profile TBT budgets are priced with by default (tiered's default too)
+DEFAULT_PROFILE = "a100-qwen1.5-4b"
+#: longest TBT SLO a config may name (one hour)
+MAX_TBT_SLO_MS = 3_600_000.0
+
+
+def check_slo_ms(name: str, value: object, *, optional: bool) -> None:
+    """A TBT SLO in milliseconds: a finite number in (0, one hour], or None where ``optional``."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 < value <= MAX_TBT_SLO_MS:
+        raise ValueError(f"{name} must be a number of milliseconds above 0 and at most {MAX_TBT_SLO_MS:g}, "
+                         f"got {value!r}")
+
+
+class TBTBudget:
+    """Prefill tokens a step may take beside its decodes so that its priced time stays within a TBT SLO."""
+
+    def __init__(self, latency: LatencyModel, tbt_slo_ms: float | None, default_tbt_slo_ms: float) -> None:
+        self.latency = latency
+        self.tbt_slo_ms = tbt_slo_ms
+        self.default_tbt_slo_ms = default_tbt_slo_ms
+
+    def slo_s(self, running: Sequence[Request]) -> float:
+        """The TBT SLO of this step: the configured one, else the tightest TPOT SLO among ``running``, else
+        the default."""
+        if self.tbt_slo_ms is not None:
+            return self.tbt_slo_ms / 1000.0
+        targets = [r.tpot_slo_s for r in running if r.tpot_slo_s is not None]
+        return min(targets) if targets else self.default_tbt_slo_ms / 1000.0
+
+    def prefill_tokens(self, slo_s: float, num_decode: int, context_tokens: int, cached_tokens: int,
+                       most: int) -> int:
+        """Largest prefill in [1, most] priced within ``slo_s`` as one chunk on ``cached_tokens`` beside
+        ``num_decode`` decodes of ``context_tokens`` summed context; 1 when even one token exceeds it
+        (binary search: the step time grows with the prefill)."""
+        step_s = self.latency.step_time_s
+        if most <= 1 or step_s([(most, cached_tokens)], num_decode, context_tokens) <= slo_s:
+            return max(most, 1)
+        low, high = 1, most  # invariant: high exceeds the SLO; low is within it, or the floor
+        while high - low > 1:
+            middle = (low + high) // 2
+            if step_s([(middle, cached_tokens)], num_decode, context_tokens) <= slo_s:
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def decodes_within(self, slo_s: float, prefill: int, cached_tokens: int, decodes: Sequence[Request],
+                       base_decode: int, base_context: int) -> int:
+        """How many of ``decodes`` (in order) may join ``base_decode`` decodes of ``base_context`` context and
+        ``prefill`` tokens on ``cached_tokens`` with the step priced within ``slo_s`` (binary search)."""
+        contexts = [base_context]
+        for request in decodes:
+            contexts.append(contexts[-1] + request.num_computed_tokens)
+        chunks = [(prefill, cached_tokens)] if prefill else []
+
+        def within(count: int) -> bool:
+            return self.latency.step_time_s(chunks, base_decode + count, contexts[count]) <= slo_s
+
+        if within(len(decodes)):
+            return len(decodes)
+        low, high = 0, len(decodes)  # invariant: high exceeds the SLO; low is within it (or 0)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if within(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
+
+@dataclass(frozen=True)
+class SarathiConfig(PolicyConfig):
+    tbt_slo_ms: float | None = param(
+        None, "TBT SLO the step budget is profiled from, ms (default: the tightest tpot_slo_s among the running "
+              "requests, else default_tbt_slo_ms)")
+    default_tbt_slo_ms: float = param(100.0, "TBT SLO when neither tbt_slo_ms nor any running request gives one, "
+                                             "ms")
+    profile: str = param(DEFAULT_PROFILE, "latency profile that prices each step (use the engine's own)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_slo_ms("tbt_slo_ms", self.tbt_slo_ms, optional=True)
+        check_slo_ms("default_tbt_slo_ms", self.default_tbt_slo_ms, optional=False)
+        if not isinstance(self.profile, str) or not self.profile:
+            raise ValueError(f"profile must be a profile name or path, got {self.profile!r}")
+
+
+@register_policy
+class SarathiFCFS(Policy):
+    """Sarathi-Serve: decodes first, chunked prefill FCFS, the step's tokens capped by the TBT SLO."""
+
+    name: ClassVar[str] = "sarathi-fcfs"
+    config_cls: ClassVar[type[PolicyConfig]] = SarathiConfig
+    static_victim_key: ClassVar[bool] = True
+    config: SarathiConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
+        #: preempted requests that kept computed tokens (swapped out): a chunk of theirs sits on that context
+        self._swapped: dict[str, Request] = {}
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (request.arrival_time_s,)
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        if request.num_computed_tokens > 0:
+            self._swapped[request.request_id] = request
+
+    def running_order(
+        self, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request] | None:
+        """Decodes first, then running prompts (each group most protected first)."""
+        ordered = sorted(running, key=self.victim_key)
+        return [r for r in ordered if not in_prompt(r)] + [r for r in ordered if in_prompt(r)]
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        """The decodes plus the largest prefill priced within the TBT SLO (at least one token)."""
+        running = view.running_requests()
+        engine = view.budget
+        decodes = [r for r in running if not in_prompt(r)]
+        most = engine.max_num_batched_tokens - len(decodes)
+        if most <= 0:
+            return None
+        context = sum(r.num_computed_tokens for r in decodes)
+        cached = self.prefill_context(running)
+        prefill = self.budget.prefill_tokens(self.budget.slo_s(running), len(decodes), context, cached, most)
+        return StepBudget(len(decodes) + prefill, engine.max_num_seqs)
+
+    def prefill_context(self, running: Sequence[Request]) -> int:
+        """Largest cached context a prefill chunk of this step may sit on: running prompts, and swapped-out
+        requests waiting to come back (they keep their computed tokens; fresh and recomputed ones have none)."""
+        swapped = self._swapped
+        if swapped:
+            for request_id in [i for i, r in swapped.items() if not is_waiting(r)]:
+                del swapped[request_id]
+        candidates = [*(r for r in running if in_prompt(r)), *swapped.values()]
+        return max((r.num_computed_tokens for r in candidates), default=0)
+
+
+@register_policy
+class SarathiPriority(SarathiFCFS):
+    """Sarathi-Serve with strict priority: decodes first, then waiting requests by (priority, arrival)."""
+
+    name: ClassVar[str] = "sarathi-priority"
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (request.priority, request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        return (request.priority, request.arrival_time_s)

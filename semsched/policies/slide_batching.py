@@ -1,0 +1,416 @@
+"""SlideBatching (seed 001, PROSERVE §4.2, Algorithm 1): a time-budgeted batch whose order slides between
+deadline-first and density-first with the load.
+
+Every step, for every unfinished request ``r`` (running or waiting):
+
+* ``r.exec``: the estimated cost of its next work in the batch model of eq. 4-7, corrected online (§4.1,
+  :class:`~semsched.latency.correction.CorrectedEstimator`, fed by the :meth:`on_step` callback with the steps
+  the engine really ran): a decode costs ``a_d·lkv + b_d``; a request in its prompt (or recomputing after a
+  preemption) costs its whole remaining prefill ``a_p·lq² + b_p·lq·lkv + c_p·lq``.
+* ``r.remain``: the time left until its next token's TDG deadline (eq. 3): arrival + TTFT SLO + (i-1)·TPOT SLO
+  for its i-th token. A token already past its deadline has a negative ``remain``; it stays in the queue (its
+  later tokens can still be on time: deadlines are fixed, so a late request can catch up).
+* ``r.density``: the gain of that token, ``w_r(i)`` (first-token or decode weight times the priority weight),
+  over ``r.exec``.
+
+The time budget is ``t_budget = max(min_r remain, η)`` (line 7; η defaults to the smallest TPOT SLO queued;
+``max_budget_ms`` caps it when no request has a deadline soon, and with no deadline at all the engine's token
+budget is the only limit). A request is URGENT when ``remain < γ·φ`` where φ is the load judgement: ``aggressive``
+(φa, eq. 8: the batches the whole queue needs, ``t_budget / (t_budget - t_c) · Σ exec``), ``conservative`` (φc, eq.
+9: the same up to the request's own position in deadline order) or ``prefill`` (φp, for prefill instances of a PD-
+disaggregated cluster: ``Σ exec + |Q|·t_c``). URGENT requests go first by descending density, NORMAL ones by
+ascending ``remain``; the batch is filled in that order from ``t_c`` until the budget is spent, a prompt taking the
+largest chunk that fits what is left (GETMAXCHUNK). Ablations (the paper's Fig. 15): ``order=deadline`` (no
+partition: everything NORMAL), ``order=density`` (everything URGENT), ``latency_aware=false`` (no time budget: the
+engine's token budget; the order still uses the estimator).
+
+How the plan reaches the engine through the core's hooks (the same in the simulator and inside vLLM):
+``step_budget`` is the planned tokens, ``running_order`` the planned running requests in plan order (the others
+hold their KV and compute nothing this step), and the waiting queue is re-keyed every step with each request's
+position in the plan. The core serves running requests before waiting ones; the one place that matters is a
+running prompt cut by GETMAXCHUNK (always the plan's last item): if waiting requests precede it in the plan it is
+left out of this step, so it cannot take their tokens.
+
+Weights: ``priority_weights`` per priority (0 most important; priorities past the list take its last value),
+the paper's 2 and 1 by default. The first-token weight is ``first_token_weight``, or when unset the mean prompt
+length over the mean output length of the requests seen so far (the paper's w_p:w_d setting, learned online).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
+from semsched.core.request import Request, RequestState
+from semsched.latency import AnalyticLatencyModel, load_profile
+from semsched.latency.batch import BatchLatencyModel
+from semsched.latency.correction import CorrectedEstimator, CorrectionConfig
+from semsched.latency.derive_profiles import derive_batch_profile
+from semsched.policies.params import check_float, check_int, param
+from semsched.policies.registry import register_policy
+
+#: η when neither the configuration nor any queued request's TPOT SLO gives one (ms)
+DEFAULT_ETA_MS = 25.0
+#: re-key the waiting queue at every step (its order is the plan's, which moves with time and load)
+EVERY_STEP_S = 1e-6
+
+
+@dataclass(frozen=True)
+class SlideBatchingConfig(PolicyConfig):
+    profile: str = param("a100-qwen1.5-7b-batch",
+                         "latency profile the estimator starts from: a batch one (PROSERVE eq. 4-7), or an "
+                         "analytic one it is fitted to; use the engine's own (semsched profile)")
+    eta_ms: float | None = param(None, "lower bound of the time budget, η (ms), so batches stay efficient when a "
+                                       "deadline is near or past; None: the smallest TPOT SLO in the queue "
+                                       f"({DEFAULT_ETA_MS:g} ms when none has one)")
+    max_budget_ms: float | None = param(None, "upper bound of the time budget (ms); None: the nearest deadline, "
+                                              "or only the engine's token budget when no request has one")
+    gamma: float = param(1.0, "aggressiveness γ: URGENT when remain < γ·φ (larger: more density-first)")
+    phi: Literal["aggressive", "conservative", "prefill"] = param(
+        "aggressive", "load judgement: aggressive (φa, eq. 8), conservative (φc, eq. 9), prefill (φp, PD prefill "
+                      "instances)")
+    order: Literal["slide", "deadline", "density"] = param(
+        "slide", "slide (Alg. 1), or the ablations: deadline (all NORMAL) or density (all URGENT)")
+    latency_aware: bool = param(True, "cap each step at the time budget (false: the engine's token budget, the "
+                                      "paper's 'w/o latency-aware' ablation)")
+    priority_weights: tuple[float, ...] = param((2.0, 1.0), "TDG weight of priority 0/1/2/... (the last applies "
+                                                            "to every less important priority)")
+    first_token_weight: float | None = param(None, "w_p, the first token's weight relative to a decode token "
+                                                   "(None: mean prompt / mean output length, learned online)")
+    min_chunk_tokens: int = param(32, "smallest prompt chunk worth a step unless it completes the prompt")
+    correction: bool = param(True, "correct the estimator online from the steps the engine ran (§4.1)")
+    momentum: float = param(0.9, "momentum θ of the correction factor")
+    window_s: float = param(1.0, "engine time (s) whose steps the correction averages")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.eta_ms is not None:
+            check_float("eta_ms", self.eta_ms, 0.0, 3_600_000.0)
+        if self.max_budget_ms is not None:
+            check_float("max_budget_ms", self.max_budget_ms, max(self.eta_ms or 0.0, 1e-3), 3_600_000.0)
+        check_float("gamma", self.gamma, 0.0, 1e6)
+        if not self.priority_weights:
+            raise ValueError("priority_weights must list at least one weight")
+        for index, weight in enumerate(self.priority_weights):
+            check_float(f"priority_weights[{index}]", weight, 0.0, 1e9)
+        if self.first_token_weight is not None:
+            check_float("first_token_weight", self.first_token_weight, 0.0, 1e9)
+        check_int("min_chunk_tokens", self.min_chunk_tokens, 1, 2**31 - 1)
+        self.correction_config()  # its own checks, now
+
+    def correction_config(self) -> CorrectionConfig:
+        return CorrectionConfig(momentum=self.momentum, window_s=self.window_s, enabled=self.correction)
+
+
+@dataclass(frozen=True, slots=True)
+class SlidePlan:
+    """One step's plan: what Algorithm 1 chose at ``time_s`` (read by tests and the experiment's timelines)."""
+
+    time_s: float
+    budget_s: float  # t_budget (inf: no time limit)
+    estimated_s: float  # t_batch of the chosen requests, t_c included
+    tokens: int  # planned tokens (a decode counts one)
+    running: tuple[Request, ...]  # the chosen running requests, in plan order
+    chosen: tuple[tuple[str, int], ...]  # (request id, tokens) of every chosen request, in plan order
+    rank: dict[str, int]  # each unfinished request's position in the sorted queue
+    num_urgent: int
+    num_normal: int
+
+
+@functools.cache
+def batch_model(profile: str) -> BatchLatencyModel:
+    """The estimator's starting model: a batch profile as it is, or eq. 4-7 least-squares fitted to an analytic
+    profile's step times on a fixed grid of batches (``semsched.latency.derive_profiles``; once per process)."""
+    model = load_profile(profile)  # an unknown profile fails here, when the policy is built
+    if isinstance(model, BatchLatencyModel):
+        return model
+    if isinstance(model, AnalyticLatencyModel):
+        fitted, _report = derive_batch_profile(profile)
+        return fitted
+    raise ValueError(f"profile {profile!r}: slide-batching needs a batch profile (PROSERVE eq. 4-7) or an "
+                     "analytic one to fit it to")
+
+
+@register_policy
+class SlideBatching(Policy):
+    name: ClassVar[str] = "slide-batching"
+    config_cls: ClassVar[type[PolicyConfig]] = SlideBatchingConfig
+    rekey_interval_s: ClassVar[float | None] = EVERY_STEP_S
+    config: SlideBatchingConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self.estimator = CorrectedEstimator(batch_model(cfg.profile), cfg.correction_config())
+        self._live: dict[str, Request] = {}
+        self._plan: SlidePlan | None = None
+        self._engine_budget: StepBudget | None = None  # the last one a hook was given (waiting_key has none)
+        self._prompt_tokens_seen = 0
+        self._arrivals_seen = 0
+        self._output_tokens_finished = 0
+        self._finished_seen = 0
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        self._live[request.request_id] = request
+        self._plan = None  # (several arrivals may share an instant: the next hook plans with all of them)
+        self._prompt_tokens_seen += request.prompt_tokens
+        self._arrivals_seen += 1
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._live.pop(request.request_id, None)
+        self._output_tokens_finished += request.num_output_tokens
+        self._finished_seen += 1
+
+    def on_leave(self, request: Request) -> None:
+        self._live.pop(request.request_id, None)
+        self._plan = None
+
+    def on_step(self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
+                duration_s: float, now_s: float) -> None:
+        self.estimator.observe(prefill, num_decode, decode_context_tokens, duration_s, now_s)
+
+    def first_token_weight(self) -> float:
+        """w_p: configured, or mean prompt over mean output length so far (1 before anything finished)."""
+        if self.config.first_token_weight is not None:
+            return self.config.first_token_weight
+        if not self._finished_seen or not self._output_tokens_finished:
+            return 1.0
+        mean_prompt = self._prompt_tokens_seen / self._arrivals_seen
+        return mean_prompt / (self._output_tokens_finished / self._finished_seen)
+
+    def priority_weight(self, priority: int) -> float:
+        weights = self.config.priority_weights
+        return weights[min(max(priority, 0), len(weights) - 1)]
+
+    # ---- hooks -------------------------------------------------------------------------------------------
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        rank = self.plan(now_s).rank.get(request.request_id)
+        return (math.inf if rank is None else float(rank), request.arrival_time_s)
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        plan = self.plan(now_s, view.budget)
+        if not self.config.latency_aware or not plan.rank:
+            return None
+        return StepBudget(max(1, plan.tokens), view.budget.max_num_seqs)
+
+    def running_order(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> Sequence[Request]:
+        plan = self.plan(now_s, view.budget)
+        if not self.config.latency_aware:  # no time budget: every running request, in plan order
+            return sorted(running, key=lambda r: plan.rank.get(r.request_id, len(plan.rank)))
+        here = {id(r) for r in running}
+        return [r for r in plan.running if id(r) in here]
+
+    def victim_key(self, request: Request) -> SortKey:
+        """Under KV pressure the request that ranks last in the current plan goes first."""
+        plan = self._plan
+        rank = plan.rank.get(request.request_id) if plan is not None else None
+        return (math.inf if rank is None else float(rank), request.arrival_time_s)
+
+    # ---- Algorithm 1 -------------------------------------------------------------------------------------
+    @property
+    def last_plan(self) -> SlidePlan | None:
+        """The plan of the latest step (None before the first)."""
+        return self._plan
+
+    def plan(self, now_s: float, budget: StepBudget | None = None) -> SlidePlan:
+        """The plan at ``now_s`` (computed once per instant; ``budget`` is the engine's token budget and
+        sequence cap, remembered from the last call that gave one)."""
+        if budget is not None:
+            self._engine_budget = budget
+        if self._plan is None or self._plan.time_s != now_s:
+            self._plan = self._make_plan(now_s)
+        return self._plan
+
+    def _unfinished(self) -> list[Request]:
+        live = self._live
+        ended = [i for i, r in live.items() if r.state.is_terminal]
+        for request_id in ended:  # rejected, dropped or aborted requests end without on_finish
+            del live[request_id]
+        return list(live.values())
+
+    def _make_plan(self, now_s: float) -> SlidePlan:
+        requests = self._unfinished()
+        if not requests:
+            return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, 0, 0)
+        queue = _Queue.of(requests, self, now_s)
+        budget_s = self._budget_s(queue)
+        urgent = self._urgent(queue, budget_s)
+        order = _sorted(queue, urgent)
+        chosen, estimated_s = self._fill(requests, queue, order, budget_s)
+        chosen = self._cut_last(requests, chosen)
+        running = [requests[i] for i, _ in chosen if requests[i].state is RequestState.RUNNING]
+        if len(running) < len(chosen) and running and self._is_cut(requests, chosen[-1]) \
+                and requests[chosen[-1][0]].state is RequestState.RUNNING:
+            chosen, running = chosen[:-1], running[:-1]  # a cut running prompt would take waiting tokens
+        first = [i for i, _ in chosen]
+        taken = set(first)
+        ranked = first + [i for i in order.tolist() if i not in taken]
+        rank = {requests[i].request_id: position for position, i in enumerate(ranked)}
+        return SlidePlan(
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
+            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen), rank=rank,
+            num_urgent=int(urgent.sum()), num_normal=int(len(requests) - urgent.sum()),
+        )
+
+    @staticmethod
+    def _is_cut(requests: list[Request], item: tuple[int, int]) -> bool:
+        index, tokens = item
+        return tokens < requests[index].num_uncomputed_tokens and requests[index].num_uncomputed_tokens > 1
+
+    def _cut_last(self, requests: list[Request], chosen: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The core gives a request ``min(uncomputed, tokens left)``: a prompt cut by GETMAXCHUNK must come last,
+        or it takes the tokens planned for those after it (decodes that still fitted the budget)."""
+        cut = [item for item in chosen if self._is_cut(requests, item)]
+        return [item for item in chosen if not self._is_cut(requests, item)] + cut
+
+    def _budget_s(self, queue: _Queue) -> float:
+        """t_budget = max(min remain, η), capped by ``max_budget_ms``; inf when nothing has a deadline."""
+        cfg = self.config
+        budget_s = float(queue.remain.min())
+        if cfg.max_budget_ms is not None:
+            budget_s = min(budget_s, cfg.max_budget_ms / 1e3)
+        return max(budget_s, self.eta_s(queue))
+
+    def eta_s(self, queue: _Queue) -> float:
+        """η: configured, else the smallest TPOT SLO among the queued requests. The paper keeps t_budget within
+        [η, max TPOT SLO]; with η below the TPOT SLO a late token shrinks every step to η, and the per-step
+        constant t_c then eats the engine (azure-conv at 0.8x capacity, TTFT 3.4 s / TPOT 69 ms SLOs: η = 25 ms
+        attained 37 % of SLOs, η = the TPOT SLO 74 %, FCFS 53 %)."""
+        if self.config.eta_ms is not None:
+            return self.config.eta_ms / 1e3
+        tpot = float(queue.tpot_s.min())
+        return tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
+
+    def _urgent(self, queue: _Queue, budget_s: float) -> np.ndarray:
+        cfg = self.config
+        if cfg.order != "slide":
+            return np.full(queue.size, cfg.order == "density")
+        t_c = self.estimator.t_c
+        if cfg.phi == "prefill":
+            phi = np.full(queue.size, float(queue.exec_s.sum()) + queue.size * t_c)
+        else:
+            # steps per unit of work: a step holds budget - t_c of it (eq. 8-9); none when budget <= t_c
+            scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
+            if math.isinf(budget_s):
+                scale = 1.0
+            if cfg.phi == "aggressive":
+                phi = np.full(queue.size, scale * float(queue.exec_s.sum()))
+            else:
+                by_deadline = np.lexsort((queue.arrival_s, queue.remain))
+                phi = np.empty(queue.size)
+                phi[by_deadline] = scale * np.cumsum(queue.exec_s[by_deadline])
+        with np.errstate(invalid="ignore"):  # inf remain against inf phi: not urgent
+            urgent: np.ndarray = queue.remain < cfg.gamma * phi
+        return urgent
+
+    def _fill(self, requests: list[Request], queue: _Queue, order: np.ndarray,
+              budget_s: float) -> tuple[list[tuple[int, int]], float]:
+        """Lines 14-18: take requests in order from t_c until the time budget (and the engine's token budget
+        and sequence cap) is spent; a prompt takes the largest chunk that fits (GETMAXCHUNK)."""
+        engine = self._engine_budget
+        tokens_left = engine.max_num_batched_tokens if engine is not None else 2**31
+        seqs_left = engine.max_num_seqs if engine is not None else 2**31
+        if not self.config.latency_aware:
+            budget_s = math.inf
+        estimated_s = self.estimator.t_c
+        chosen: list[tuple[int, int]] = []
+        cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
+        for i in order.tolist():
+            if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
+                break
+            left_s = budget_s - estimated_s
+            if not queue.prefill[i]:
+                if queue.exec_s[i] > left_s:
+                    continue
+                chosen.append((i, 1))
+                estimated_s += float(queue.exec_s[i])
+                tokens_left -= 1
+                seqs_left -= 1
+                continue
+            request = requests[i]
+            tokens = 0 if cut else self._max_chunk(request, left_s, tokens_left)
+            if tokens == 0:
+                continue
+            cut = tokens < request.num_uncomputed_tokens
+            chosen.append((i, tokens))
+            estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
+            tokens_left -= tokens
+            seqs_left -= 1
+        if not chosen and queue.size:  # progress: the first request in order, even past the budget
+            i = int(order[0])
+            request = requests[i]
+            tokens = 1 if not queue.prefill[i] else min(request.num_uncomputed_tokens, max(1, tokens_left),
+                                                        self.config.min_chunk_tokens)
+            chosen.append((i, tokens))
+            estimated_s += float(queue.exec_s[i]) if not queue.prefill[i] else \
+                self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
+        return chosen, estimated_s
+
+    def _max_chunk(self, request: Request, left_s: float, tokens_left: int) -> int:
+        """GETMAXCHUNK: the most prompt tokens whose estimated chunk time fits ``left_s`` (0 when fewer than
+        ``min_chunk_tokens`` fit and they would not complete the prompt)."""
+        cached, most = request.num_computed_tokens, min(request.num_uncomputed_tokens, tokens_left)
+        chunk_s = self.estimator.chunk_time_s
+        if math.isinf(left_s) or chunk_s(most, cached) <= left_s:
+            return most
+        low, high = 0, most  # chunk_s(low) fits, chunk_s(high) does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if chunk_s(mid, cached) <= left_s:
+                low = mid
+            else:
+                high = mid
+        return low if low >= min(self.config.min_chunk_tokens, most) else 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """Per-request arrays of one plan (lines 2-6 of Algorithm 1)."""
+
+    size: int
+    prefill: np.ndarray  # bool: the next work is prompt (or recompute) tokens, not one decode
+    exec_s: np.ndarray
+    remain: np.ndarray
+    density: np.ndarray
+    arrival_s: np.ndarray
+    tpot_s: np.ndarray
+
+    @classmethod
+    def of(cls, requests: list[Request], policy: SlideBatching, now_s: float) -> _Queue:
+        n = len(requests)
+        computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
+        prompt = np.fromiter((r.prompt_tokens for r in requests), np.float64, n)
+        outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
+        uncomputed = prompt + outputs - computed
+        prefill = (uncomputed > 1) | (computed < prompt)
+        estimator = policy.estimator
+        config, beta = estimator.model.config, estimator.beta
+        prefill_s = (config.a_p * uncomputed**2 + config.b_p * uncomputed * computed + config.c_p * uncomputed
+                     + config.d_p)
+        decode_s = config.a_d * computed + config.b_d
+        exec_s = beta * np.where(prefill, prefill_s, decode_s)
+        exec_s = np.maximum(exec_s, 1e-9)  # a fitted model may price a tiny step at zero or less
+        arrival_s = np.fromiter((r.arrival_time_s for r in requests), np.float64, n)
+        ttft_s = np.fromiter((math.inf if r.ttft_slo_s is None else r.ttft_slo_s for r in requests), np.float64, n)
+        tpot_s = np.fromiter((math.inf if r.tpot_slo_s is None else r.tpot_slo_s for r in requests), np.float64, n)
+        with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
+            offset_s = np.where(outputs > 0, outputs * tpot_s, 0.0)
+        remain = arrival_s + ttft_s + offset_s - now_s
+        priority_weight = np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n)
+        token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
+        density = token_weight * priority_weight / exec_s
+        return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s)
+
+
+def _sorted(queue: _Queue, urgent: np.ndarray) -> np.ndarray:
+    """Line 13: URGENT first by descending density, then NORMAL by ascending remain; arrival breaks ties."""
+    secondary = np.where(urgent, -queue.density, queue.remain)
+    order: np.ndarray = np.lexsort((queue.arrival_s, secondary, ~urgent))
+    return order

@@ -1,0 +1,101 @@
+"""sarathi-fcfs / sarathi-priority: decodes first, chunked prefill, the step priced within the TBT SLO."""
+
+from __future__ import annotations
+
+import pytest
+
+from semsched.core.plan import BatchPlan, StepResult
+from semsched.core.request import Request
+from semsched.core.scheduler import Scheduler
+from semsched.latency import load_profile
+from semsched.policies import PolicyError, make_policy
+from semsched.policies.sarathi import DEFAULT_PROFILE
+from tests.policies.factories import service_order
+from tests.support import check_kv, check_plan, make_request, make_scheduler, random_requests
+
+
+def _plans(scheduler: Scheduler, requests: list[Request], step_s: float = 0.01) -> list[tuple[BatchPlan, bool]]:
+    """Every plan, with whether it cut a prefill short (computed before the step changes the requests)."""
+    pending = sorted(requests, key=lambda r: r.arrival_time_s)
+    now, index, plans = 0.0, 0, []
+    while index < len(pending) or scheduler.has_unfinished():
+        while index < len(pending) and pending[index].arrival_time_s <= now:
+            scheduler.add_request(pending[index], now)
+            index += 1
+        plan = scheduler.schedule(now)
+        check_plan(scheduler, plan)
+        check_kv(scheduler)
+        if plan.is_empty:
+            assert index < len(pending), "stalled with unfinished requests"
+            now = pending[index].arrival_time_s
+            continue
+        plans.append((plan, any(c.num_tokens < c.request.num_uncomputed_tokens for c in plan.prefill)))
+        now += step_s
+        scheduler.update(plan, StepResult(end_time_s=now))
+    return plans
+
+
+@pytest.mark.parametrize("policy", ["sarathi-fcfs", "sarathi-priority"])
+def test_step_time_never_exceeds_the_tbt_slo_but_for_the_one_token_floor(policy: str) -> None:
+    slo_s = 0.02
+    latency = load_profile(DEFAULT_PROFILE)
+    scheduler = make_scheduler(f"{policy}:tbt_slo_ms={slo_s * 1000:g}", block_size=16, num_gpu_blocks=2000,
+                               max_num_batched_tokens=2048, max_num_seqs=32, watermark=0.0)
+    requests = random_requests(7, 80, rate=25.0, max_prompt=1500, max_output=80)
+    plans = _plans(scheduler, requests)
+    capped = floor = 0
+    for plan, cut in plans:
+        prefill = [(c.num_tokens, c.context_tokens) for c in plan.prefill]
+        step_s = latency.step_time_s(prefill, len(plan.decode), plan.decode_context_tokens)
+        prefill_tokens = sum(c.num_tokens for c in plan.prefill)
+        if step_s > slo_s:
+            assert prefill_tokens <= 1, (step_s, prefill_tokens, len(plan.decode))
+            floor += 1
+        # the budget cut a prefill short (the engine's 2048 tokens alone would not have: prompts are shorter)
+        capped += cut
+    assert capped > 0  # the SLO, not the engine's 2048 tokens, bounded some steps
+    assert len(scheduler.finished) == len(requests)
+    assert floor < len(plans)
+
+
+def test_decodes_are_served_before_running_prompts() -> None:
+    # "early" arrived first and is decoding; "late" has a long prompt; one token of budget beyond the decode
+    scheduler = make_scheduler("sarathi-fcfs:tbt_slo_ms=1000", block_size=4, num_gpu_blocks=500,
+                               max_num_batched_tokens=8, watermark=0.0)
+    scheduler.add_request(make_request("early", prompt=4, output=50), 0.0)
+    plan = scheduler.schedule(0.0)
+    scheduler.update(plan, StepResult(end_time_s=0.01))
+    scheduler.add_request(make_request("long-prompt", prompt=400, output=5, arrival=0.01), 0.01)
+    for step in range(5):
+        plan = scheduler.schedule(0.01 * (step + 1))
+        assert [r.request_id for r in plan.decode] == ["early"]
+        scheduler.update(plan, StepResult(end_time_s=0.01 * (step + 2)))
+
+
+def test_tbt_slo_defaults_to_the_tightest_running_tpot_slo() -> None:
+    policy = make_policy("sarathi-fcfs")
+    budget = policy.budget  # type: ignore[attr-defined]
+    running = [make_request("a", tpot_slo_s=0.05), make_request("b", tpot_slo_s=0.03), make_request("c")]
+    assert budget.slo_s(running) == 0.03
+    assert budget.slo_s([make_request("c")]) == pytest.approx(0.1)  # default_tbt_slo_ms
+    assert make_policy("sarathi-fcfs:tbt_slo_ms=40").budget.slo_s(running) == pytest.approx(0.04)  # type: ignore[attr-defined]
+
+
+def test_priority_variant_orders_waiting_by_priority_then_arrival() -> None:
+    def requests() -> list[Request]:
+        return [make_request("blocker", output=50), make_request("low", arrival=0.1, priority=2),
+                make_request("high-late", arrival=0.3, priority=0), make_request("mid", arrival=0.2, priority=1)]
+
+    assert service_order("sarathi-priority", requests()) == ["blocker", "high-late", "mid", "low"]
+    assert service_order("sarathi-fcfs", requests()) == ["blocker", "low", "mid", "high-late"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [("tbt_slo_ms=0", "tbt_slo_ms"), ("default_tbt_slo_ms=-5", "default_tbt_slo_ms"),
+     ("tbt_slo_ms=1e9", "tbt_slo_ms")],
+)
+def test_bad_config_names_the_field(spec: str, field: str) -> None:
+    with pytest.raises(PolicyError, match=field):
+        make_policy(f"sarathi-fcfs:{spec}")
+    assert make_policy("sarathi-priority").describe()["profile"] == DEFAULT_PROFILE
