@@ -23,6 +23,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--quick", action="store_true", help="a reduced grid that runs in under two minutes")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default runs/reproduce/NAME)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the workloads (default 0)")
+    parser.add_argument("--workload", default=None, metavar="SPEC",
+                        help="a workload of yours for the experiments that take one (proserve: a Mooncake-format "
+                             ".jsonl trace, or any workload spec)")
     parser.add_argument(
         "--record",
         type=Path,
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.record is not None and args.quick:
         raise UsageError("--record: record full runs only (drop --quick)")
     out = args.out if args.out is not None else Path("runs/reproduce") / args.name
-    outcome = reproduce(console, args.name, out, quick=args.quick, seed=args.seed)
+    outcome = reproduce(console, args.name, out, quick=args.quick, seed=args.seed, workload=args.workload)
     if args.record is not None:
         from semsched.experiments.report import record
 
@@ -52,10 +55,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def reproduce(console: Console, name: str, out: Path, *, quick: bool, seed: int) -> ExperimentOutcome:
+def reproduce(console: Console, name: str, out: Path, *, quick: bool, seed: int,
+              workload: str | None = None) -> ExperimentOutcome:
     """Run one experiment with progress bars, then print where the report is and its headlines."""
     with progress_bars(console) as bars:
-        outcome = run_experiment(name, out, quick=quick, seed=seed, progress=bars, command=command_line())
+        outcome = run_experiment(name, out, quick=quick, seed=seed, progress=bars, command=command_line(),
+                                 workload=workload)
     console.print(f"report: {outcome.report} (and results.json, requests.csv, one PNG per figure)")
     for line in outcome.headlines:
         console.print(f"  {line}", highlight=False)

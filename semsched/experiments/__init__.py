@@ -13,7 +13,7 @@ import pkgutil
 from semsched.experiments.framework import ExperimentContext, Figure, RunProgress, run_experiment
 from semsched.experiments.registry import EXPERIMENTS, Experiment, ExperimentError, register_experiment
 
-_INFRASTRUCTURE = {"framework", "registry", "report", "plots"}
+_INFRASTRUCTURE = {"framework", "registry", "report", "plots", "numbers"}
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE:

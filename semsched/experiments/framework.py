@@ -101,10 +101,13 @@ class RecordedRun:
 class ExperimentContext:
     """The state of one experiment run: its settings, the simulations it made and the figures it recorded."""
 
-    def __init__(self, name: str, *, quick: bool, seed: int, progress: RunProgress | None = None) -> None:
+    def __init__(self, name: str, *, quick: bool, seed: int, progress: RunProgress | None = None,
+                 workload: str | None = None) -> None:
         self.name = name
         self.quick = quick
         self.seed = seed
+        #: a workload spec of the user's (``--workload``), for experiments with a ``workload_help``
+        self.workload = workload
         self._progress = progress
         self.figures: list[Figure] = []
         self.runs: list[RecordedRun] = []
@@ -165,6 +168,7 @@ def run_experiment(
     seed: int = 0,
     progress: RunProgress | None = None,
     command: str = "",
+    workload: str | None = None,
 ) -> ExperimentOutcome:
     """Run experiment ``name`` and write its report to ``out`` (replacing an earlier report there).
 
@@ -173,8 +177,10 @@ def run_experiment(
     from semsched.experiments.report import write_report  # matplotlib: only when a report is written
 
     experiment = EXPERIMENTS.create(name)
+    if workload is not None and not experiment.workload_help:
+        raise ExperimentError(f"--workload: experiment {name!r} takes no workload of yours")
     check_out_dir(out)
-    ctx = ExperimentContext(name, quick=quick, seed=seed, progress=progress)
+    ctx = ExperimentContext(name, quick=quick, seed=seed, progress=progress, workload=workload)
     experiment.run(ctx)
     if not ctx.figures:
         raise ExperimentError(f"experiment {name!r} recorded no figure")

@@ -43,6 +43,8 @@ class Experiment:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     source: ClassVar[str] = ""
+    #: what ``semsched reproduce NAME --workload SPEC`` does with a workload of the user's (empty: it takes none)
+    workload_help: ClassVar[str] = ""
     """The document it reproduces (a path under ../shared/seeds), or empty for semsched's own experiments."""
 
     def run(self, ctx: ExperimentContext) -> None:
