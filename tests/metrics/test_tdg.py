@@ -146,3 +146,25 @@ def test_chunked_evaluation_matches_loop(monkeypatch: pytest.MonkeyPatch) -> Non
     np.testing.assert_allclose(
         request_tdg_gains(requests, WEIGHTS), [_reference_gain(r, WEIGHTS) for r in requests]
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gaps=st.lists(st.floats(0.0, 0.3), min_size=2, max_size=12),
+    late=st.integers(0, 11),
+    delay=st.floats(0.0, 0.5),
+)
+def test_postponing_a_late_token_never_gains(make_request: RequestFactory, gaps: list[float], late: int,
+                                             delay: float) -> None:
+    """Eq. 3's fixed deadlines against the postponed-decoding trick (seed 001 §2): holding back a token that
+    already misses its deadline (so that the next interval looks shorter) never raises the gain, and delivering any
+    token earlier never lowers it."""
+    times = list(np.cumsum([0.2, *gaps]))
+    late = min(late, len(times) - 1)
+    slos = {"ttft_slo_s": 0.3, "tpot_slo_s": 0.1}
+    base = request_tdg_gains([make_request(times, **slos)], WEIGHTS)[0]
+    postponed = times[:late] + [t + delay for t in times[late:]]  # the token and those after it, later
+    assert request_tdg_gains([make_request(postponed, **slos)], WEIGHTS)[0] <= base + 1e-12
+    earlier = times[:late] + [times[late] - min(delay, times[late] - (times[late - 1] if late else 0.0))] \
+        + times[late + 1:]
+    assert request_tdg_gains([make_request(earlier, **slos)], WEIGHTS)[0] >= base - 1e-12
