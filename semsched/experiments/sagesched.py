@@ -26,7 +26,7 @@ What changes as the scheduler is tuned: only the contenders below.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,12 @@ from typing import Any
 import numpy as np
 
 from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.numbers import medians as _medians
+from semsched.experiments.numbers import num as _num
+from semsched.experiments.numbers import pct as _pct
+from semsched.experiments.numbers import ratio as _ratio
 from semsched.experiments.plots import bar_chart, line_chart
 from semsched.experiments.registry import Experiment, register_experiment
-from semsched.metrics import MISSING
 from semsched.sim.prediction import parse_length_spec
 from semsched.sim.runner import ClusterSpec, PolicyRun
 from semsched.workloads import DataNotFoundError, Workload, build_workload
@@ -695,16 +698,6 @@ def _bars(series: Mapping[str, Sequence[float | None]], groups: Sequence[str], y
     return draw
 
 
-def _medians(values: Sequence[Numbers]) -> Numbers:
-    keys = values[0].keys() if values else ()
-    return {key: _median(v[key] for v in values) for key in keys}
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.median(present)) if present else None
-
-
 def _best_ratio(numbers: Mapping[str, Numbers]) -> float | None:
     best = min((numbers[lb]["ttlt_s"] for lb in PREDICTION_BASELINES), key=_inf)
     return _ratio(best, numbers[SAGESCHED]["ttlt_s"])
@@ -712,19 +705,3 @@ def _best_ratio(numbers: Mapping[str, Numbers]) -> float | None:
 
 def _inf(value: float | None) -> float:
     return math.inf if value is None else value
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return numerator / denominator
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return MISSING
-    return f"{value:.{digits}g}" if digits else f"{value:.0f}"
-
-
-def _pct(value: float | None) -> str:
-    return MISSING if value is None else f"{value:.1%}"

@@ -22,7 +22,6 @@ What changes as ``semantic`` is tuned: only the policy constants below.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +33,13 @@ from semsched.core.request import Request
 from semsched.core.scheduler import SchedulerConfig
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.numbers import median as _median
+from semsched.experiments.numbers import num as _num
+from semsched.experiments.numbers import pct as _pct
+from semsched.experiments.numbers import ratio as _ratio
 from semsched.experiments.plots import bar_chart, line_chart
 from semsched.experiments.registry import Experiment, register_experiment
-from semsched.metrics import MISSING, request_metrics
+from semsched.metrics import request_metrics
 from semsched.predict.cost import PredictorCost, PredictorMode
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun
 from semsched.workloads import DataNotFoundError, Workload, WorkloadError, build_workload
@@ -1294,27 +1297,6 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.median(present)) if present else None
-
-
 def _max(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return numerator / denominator
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return MISSING
-    return f"{value:.{digits}g}" if digits else f"{value:.0f}"
-
-
-def _pct(value: float | None) -> str:
-    return MISSING if value is None else f"{value:.1%}"

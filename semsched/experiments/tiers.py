@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,8 @@ from matplotlib.figure import Figure as PlotFigure
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.numbers import median as _median
+from semsched.experiments.numbers import ratio as _ratio
 from semsched.experiments.plots import bar_chart, policy_colours
 from semsched.experiments.registry import Experiment, register_experiment
 from semsched.latency.preemption import KNOWN_SHAPES, PCIE4_X16_BYTES_PER_S, PreemptionCostModel
@@ -293,11 +295,6 @@ def _waited_s(request: Request, end_s: float) -> float:
         return request.first_scheduled_time_s - request.arrival_time_s
     until_s = request.finish_time_s if request.finish_time_s is not None else end_s
     return until_s - request.arrival_time_s
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.median(present)) if present else None
 
 
 # ---- the experiment --------------------------------------------------------------------------------------
@@ -1414,12 +1411,6 @@ def _panels(path: Path, panels: Sequence[Panel]) -> None:
             ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
     figure.savefig(path, format="png", dpi=110)
     figure.clear()
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return float(numerator) / float(denominator)
 
 
 def _pct(value: float | None, *, symbol: bool = True, digits: int = 1) -> str:
