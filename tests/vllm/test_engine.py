@@ -74,3 +74,23 @@ def test_strict_priority_with_preemption_finishes_high_priority_first_unlike_vll
     # vLLM never displaces running work for a waiting request (vllm issue #40004): a low-priority request that was
     # running when the high-priority ones arrived finishes first
     assert order["vllm-priority"][0].startswith("low")
+
+
+def test_slide_batching_serves_every_request_in_a_real_engine(tiny_model_dir: Path) -> None:
+    """PROSERVE's SlideBatching planning every step of a real engine (per-request SLOs and priorities from
+    ``extra_args``, its estimator corrected from the engine's measured steps): every request ends with exactly its
+    tokens."""
+    from vllm import SamplingParams
+
+    rng = random.Random(1)
+    max_tokens = [rng.randrange(4, 48) for _ in range(10)]
+    prompts = [{"prompt_token_ids": [rng.randrange(100, 31000) for _ in range(rng.randrange(16, 300))]}
+               for _ in max_tokens]
+    params = [SamplingParams(max_tokens=k, ignore_eos=True, temperature=0.0,
+                             extra_args={"ttft_slo_ms": 500 + 100 * i, "tpot_slo_ms": 50})
+              for i, k in enumerate(max_tokens)]
+    options = {"scheduler_cls": ADAPTER, "env": {"SEMSCHED_POLICY": "slide-batching:profile=a100-qwen1.5-4b"}}
+    with running_llm(tiny_model_dir, **options) as llm:
+        outputs = llm.generate(prompts, params, priority=[i % 2 for i in range(len(max_tokens))], use_tqdm=False)
+    assert [len(out.outputs[0].token_ids) for out in outputs] == max_tokens
+    assert all(out.outputs[0].finish_reason == "length" for out in outputs)
