@@ -122,8 +122,8 @@ class Grid:
     def of(cls, ctx: ExperimentContext) -> Grid:
         if ctx.quick:
             return cls((ctx.seed,), (0.8, 1.2), 120, (MAIN,), (0.8, 1.2), (1.0, 10.0), (1.0,))
-        return cls(tuple(ctx.seed + k for k in range(3)), (0.6, 0.8, 1.0, 1.25, 1.5), 500, SETTINGS,
-                   (0.8, 1.0, 1.25), (1.0, 2.0, 10.0, 100.0), (0.8, 1.25))
+        return cls(tuple(ctx.seed + k for k in range(2)), (0.6, 0.8, 1.0, 1.25), 300, SETTINGS,
+                   (0.8, 1.25), (1.0, 2.0, 10.0, 100.0), (1.0,))
 
 
 def slos(workload: Workload, profile: str) -> tuple[float, float]:
