@@ -1,6 +1,6 @@
 """Command line: ``semsched simulate | sweep | demo | reproduce | profile | fidelity | policies | profiles |
-workloads | tiers | urgency | length | lengths``, one module per command, each with ``register(subparsers)`` and
-a handler.
+workloads | tiers | urgency | length | lengths | bench | gateway``, one module per command, each with
+``register(subparsers)`` and a handler.
 
 Bad input (unknown policy, malformed trace row, negative rate, an output path that is a file, ...) prints one
 ``error:`` line naming the field and the limit and exits with status 2, with no traceback. Only
@@ -16,10 +16,24 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from semsched.cli import demo, fidelity, length, lengths, listing, profile, reproduce, simulate, sweep, urgency
+from semsched.cli import (
+    bench,
+    demo,
+    fidelity,
+    gateway,
+    length,
+    lengths,
+    listing,
+    profile,
+    reproduce,
+    simulate,
+    sweep,
+    urgency,
+)
 from semsched.core.errors import SemschedError
 
-COMMANDS = (simulate, sweep, demo, reproduce, profile, fidelity, listing, urgency, length, lengths)
+COMMANDS = (simulate, sweep, demo, reproduce, profile, fidelity, gateway, listing, urgency, length, lengths,
+            bench)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

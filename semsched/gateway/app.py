@@ -1,0 +1,82 @@
+"""The gateway's HTTP face: a FastAPI app around one :class:`~semsched.gateway.service.Gateway`.
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``,
+``GET /health`` (200 while any backend is in the pool, else 503, with each backend's state), ``GET /metrics``
+(Prometheus). Request bodies are declared with the pydantic models of :mod:`semsched.gateway.api`, so the OpenAPI
+schema (``/openapi.json``) describes them; the handlers read the raw body themselves (a field the gateway does
+not know is passed on as sent) and answer a bad one with a 400 naming the field. An exception in one request's
+handling is answered 500 for that request alone and logged; the server goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Body, FastAPI
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request as HttpRequest
+from starlette.responses import Response
+
+from semsched.gateway.api import ChatBody, CompletionBody, error_response
+from semsched.gateway.config import GatewayConfig
+from semsched.gateway.service import Gateway
+
+log = logging.getLogger("semsched.gateway")
+
+
+def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI:
+    """The ASGI app serving ``config`` (``gateway``: a prepared one, for tests)."""
+    service = gateway if gateway is not None else Gateway(config)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="semsched gateway", version="1", lifespan=lifespan,
+                  description="OpenAI-compatible front door: classification, admission, routing (semsched)")
+    app.state.gateway = service
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: HttpRequest, error: RequestValidationError) -> Response:
+        tier = service.tier_label(request.headers.get("x-semsched-tier", config.default_tier))
+        service.metrics.rejections.labels(tier, "invalid").inc()
+        service.metrics.requests.labels(tier, "rejected").inc()
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
+        return error_response(400, f"{where}: {first['msg']}", param=where)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: HttpRequest, error: Exception) -> Response:
+        log.exception("request failed inside the gateway")
+        return error_response(500, f"internal gateway error: {type(error).__name__}")
+
+    # The body parameters are for the OpenAPI schema: the handlers read and check the raw body themselves, so
+    # that unknown fields reach the backend untouched and every error names its field the same way.
+    @app.post("/v1/completions", responses={400: {}, 429: {}, 503: {}, 504: {}})
+    async def completions(request: HttpRequest, body: CompletionBody = Body(None)) -> Response:  # noqa: B008
+        return await service.handle("completions", request)
+
+    @app.post("/v1/chat/completions", responses={400: {}, 429: {}, 503: {}, 504: {}})
+    async def chat(request: HttpRequest, body: ChatBody = Body(None)) -> Response:  # noqa: B008
+        return await service.handle("chat", request)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return service.model_list()
+
+    @app.get("/health")
+    async def health() -> Response:
+        return service.health()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,222 @@
+"""The gateway's configuration: one YAML file, read into pydantic models (``semsched gateway --config PATH``).
+
+Every field is checked when the file is read; an error names the field by its path (``backends[1].url``,
+``admission.max_queued.PREMIUM``) and the limit, and is raised as :class:`GatewayConfigError`. The reference
+with every field and its default is ``docs/gateway.md``; :func:`example_config` is the smallest working file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from semsched.core.errors import SemschedError
+from semsched.core.tiers import DEFAULT_TIERS, TierSpec, tier_index
+
+
+class GatewayConfigError(SemschedError):
+    """A gateway configuration that cannot be used; the message names the field and the limit."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackendConfig(_Strict):
+    """One OpenAI-compatible server (a ``vllm serve``)."""
+
+    name: str = Field(min_length=1, max_length=64, description="label in metrics and logs; unique")
+    url: str = Field(description="base URL, e.g. http://10.0.0.5:8000 (the /v1 routes are appended)")
+    max_inflight: int | None = Field(default=None, ge=1, le=100_000,
+        description="requests the gateway keeps in flight here at most; more wait in the gateway's priority "
+                    "queue (None: no cap, every request is forwarded at once)")
+    send_priority: bool = Field(default=True,
+        description="forward the request's priority in the body's `priority` field: for servers that "
+                          "schedule by priority (semsched.vllm.Scheduler, or --scheduling-policy priority); "
+                          "vLLM's FCFS server refuses a nonzero priority")
+    api_key: str | None = Field(default=None, description="sent as `Authorization: Bearer ...` to this server")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"must be an http(s) URL with a host (got {value!r})")
+        return value.rstrip("/").removesuffix("/v1")
+
+
+class ApiKeyConfig(_Strict):
+    """What a client's API key stands for."""
+
+    tier: str = Field(min_length=1, description="the tier of every request made with this key")
+    tenant: str | None = Field(default=None, max_length=128, description="who the client is (metrics, fairness)")
+
+
+class ClassifierConfig(_Strict):
+    """What the gateway predicts from the prompt before a request is routed."""
+
+    urgency: str = Field(default="none",
+        description="`none`, `keywords` (a word list; see keywords), or `ktas:PATH` (a model saved by "
+                            "`semsched urgency train`, applied to the prompt text as the chief complaint)")
+    keywords: dict[str, int] = Field(default_factory=dict,
+        description="for urgency `keywords`: word -> urgency level (0 = most urgent); the smallest match wins")
+    length: str | None = Field(default=None,
+        description="an output-length predictor spec (`semsched lengths eval` names them, e.g. "
+                          "`input-length` or `semantic-knn`), fed by the gateway's own finished requests")
+    tokenizer: str | None = Field(default=None,
+        description="a tokenizer.json to count prompt tokens; without it, characters / 4")
+    max_batch: int = Field(default=32, ge=1, le=4096, description="prompts classified together at most")
+    max_wait_ms: float = Field(default=2.0, ge=0, le=10_000, description="how long a batch waits to fill")
+    timeout_ms: float = Field(default=500.0, gt=0, le=600_000,
+        description="a request whose classification takes longer goes on without it (counted)")
+
+    @field_validator("urgency")
+    @classmethod
+    def _urgency(cls, value: str) -> str:
+        if value in ("none", "keywords") or (value.startswith("ktas:") and len(value) > 5):
+            return value
+        raise ValueError(f"must be `none`, `keywords` or `ktas:PATH` (got {value!r})")
+
+
+class AdmissionConfig(_Strict):
+    """Admission control and load shedding per tier."""
+
+    shedding: bool = Field(default=True,
+                           description="shed less important tiers while a tier with targets is at risk "
+                                             "(seed 003's monitor, fed by the gateway's TTFT/TPOT measurements)")
+    guard: dict[str, Any] = Field(default_factory=dict,
+        description="SLOGuardConfig fields (window_s, min_samples, shed_headroom, resume_headroom, hold_s, "
+                    "protected_priority, ...): `semsched policies` lists them under `tiered`")
+    max_queued: dict[str, int] = Field(default_factory=dict,
+        description="tier -> requests of that tier waiting in the gateway's queue at most; more get 429 "
+                    "(a tier not named: default_max_queued)")
+    default_max_queued: int = Field(default=1024, ge=0, le=1_000_000)
+    queue_timeout_s: float = Field(default=30.0, gt=0, le=86_400,
+                                   description="longest wait for a backend slot; then 503 with Retry-After")
+    request_timeout_s: float = Field(default=600.0, gt=0, le=86_400,
+                                     description="longest a request may take end to end; then 504 / error event")
+    retry_after_s: int = Field(default=1, ge=0, le=3600, description="the Retry-After of a 429 or 503")
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1 << 30, description="larger bodies get 413")
+    max_tokens_default: int = Field(default=256, ge=1, le=1 << 24,
+                                    description="the output budget assumed for a request that sets none")
+
+
+class RoutingConfig(_Strict):
+    """How a backend is chosen."""
+
+    router: str = Field(default="least-outstanding",
+                        description="`round-robin`, `least-outstanding`, `go-routing[:alpha=..;mu=..;lam=..]` "
+                                    "or `min-load` (the simulator's routers)")
+    profile: str = Field(default="a100-qwen1.5-7b",
+                         description="latency profile the cost-aware routers price work with")
+    health_interval_s: float = Field(default=2.0, gt=0, le=3600,
+                                     description="how often each backend's /health is polled")
+    health_timeout_s: float = Field(default=2.0, gt=0, le=600)
+    unhealthy_after: int = Field(default=2, ge=1, le=100,
+                                 description="failed checks before a backend leaves the pool")
+    metrics_interval_s: float = Field(default=1.0, gt=0, le=3600,
+                                      description="how often each backend's /metrics is polled (0 polls: off)")
+    poll_metrics: bool = True
+    max_attempts: int = Field(default=3, ge=1, le=16,
+                              description="backends tried for a request that has not started (connection "
+                                          "refused, backend gone)")
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=600)
+
+
+class GatewayConfig(_Strict):
+    """The whole file."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    backends: list[BackendConfig] = Field(min_length=1, max_length=1024)
+    models: list[str] = Field(default_factory=list,
+                              description="model names served (default: what the backends' /v1/models list)")
+    api_keys: dict[str, ApiKeyConfig] = Field(default_factory=dict)
+    require_api_key: bool = Field(default=False, description="refuse (401) requests without a known key")
+    trust_tier_headers: bool = Field(default=True,
+        description="take a tier from `x-semsched-tier` and a tenant from `x-semsched-tenant` when "
+                          "the request has no API key of the map")
+    default_tier: str = Field(default="STANDARD", description="the tier of a request that names none")
+    tier_table: str | None = Field(default=None,
+                                   description="a YAML tier table (`semsched tiers --yaml`); default: "
+                                                     "SYSTEM, PREMIUM, STANDARD, BACKGROUND (seed 003)")
+    classifier: ClassifierConfig = ClassifierConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    routing: RoutingConfig = RoutingConfig()
+
+    @model_validator(mode="after")
+    def _unique_backends(self) -> GatewayConfig:
+        names = [b.name for b in self.backends]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"backends: names must be unique (repeated: {', '.join(duplicates)})")
+        return self
+
+    def tiers(self) -> tuple[TierSpec, ...]:
+        """The tier table in force (checked against every tier name the file uses by :func:`load_config`)."""
+        if self.tier_table is None:
+            return DEFAULT_TIERS
+        from semsched.policies.tier_table import load_tier_table
+
+        return load_tier_table(self.tier_table)
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(file)"
+
+
+def parse_config(document: object, *, source: str = "gateway config") -> GatewayConfig:
+    """A :class:`GatewayConfig` from a parsed YAML/JSON document, every field and tier name checked."""
+    if not isinstance(document, dict):
+        raise GatewayConfigError(f"{source}: must be a mapping of settings (got {type(document).__name__})")
+    try:
+        config = GatewayConfig.model_validate(document)
+    except ValidationError as error:
+        first = error.errors()[0]
+        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise GatewayConfigError(f"{source}: {_location(tuple(first['loc']))}: {message}{more}") from None
+    try:
+        names = tier_index(config.tiers())
+    except SemschedError as error:
+        raise GatewayConfigError(f"{source}: tier_table: {error}") from None
+    known = {name.lower() for name in names}
+    used = [("default_tier", config.default_tier)]
+    used += [(f"api_keys.{key}.tier", entry.tier) for key, entry in config.api_keys.items()]
+    used += [(f"admission.max_queued.{tier}", tier) for tier in config.admission.max_queued]
+    for field, tier in used:
+        if tier.lower() not in known:
+            raise GatewayConfigError(f"{source}: {field}: unknown tier {tier!r}; the tier table has "
+                                     f"{', '.join(names)}")
+    for tier, limit in config.admission.max_queued.items():
+        if not 0 <= limit <= 1_000_000:
+            raise GatewayConfigError(f"{source}: admission.max_queued.{tier}: must be from 0 to 1000000 "
+                                     f"(got {limit})")
+    return config
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and check a gateway YAML file."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise GatewayConfigError(f"--config: cannot read {path}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise GatewayConfigError(f"{path}: not valid YAML ({error})") from None
+    return parse_config(document, source=str(path))
+
+
+def example_config(urls: list[str]) -> dict[str, Any]:
+    """The smallest useful configuration for backends at ``urls`` (what ``docs/gateway.md`` starts from)."""
+    return {"backends": [{"name": f"vllm-{i}", "url": url} for i, url in enumerate(urls)]}
+
+
+Outcome = Literal["ok", "rejected", "error", "timeout", "cancelled"]

@@ -1,0 +1,55 @@
+"""The gateway's Prometheus metrics (``GET /metrics``), one registry per gateway.
+
+Families (all prefixed ``semsched_gateway_``): requests by tier and outcome, rejections by tier and reason,
+TTFT/TPOT/E2E histograms by tier, SLO outcomes by tier and metric (attainment = met / (met + missed)), routing
+decisions by backend and reason, re-routed attempts, backend health and in-flight gauges, queue depth by tier,
+the shed level, and classifier latency by stage.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+                     15.0, 30.0, 60.0, 120.0)
+TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
+CLASSIFIER_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class GatewayMetrics:
+    """Every metric family the gateway exports, registered in its own ``registry``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        p = "semsched_gateway_"
+        self.requests = Counter(p + "requests", "requests answered, by tier and outcome "
+                                "(ok, rejected, error, timeout, cancelled)", ["tier", "outcome"], registry=r)
+        self.rejections = Counter(p + "rejections", "requests refused, by tier and reason (shed, queue_full, "
+                                  "queue_timeout, no_backend, invalid, unauthorized, too_large)",
+                                  ["tier", "reason"], registry=r)
+        self.ttft = Histogram(p + "ttft_seconds", "time to first token seen by the gateway", ["tier"],
+                              buckets=LATENCY_BUCKETS_S, registry=r)
+        self.tpot = Histogram(p + "tpot_seconds", "time per output token after the first", ["tier"],
+                              buckets=TOKEN_BUCKETS_S, registry=r)
+        self.e2e = Histogram(p + "e2e_seconds", "end-to-end latency", ["tier"], buckets=LATENCY_BUCKETS_S,
+                             registry=r)
+        self.slo = Counter(p + "slo", "SLO outcomes of finished requests, by tier, metric (ttft, tpot, e2e) and "
+                           "outcome (met, missed)", ["tier", "metric", "outcome"], registry=r)
+        self.routed = Counter(p + "routed", "dispatches by backend, router and reason (chosen: the router's "
+                              "choice; fallback: the choice was out of the pool or full; retry: after a failed "
+                              "attempt)", ["backend", "router", "reason"], registry=r)
+        self.rerouted = Counter(p + "rerouted", "attempts moved off a backend before their first token, by "
+                                "backend and cause", ["backend", "cause"], registry=r)
+        self.backend_healthy = Gauge(p + "backend_healthy", "1 while the backend is in the pool", ["backend"],
+                                     registry=r)
+        self.backend_inflight = Gauge(p + "backend_inflight", "requests in flight at the backend",
+                                      ["backend"], registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "requests waiting in the gateway for a backend slot",
+                                 ["tier"], registry=r)
+        self.shed_level = Gauge(p + "shed_level", "tiers shed now, least important first (0: none)", registry=r)
+        self.classifier = Histogram(p + "classifier_seconds", "classification time per request, by stage "
+                                    "(queue: waiting for a batch; predict: the batch's model time; total)",
+                                    ["stage"], buckets=CLASSIFIER_BUCKETS_S, registry=r)
+        self.classifier_timeouts = Counter(p + "classifier_timeouts", "requests sent on without a "
+                                           "classification (classifier too slow or failed)", registry=r)

@@ -1,0 +1,594 @@
+"""One request's way through the gateway: identify, validate, classify, admit, dispatch, forward, account.
+
+:class:`Gateway` owns the parts (backend pool, dispatcher, admission, classifier, metrics, one shared
+``httpx.AsyncClient``) and :meth:`Gateway.handle` serves ``/v1/completions`` and ``/v1/chat/completions``:
+
+1. tier and tenant from the API key or headers; the body checked (400 naming the field);
+2. the prompt classified (token count, urgency, output-length distribution), batched, never waited for past
+   ``classifier.timeout_ms``;
+3. admission: a shed tier gets 429 with Retry-After;
+4. a backend from the router, or a wait in the gateway's priority queue (429 queue full, 503 queue timeout or no
+   healthy backend);
+5. forwarded with the request's ``priority`` (where the backend takes it) and ``vllm_xargs`` (tier, SLOs,
+   urgency, predicted lengths) for ``semsched.vllm.Scheduler``. An attempt that fails before the first token
+   (connection refused or reset, a 502/503/504, or its backend leaving the pool) is moved to another backend,
+   up to ``routing.max_attempts``; the client sees nothing of it. A stream is answered only once its first token
+   is in hand, so a refusal is always an HTTP status, never a broken stream. A stream that breaks after its first
+   token ends with an explicit ``error`` event, then ``[DONE]``; a request past ``admission.request_timeout_s``
+   gets 504 (or an error event);
+6. accounting, whatever happened: TTFT, TPOT, E2E and SLO outcomes per tier, the guard fed, the router told, the
+   slot freed, the length predictor's history fed. A client that disconnects aborts its backend request (the
+   connection to the backend is closed, which vLLM takes as an abort).
+
+Times are ``time.monotonic()`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from semsched.core.request import InvalidRequestError, Request
+from semsched.core.tiers import TierSpec, tier_index
+from semsched.gateway.admission import Admission
+from semsched.gateway.api import (
+    ChatBody,
+    CompletionBody,
+    EdgeError,
+    error_body,
+    identify,
+    output_budget,
+    prompt_text,
+)
+from semsched.gateway.backends import Backend, BackendPool
+from semsched.gateway.classify import Classifier
+from semsched.gateway.config import GatewayConfig
+from semsched.gateway.dispatch import Dispatcher, DispatchRefused
+from semsched.gateway.metrics import GatewayMetrics
+from semsched.vllm.xargs import parse_request_options
+
+log = logging.getLogger("semsched.gateway")
+
+#: backend answers after which an attempt is moved to another backend (the request has not started)
+RETRY_STATUSES = frozenset({502, 503, 504})
+#: errors of an attempt that mean the backend is unreachable or went away
+CONNECTION_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+                     httpx.WriteError, httpx.PoolTimeout)
+
+
+class _Moved(Exception):
+    """The attempt's backend left the pool before the request's first token."""
+
+
+@dataclass
+class Call:
+    """One request in the gateway: its core :class:`Request` (what routers and the guard see) and its record."""
+
+    request: Request
+    tier: str
+    text: str
+    body: dict[str, Any]
+    stream: bool
+    client_wants_usage: bool
+    deadline: float
+    backend: Backend | None = None
+    first_token_s: float | None = None
+    output_tokens: int = 0
+    outcome: str = "error"
+    finished: bool = False
+    moved: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Gateway:
+    """The gateway's state and request path (:func:`semsched.gateway.app.create_app` serves it)."""
+
+    def __init__(self, config: GatewayConfig, *, now: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.now = now
+        self.tiers: tuple[TierSpec, ...] = config.tiers()
+        self._tiers = {name.lower(): spec for name, spec in tier_index(self.tiers).items()}
+        self.metrics = GatewayMetrics()
+        self.pool = BackendPool(config.backends, config.routing, on_change=self._backend_changed)
+        self.dispatcher = Dispatcher(self.pool, config.routing, config.admission, self.metrics, now)
+        self.admission = Admission(config.admission, self.tiers)
+        self.classifier = Classifier(config.classifier, self.metrics)
+        self._ids = itertools.count()
+        self._unstarted: dict[int, dict[str, Call]] = {b.index: {} for b in self.pool.backends}
+        self._client: httpx.AsyncClient | None = None
+        self.models: list[str] = list(config.models)
+        for backend in self.pool.backends:
+            self.metrics.backend_healthy.labels(backend.name).set(1)
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+        timeout = httpx.Timeout(None, connect=self.config.routing.connect_timeout_s)
+        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+        await self.classifier.start()
+        await self.pool.start()
+        for backend in self.pool.backends:
+            self.metrics.backend_healthy.labels(backend.name).set(int(backend.healthy))
+        if not self.models:
+            self.models = await self._backend_models()
+
+    async def stop(self) -> None:
+        await self.pool.stop()
+        await self.classifier.stop()
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def _backend_models(self) -> list[str]:
+        assert self._client is not None
+        for backend in self.pool.healthy():
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+                response = await self._client.get(f"{backend.url}/v1/models", headers=_auth(backend), timeout=5)
+                if response.status_code == 200:
+                    return [str(m["id"]) for m in response.json()["data"]]
+        return []
+
+    def _backend_changed(self, backend: Backend, healthy: bool) -> None:
+        self.metrics.backend_healthy.labels(backend.name).set(int(healthy))
+        if not healthy:
+            for call in list(self._unstarted[backend.index].values()):
+                call.moved.set()
+        self.dispatcher.pump()
+
+    # ---- the request path ------------------------------------------------------------------------------------
+    async def handle(self, kind: str, http_request: HttpRequest) -> Response:
+        """Serve one ``completions`` or ``chat`` request."""
+        tier = self.config.default_tier
+        try:
+            identity = identify(self.config, {k.lower(): v for k, v in http_request.headers.items()})
+            tier = identity.tier
+            raw = await self._read_body(http_request)
+            call = await self._prepare(kind, raw, identity.tier, identity.tenant)
+        except EdgeError as error:
+            self._refused(self.tier_label(tier), error.reason)
+            return error.response()
+        reason = self.admission.admit(call.request, self.now())
+        self.metrics.shed_level.set(self.admission.shed_level)
+        if reason is not None:
+            self._refused(call.tier, "shed" if reason.startswith("shed") else "queue_full")
+            return EdgeError(429, reason, reason="shed", retry_after_s=self.config.admission.retry_after_s
+                             ).response()
+        return await self._serve(call, http_request)
+
+    async def _read_body(self, http_request: HttpRequest) -> dict[str, Any]:
+        limit = self.config.admission.max_body_bytes
+        length = http_request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise EdgeError(413, f"body: at most {limit} bytes (got {length})", reason="too_large")
+        raw = await http_request.body()
+        if len(raw) > limit:
+            raise EdgeError(413, f"body: at most {limit} bytes (got {len(raw)})", reason="too_large")
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise EdgeError(400, f"body: not valid JSON ({error})") from None
+        if not isinstance(body, dict):
+            raise EdgeError(400, f"body: must be a JSON object (got {type(body).__name__})")
+        return body
+
+    async def _prepare(self, kind: str, raw: dict[str, Any], tier_name: str, tenant: str | None) -> Call:
+        tier = self._tiers.get(tier_name.lower())
+        if tier is None:
+            raise EdgeError(400, f"x-semsched-tier: unknown tier {tier_name!r}; known: "
+                                 f"{', '.join(t.name for t in self.tiers)}", param="x-semsched-tier")
+        try:
+            body = ChatBody.model_validate(raw) if kind == "chat" else CompletionBody.model_validate(raw)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            raise EdgeError(400, f"{where}: {first['msg']}", param=where) from None
+        xargs = dict(body.vllm_xargs or {})
+        if "tier" in xargs and str(xargs["tier"]).lower() != tier.name.lower():
+            raise EdgeError(403, f"vllm_xargs.tier: the request's tier is {tier.name} (from its key or headers); "
+                                 f"it cannot name another ({xargs['tier']!r})", param="vllm_xargs.tier",
+                            reason="unauthorized")
+        xargs["tier"] = tier.name
+        try:
+            options = parse_request_options(body.priority, xargs, self.tiers)
+        except InvalidRequestError as error:
+            message = str(error)
+            raise EdgeError(400, message, param=message.split(":", 1)[0]) from None
+        if body.priority is not None and body.priority < tier.priority:
+            raise EdgeError(403, f"priority: at least {tier.priority} for tier {tier.name} (got {body.priority}); "
+                                 "a request may lower its importance, not raise it", param="priority",
+                            reason="unauthorized")
+        text, counted = prompt_text(body)
+        prediction = await self.classifier.classify(text, counted)
+        budget = output_budget(body, self.config.admission.max_tokens_default)
+        request = Request(
+            request_id=f"gw-{next(self._ids)}", prompt_tokens=prediction.prompt_tokens, max_output_tokens=budget,
+            arrival_time_s=self.now(), prompt_text=text or None, priority=max(tier.priority, options.priority),
+            tier=tier.name, ttft_slo_s=options.ttft_slo_s, tpot_slo_s=options.tpot_slo_s,
+            e2e_slo_s=options.e2e_slo_s,
+            urgency=options.urgency if options.urgency is not None else prediction.urgency,
+            predicted_output=options.predicted_output or prediction.predicted_output, client=tenant)
+        stream_options = raw.get("stream_options")
+        wants_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+        forwarded = dict(raw)
+        forwarded["vllm_xargs"] = self._xargs(request, xargs)
+        if body.stream:
+            forwarded["stream_options"] = {**(stream_options if isinstance(stream_options, dict) else {}),
+                                           "include_usage": True}
+        return Call(request, tier.name, text, forwarded, body.stream, wants_usage,
+                    deadline=request.arrival_time_s + self.config.admission.request_timeout_s)
+
+    @staticmethod
+    def _xargs(request: Request, given: dict[str, Any]) -> dict[str, Any]:
+        xargs = dict(given)
+        xargs["tier"] = request.tier
+        for key, value_s in (("ttft_slo_ms", request.ttft_slo_s), ("tpot_slo_ms", request.tpot_slo_s),
+                             ("e2e_slo_ms", request.e2e_slo_s)):
+            if value_s is not None:
+                xargs[key] = round(value_s * 1000, 6)
+        if request.urgency is not None:
+            xargs["urgency"] = request.urgency
+        predicted = request.predicted_output
+        if predicted is not None and "predicted_output_tokens" not in xargs:
+            xargs["predicted_lengths"] = list(predicted.lengths)
+            xargs["predicted_probs"] = list(predicted.probs)
+        return xargs
+
+    def tier_label(self, name: str) -> str:
+        """``name`` as a metric label: the table's spelling, or ``unknown`` (labels stay few)."""
+        tier = self._tiers.get(name.lower())
+        return tier.name if tier is not None else "unknown"
+
+    def _refused(self, tier: str, reason: str) -> None:
+        self.metrics.rejections.labels(tier, reason).inc()
+        self.metrics.requests.labels(tier, "rejected").inc()
+
+    # ---- dispatch and forwarding -----------------------------------------------------------------------------
+    async def _serve(self, call: Call, http_request: HttpRequest) -> Response:
+        streaming_handed_over = False
+        try:
+            response = await self._until_disconnect(self._attempts(call), http_request)
+            if response is None:
+                call.outcome = "cancelled"
+                return Response(status_code=499)
+            if isinstance(response, StreamingResponse):
+                streaming_handed_over = True
+            return response
+        except DispatchRefused as refused:
+            call.outcome = "rejected"
+            self.metrics.rejections.labels(call.tier, refused.reason).inc()
+            return EdgeError(refused.status, refused.message, reason=refused.reason,
+                             retry_after_s=self.config.admission.retry_after_s).response()
+        except TimeoutError:
+            call.outcome = "timeout"
+            return EdgeError(504, f"no answer within admission.request_timeout_s "
+                                  f"({self.config.admission.request_timeout_s:g} s)").response()
+        finally:
+            if not streaming_handed_over:
+                self._finish(call)
+
+    async def _until_disconnect(self, work: Awaitable[Response], http_request: HttpRequest) -> Response | None:
+        """``work``'s answer, or None (work cancelled) if the client goes away first."""
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.ensure_future(_disconnected(http_request))
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            answer = task.result() if task.done() and not task.cancelled() and task.exception() is None else None
+            if isinstance(answer, _Relay):
+                await answer.close()  # answered as the client left: nobody will read the stream
+            return None
+        finally:
+            watcher.cancel()
+            if not task.done():
+                task.cancel()
+
+    async def _attempts(self, call: Call) -> Response:
+        tried: set[int] = set()
+        last_error = "no attempt made"
+        for attempt in range(self.config.routing.max_attempts):
+            remaining = call.deadline - self.now()
+            if remaining <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(remaining):
+                backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried))
+            call.backend = backend
+            self._unstarted[backend.index][call.request.request_id] = call
+            call.moved.clear()
+            try:
+                async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
+                    return await self._forward(call, backend)
+            except (_Moved, *CONNECTION_ERRORS) as error:
+                cause = "left_pool" if isinstance(error, _Moved) else type(error).__name__
+                last_error = f"{backend.name}: {cause}"
+                if not isinstance(error, _Moved):
+                    self.pool.report_failure(backend, f"{type(error).__name__}: {error}")
+            except _RetryStatus as retry:
+                cause = f"http_{retry.status}"
+                last_error = f"{backend.name} answered {retry.status}"
+            self._unstarted[backend.index].pop(call.request.request_id, None)
+            tried.add(backend.index)
+            self.metrics.rerouted.labels(backend.name, cause).inc()
+            call.backend = None
+            self.dispatcher.release(backend, call.request)
+            log.info("request %s moved off %s (%s), attempt %d", call.request.request_id, backend.name, cause,
+                     attempt + 1)
+            if len(tried) >= len(self.pool.backends):
+                tried.clear()  # every backend failed once: any may be tried again
+        raise DispatchRefused(503, "no_backend", f"no backend could serve the request in "
+                                                 f"{self.config.routing.max_attempts} attempts ({last_error})")
+
+    def _body_for(self, call: Call, backend: Backend) -> dict[str, Any]:
+        body = dict(call.body)
+        if backend.config.send_priority:
+            body["priority"] = call.request.priority
+        else:
+            body.pop("priority", None)
+        return body
+
+    async def _forward(self, call: Call, backend: Backend) -> Response:
+        assert self._client is not None
+        path = "/v1/chat/completions" if "messages" in call.body else "/v1/completions"
+        send = self._client.build_request("POST", backend.url + path, json=self._body_for(call, backend),
+                                          headers=_auth(backend))
+        upstream = await _race(self._client.send(send, stream=True), call.moved)
+        try:
+            if upstream.status_code != 200:
+                content = await _race(upstream.aread(), call.moved)
+                if upstream.status_code in RETRY_STATUSES:
+                    raise _RetryStatus(upstream.status_code)
+                call.outcome = "error"
+                return Response(content, status_code=upstream.status_code,
+                                media_type=upstream.headers.get("content-type", "application/json"))
+            if not call.stream:
+                content = await _race(upstream.aread(), call.moved)
+                self._started(call, backend)
+                call.output_tokens = _completion_tokens(content)
+                call.outcome = "ok"
+                return Response(content, media_type="application/json")
+            events = upstream.aiter_lines()
+            head: list[str] = []
+            while True:  # buffer until the first token: until then the request may still move
+                line = await _race(anext(events), call.moved)
+                head.append(line)
+                if _is_token_event(line) or line.strip() == "data: [DONE]":
+                    break
+        except BaseException:
+            await upstream.aclose()
+            raise
+        self._started(call, backend)
+        call.outcome = "streaming"
+
+        async def close() -> None:
+            await upstream.aclose()
+            if call.outcome == "streaming":  # the client left before the stream's end
+                call.outcome = "cancelled"
+            self._finish(call)
+
+        return _Relay(self._relay(call, head, events), close)
+
+    def _started(self, call: Call, backend: Backend) -> None:
+        now = self.now()
+        call.first_token_s = now
+        self._unstarted[backend.index].pop(call.request.request_id, None)
+        self.dispatcher.first_token(backend, call.request)
+        self.admission.first_token(call.request, now)
+
+    async def _relay(self, call: Call, head: list[str], events: AsyncIterator[str]) -> AsyncIterator[bytes]:
+        """The client's stream: the buffered head, then every event as it comes; an explicit error event if the
+        backend's stream breaks or the deadline passes (accounting: :class:`_Relay`'s ``close``)."""
+        done = False
+        try:
+            for line in head:
+                out = self._relay_line(call, line)
+                done = done or line.strip() == "data: [DONE]"
+                if out:
+                    yield out
+            if not done:
+                async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
+                    async for line in events:
+                        out = self._relay_line(call, line)
+                        if out:
+                            yield out
+                        if line.strip() == "data: [DONE]":
+                            done = True
+                            break
+            if not done:
+                raise httpx.RemoteProtocolError("the backend's stream ended without [DONE]")
+            call.outcome = "ok"
+        except TimeoutError:
+            call.outcome = "timeout"
+            yield _error_event(504, f"no end of stream within admission.request_timeout_s "
+                                    f"({self.config.admission.request_timeout_s:g} s)")
+        except httpx.HTTPError as error:
+            call.outcome = "error"
+            backend = call.backend.name if call.backend else "backend"
+            yield _error_event(502, f"{backend} broke the stream after {call.output_tokens} tokens: "
+                                    f"{type(error).__name__}: {error}")
+        except asyncio.CancelledError:
+            call.outcome = "cancelled"
+            raise
+
+    def _relay_line(self, call: Call, line: str) -> bytes:
+        if not line.strip():
+            return b""
+        call.output_tokens = _tokens_in(line, call.output_tokens)
+        if not call.client_wants_usage and _usage_only(line):
+            return b""
+        return (line + "\n\n").encode()
+
+    def _finish(self, call: Call) -> None:
+        """Accounting once per admitted request, whatever became of it (later calls do nothing)."""
+        if call.finished:
+            return
+        call.finished = True
+        now = self.now()
+        request, tier = call.request, call.tier
+        if call.backend is not None:
+            self._unstarted[call.backend.index].pop(request.request_id, None)
+            self.dispatcher.finished(call.backend, request)
+            self.dispatcher.release(call.backend, request)
+            call.backend = None
+        self.admission.finished(request, call.output_tokens, now)
+        self.metrics.requests.labels(tier, call.outcome).inc()
+        ok = call.outcome == "ok"
+        ttft = None if call.first_token_s is None else call.first_token_s - request.arrival_time_s
+        e2e = now - request.arrival_time_s
+        tpot = None
+        if ok and call.first_token_s is not None and call.output_tokens >= 2:
+            tpot = (now - call.first_token_s) / (call.output_tokens - 1)
+        if ttft is not None:
+            self.metrics.ttft.labels(tier).observe(ttft)
+        if tpot is not None:
+            self.metrics.tpot.labels(tier).observe(tpot)
+        if ok:
+            self.metrics.e2e.labels(tier).observe(e2e)
+        for metric, observed, target in (("ttft", ttft, request.ttft_slo_s), ("tpot", tpot, request.tpot_slo_s),
+                                         ("e2e", e2e if ok else None, request.e2e_slo_s)):
+            if target is None or (metric == "tpot" and ok and tpot is None):
+                continue
+            met = ok and observed is not None and observed <= target
+            self.metrics.slo.labels(tier, metric, "met" if met else "missed").inc()
+        if ok and call.text:
+            self.classifier.observe(call.text, request.prompt_tokens, call.output_tokens)
+        self.metrics.shed_level.set(self.admission.shed_level)
+
+    # ---- other routes ----------------------------------------------------------------------------------------
+    def health(self) -> JSONResponse:
+        backends = {b.name: {"healthy": b.healthy, "inflight": len(b.inflight), "error": b.last_error}
+                    for b in self.pool.backends}
+        healthy = any(b.healthy for b in self.pool.backends)
+        return JSONResponse({"status": "ok" if healthy else "unavailable", "backends": backends},
+                            status_code=200 if healthy else 503)
+
+    def model_list(self) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "owned_by": "semsched-gateway"} for name in self.models]})
+
+
+class _Relay(StreamingResponse):
+    """A streamed answer whose ``close`` runs however the response ends: finished, broken, or never started
+    because the client left first."""
+
+    def __init__(self, content: AsyncIterator[bytes], close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.close = close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.close()
+
+
+class _RetryStatus(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+async def _race(work: Awaitable[Any], moved: asyncio.Event) -> Any:
+    """``work``'s result, unless ``moved`` is set first (then :class:`_Moved`; ``work`` is cancelled). The end of
+    an async iterator before the first token is a broken connection."""
+    task = asyncio.ensure_future(work)
+    if moved.is_set():
+        task.cancel()
+        raise _Moved()
+    waiter = asyncio.ensure_future(moved.wait())
+    try:
+        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
+    if task in done:
+        try:
+            return task.result()
+        except StopAsyncIteration:
+            raise httpx.RemoteProtocolError("the backend closed the stream before the first token") from None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise _Moved()
+
+
+async def _disconnected(http_request: HttpRequest) -> None:
+    while not await http_request.is_disconnected():
+        await asyncio.sleep(0.2)
+
+
+def _auth(backend: Backend) -> dict[str, str]:
+    key = backend.config.api_key
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if not payload or payload == "[DONE]":
+        return None
+    try:
+        value = json.loads(payload)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _is_token_event(line: str) -> bool:
+    event = _event(line)
+    if event is None:
+        return False
+    if "error" in event:
+        return True
+    for choice in event.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        text = choice.get("text") or (delta.get("content") if isinstance(delta, dict) else None)
+        if text or choice.get("finish_reason"):
+            return True
+    return False
+
+
+def _tokens_in(line: str, so_far: int) -> int:
+    """Output tokens counted after ``line``: the usage's count when it has one, else one more per token event."""
+    event = _event(line)
+    if event is None:
+        return so_far
+    usage = event.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(tokens, int):
+        return max(so_far, tokens)
+    return so_far + 1 if _is_token_event(line) and "error" not in event else so_far
+
+
+def _usage_only(line: str) -> bool:
+    event = _event(line)
+    return event is not None and not event.get("choices") and event.get("usage") is not None
+
+
+def _completion_tokens(content: bytes) -> int:
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        tokens = json.loads(content).get("usage", {}).get("completion_tokens")
+        if isinstance(tokens, int):
+            return tokens
+    return 1
+
+
+def _error_event(status: int, message: str) -> bytes:
+    return (f"data: {json.dumps(error_body(status, message))}\n\n" + "data: [DONE]\n\n").encode()

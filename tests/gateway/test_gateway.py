@@ -1,0 +1,225 @@
+"""The gateway against fake OpenAI servers: forwarding, identity, the priority queue, shedding, faults."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from semsched.core.tiers import DEFAULT_TIERS
+from tests.fake_openai import fake_openai_app, running_app
+from tests.gateway.conftest import config_for, metric, serving, wait_for
+
+BODY = {"model": "tiny", "prompt": "hello there", "max_tokens": 4}
+
+
+def _events(response: httpx.Response) -> list[str]:
+    return [line for line in response.iter_lines() if line.strip()]
+
+
+def test_forwards_both_routes_streamed_and_not_with_tier_fields() -> None:
+    backend = fake_openai_app()
+    with running_app(backend) as url, serving(config_for([url])) as gateway:
+        client = httpx.Client(base_url=gateway, timeout=10)
+        answer = client.post("/v1/completions", json=BODY, headers={"x-semsched-tier": "premium"})
+        assert answer.status_code == 200
+        assert answer.json()["usage"]["completion_tokens"] == 4
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
+        with client.stream("POST", "/v1/chat/completions", json=chat) as streamed:
+            events = _events(streamed)
+        assert streamed.status_code == 200
+        assert events[-1] == "data: [DONE]"
+        tokens = [e for e in events if '"content"' in e]
+        assert len(tokens) == 3
+        assert not any('"usage"' in e and '"choices": []' in e for e in events)  # not asked for: not relayed
+        first, second = backend.state.calls
+        premium = {t.name: t for t in DEFAULT_TIERS}["PREMIUM"]
+        assert first["priority"] == premium.priority
+        assert first["vllm_xargs"]["tier"] == "PREMIUM"
+        assert first["vllm_xargs"]["ttft_slo_ms"] == pytest.approx(premium.ttft_slo_s * 1000)
+        assert second["vllm_xargs"]["tier"] == "STANDARD"  # the default tier
+        assert second["stream_options"] == {"include_usage": True}
+        assert metric(gateway, "semsched_gateway_requests_total", tier="PREMIUM", outcome="ok") == 1
+        assert metric(gateway, "semsched_gateway_ttft_seconds_count", tier="STANDARD") == 1
+
+
+def test_backend_without_priority_scheduling_gets_no_priority_field() -> None:
+    backend = fake_openai_app()
+    with running_app(backend) as url, serving(config_for([url], backend={"send_priority": False})) as gateway:
+        body = {**BODY, "priority": 3}
+        assert httpx.post(f"{gateway}/v1/completions", json=body, headers={"x-semsched-tier": "BACKGROUND"}
+                          ).status_code == 200
+    assert "priority" not in backend.state.calls[0]
+
+
+def test_identity_from_api_keys_and_refusals_name_the_field() -> None:
+    backend = fake_openai_app()
+    config = config_for(["http://127.0.0.1:9"], api_keys={"k-sys": {"tier": "SYSTEM", "tenant": "ops"}},
+                        require_api_key=True)
+    with running_app(backend) as url, serving(config.model_copy(update={
+            "backends": [config.backends[0].model_copy(update={"url": url})]})) as gateway:
+        client = httpx.Client(base_url=gateway, timeout=10)
+        refused = client.post("/v1/completions", json=BODY)
+        assert refused.status_code == 401 and refused.json()["error"]["param"] == "authorization"
+        ok = client.post("/v1/completions", json=BODY, headers={"authorization": "Bearer k-sys"})
+        assert ok.status_code == 200
+        assert backend.state.calls[-1]["vllm_xargs"]["tier"] == "SYSTEM"
+        raised = client.post("/v1/completions", json={**BODY, "vllm_xargs": {"tier": "PREMIUM"}},
+                             headers={"authorization": "Bearer k-sys"})
+        assert raised.status_code == 403 and raised.json()["error"]["param"] == "vllm_xargs.tier"
+        typo = client.post("/v1/completions", json={**BODY, "vllm_xargs": {"ttft_slo": 5}},
+                           headers={"authorization": "Bearer k-sys"})
+        assert typo.status_code == 400 and "ttft_slo_ms" in typo.json()["error"]["message"]
+        assert metric(gateway, "semsched_gateway_rejections_total", reason="unauthorized") == 2
+
+
+def test_request_cannot_make_itself_more_important_than_its_tier() -> None:
+    backend = fake_openai_app()
+    with running_app(backend) as url, serving(config_for([url])) as gateway:
+        answer = httpx.post(f"{gateway}/v1/completions", json={**BODY, "priority": 0},
+                            headers={"x-semsched-tier": "STANDARD"})
+        assert answer.status_code == 403 and answer.json()["error"]["param"] == "priority"
+        unknown = httpx.post(f"{gateway}/v1/completions", json=BODY, headers={"x-semsched-tier": "GOLD"})
+        assert unknown.status_code == 400 and "GOLD" in unknown.json()["error"]["message"]
+        assert metric(gateway, "semsched_gateway_rejections_total", tier="unknown") == 1
+
+
+def test_priority_queue_serves_the_most_important_tier_first() -> None:
+    backend = fake_openai_app(first_token_delay_s=0.05)
+    with running_app(backend) as url:
+        config = config_for([url], backend={"max_inflight": 1})
+        with serving(config) as gateway, ThreadPoolExecutor(8) as pool:
+            def send(tier: str, tag: str) -> int:
+                return httpx.post(f"{gateway}/v1/completions", json={**BODY, "prompt": tag, "max_tokens": 1},
+                                  headers={"x-semsched-tier": tier}, timeout=30).status_code
+
+            futures = [pool.submit(send, "BACKGROUND", f"bg{i}") for i in range(5)]
+            wait_for(lambda: metric(gateway, "semsched_gateway_queue_depth", tier="BACKGROUND") >= 3)
+            futures.append(pool.submit(send, "SYSTEM", "urgent"))
+            assert all(f.result() == 200 for f in futures)
+    order = [call["prompt"] for call in backend.state.calls]
+    # the SYSTEM request overtook every BACKGROUND request still queued when it arrived
+    assert order.index("urgent") < len(order) - 2
+
+
+def test_full_queue_answers_429_with_retry_after() -> None:
+    backend = fake_openai_app(first_token_delay_s=0.3)
+    with running_app(backend) as url:
+        config = config_for([url], backend={"max_inflight": 1},
+                            admission={"max_queued": {"BACKGROUND": 1}, "retry_after_s": 2})
+        with serving(config) as gateway, ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(httpx.post, f"{gateway}/v1/completions", json=BODY,
+                                   headers={"x-semsched-tier": "BACKGROUND"}, timeout=30) for _ in range(4)]
+            answers = [f.result() for f in futures]
+            statuses = sorted(a.status_code for a in answers)
+            assert statuses.count(200) >= 2 and 429 in statuses
+            refused = next(a for a in answers if a.status_code == 429)
+            assert refused.headers["retry-after"] == "2"
+            assert "queue full" in refused.json()["error"]["message"]
+            assert metric(gateway, "semsched_gateway_rejections_total", reason="queue_full") == statuses.count(429)
+
+
+def test_sheds_a_less_important_tier_when_a_protected_tier_misses(tmp_path: Path) -> None:
+    table = tmp_path / "tiers.yaml"
+    table.write_text(
+        "tiers:\n"
+        "  - {name: PREMIUM, priority: 1, ttft_slo_ms: 5}\n"
+        "  - {name: BACKGROUND, priority: 3}\n")
+    backend = fake_openai_app(first_token_delay_s=0.05)
+    guard = {"min_samples": 3, "hold_s": 0, "evaluate_every_s": 0, "window_s": 60}
+    with running_app(backend) as url:
+        config = config_for([url], tier_table=str(table), default_tier="BACKGROUND", admission={"guard": guard})
+        with serving(config) as gateway:
+            for _ in range(4):
+                assert httpx.post(f"{gateway}/v1/completions", json=BODY,
+                                  headers={"x-semsched-tier": "PREMIUM"}).status_code == 200
+            shed = httpx.post(f"{gateway}/v1/completions", json=BODY, headers={"x-semsched-tier": "BACKGROUND"})
+            assert shed.status_code == 429
+            assert shed.json()["error"]["message"].startswith("shed:")
+            assert "retry-after" in shed.headers
+            premium = httpx.post(f"{gateway}/v1/completions", json=BODY, headers={"x-semsched-tier": "PREMIUM"})
+            assert premium.status_code == 200  # the protected tier is never shed
+            assert metric(gateway, "semsched_gateway_shed_level") == 1
+            missed = metric(gateway, "semsched_gateway_slo_total", tier="PREMIUM", metric="ttft", outcome="missed")
+            assert missed >= 4
+
+
+def test_a_dying_backend_loses_no_request_that_had_not_started() -> None:
+    slow, steady = fake_openai_app(first_token_delay_s=30), fake_openai_app(token_delay_s=0.01)
+    with running_app(steady) as steady_url:
+        dying = running_app(slow)
+        slow_url = dying.__enter__()
+        config = config_for([slow_url, steady_url], routing={"router": "round-robin", "max_attempts": 3})
+        with serving(config) as gateway, ThreadPoolExecutor(8) as pool:
+            def send(stream: bool) -> tuple[int, list[str]]:
+                body = {**BODY, "stream": stream}
+                with httpx.stream("POST", f"{gateway}/v1/completions", json=body, timeout=60) as answer:
+                    return answer.status_code, _events(answer) if stream else [answer.read().decode()]
+
+            futures = [pool.submit(send, i % 2 == 0) for i in range(8)]
+            wait_for(lambda: len(slow.state.calls) >= 3)  # some requests sit on the slow backend, not started
+            dying.__exit__(None, None, None)  # the backend dies: connections cut, health checks fail
+            results = [f.result(timeout=60) for f in futures]
+            assert metric(gateway, "semsched_gateway_rerouted_total", backend="b0") >= 3
+            assert metric(gateway, "semsched_gateway_backend_healthy", backend="b0") == 0
+        assert [status for status, _ in results] == [200] * 8
+        for _, lines in results:
+            assert lines[-1] == "data: [DONE]" or json.loads(lines[0])["usage"]["completion_tokens"] == 4
+
+
+def test_a_stream_broken_after_its_first_token_ends_with_an_error_event() -> None:
+    backend = fake_openai_app(fail_after_tokens=2)
+    with running_app(backend) as url, serving(config_for([url])) as gateway:
+        with httpx.stream("POST", f"{gateway}/v1/completions", json={**BODY, "stream": True}) as answer:
+            events = _events(answer)
+        assert answer.status_code == 200
+        errors = [json.loads(e[5:]) for e in events if e.startswith("data: {") and '"error"' in e]
+        assert len(errors) == 1 and "broke the stream after 2 tokens" in errors[0]["error"]["message"]
+        assert events[-1] == "data: [DONE]"
+        assert metric(gateway, "semsched_gateway_requests_total", outcome="error") == 1
+
+
+def test_client_disconnect_aborts_the_backend_request_and_frees_the_slot() -> None:
+    backend = fake_openai_app(token_delay_s=0.05)
+    with running_app(backend) as url, serving(config_for([url], backend={"max_inflight": 1})) as gateway:
+        with httpx.stream("POST", f"{gateway}/v1/completions", json={**BODY, "max_tokens": 400, "stream": True},
+                          timeout=30) as answer:
+            next(answer.iter_lines())  # one event, then hang up
+        wait_for(lambda: backend.state.in_flight == 0)
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", outcome="cancelled") == 1)
+        assert httpx.get(f"{gateway}/health").json()["backends"]["b0"]["inflight"] == 0
+        assert httpx.post(f"{gateway}/v1/completions", json=BODY, timeout=30).status_code == 200
+
+
+def test_no_healthy_backend_is_503_and_health_says_so() -> None:
+    backend = fake_openai_app()
+    with running_app(backend) as url, serving(config_for([url])) as gateway:
+        backend.state.healthy = False
+        wait_for(lambda: httpx.get(f"{gateway}/health").status_code == 503)
+        answer = httpx.post(f"{gateway}/v1/completions", json=BODY)
+        assert answer.status_code == 503 and "retry-after" in answer.headers
+        backend.state.healthy = True
+        wait_for(lambda: httpx.get(f"{gateway}/health").status_code == 200)
+        assert httpx.post(f"{gateway}/v1/completions", json=BODY).status_code == 200
+
+
+def test_many_concurrent_requests_each_get_one_answer() -> None:
+    backend = fake_openai_app(token_delay_s=0.001)
+    with running_app(backend) as url, serving(config_for([url, url], backend={"max_inflight": 4})) as gateway:
+        lock, answered = threading.Lock(), []
+
+        def send(i: int) -> None:
+            status = httpx.post(f"{gateway}/v1/completions", json={**BODY, "stream": i % 3 == 0},
+                                timeout=60).status_code
+            with lock:
+                answered.append(status)
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(send, range(64)))
+        assert answered == [200] * 64
+        assert len(backend.state.calls) == 64
+        assert metric(gateway, "semsched_gateway_backend_inflight") == 0
