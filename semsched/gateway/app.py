@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import Body, FastAPI
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
@@ -51,6 +52,11 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
         return error_response(400, f"{where}: {first['msg']}", param=where)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: HttpRequest, error: StarletteHTTPException) -> Response:
+        return error_response(error.status_code, f"body: {error.detail}" if error.status_code == 400
+                              else str(error.detail))
 
     @app.exception_handler(Exception)
     async def _crash(_: HttpRequest, error: Exception) -> Response:

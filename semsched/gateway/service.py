@@ -61,8 +61,9 @@ from semsched.vllm.xargs import parse_request_options
 
 log = logging.getLogger("semsched.gateway")
 
-#: backend answers after which an attempt is moved to another backend (the request has not started)
-RETRY_STATUSES = frozenset({502, 503, 504})
+#: backend answers after which an attempt is moved to another backend (the request has not started; a 500
+#: is what vLLM answers for requests it drops while it shuts down or when its engine died)
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
 #: errors of an attempt that mean the backend is unreachable or went away
 CONNECTION_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
                      httpx.WriteError, httpx.PoolTimeout)

@@ -223,3 +223,30 @@ def test_many_concurrent_requests_each_get_one_answer() -> None:
         assert answered == [200] * 64
         assert len(backend.state.calls) == 64
         assert metric(gateway, "semsched_gateway_backend_inflight") == 0
+
+
+def test_classification_travels_to_the_backend_and_finished_requests_feed_the_history() -> None:
+    backend = fake_openai_app()
+    classifier = {"urgency": "keywords", "keywords": {"chest pain": 0, "cough": 3}, "length": "input-length"}
+    with running_app(backend) as url, serving(config_for([url], classifier=classifier)) as gateway:
+        for prompt, tokens in (("a slight cough since monday", 5), ("sudden chest pain and sweating", 9)):
+            assert httpx.post(f"{gateway}/v1/completions",
+                              json={**BODY, "prompt": prompt, "max_tokens": tokens}).status_code == 200
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total") == 2)
+        assert httpx.post(f"{gateway}/v1/completions", json={**BODY, "prompt": "hello"}).status_code == 200
+        assert metric(gateway, "semsched_gateway_classifier_seconds_count", stage="total") == 3
+    cough, pain, plain = (call["vllm_xargs"] for call in backend.state.calls)
+    assert cough["urgency"] == 3 and pain["urgency"] == 0 and "urgency" not in plain
+    # the third prompt was predicted from the two finished ones (5 and 9 output tokens)
+    assert set(plain["predicted_lengths"]) <= {5, 9} and plain["predicted_lengths"]
+    assert abs(sum(plain["predicted_probs"]) - 1) < 1e-6
+
+
+def test_client_urgency_and_prediction_win_over_the_classifier() -> None:
+    backend = fake_openai_app()
+    classifier = {"urgency": "keywords", "keywords": {"pain": 0}}
+    with running_app(backend) as url, serving(config_for([url], classifier=classifier)) as gateway:
+        body = {**BODY, "prompt": "pain", "vllm_xargs": {"urgency": 40, "predicted_output_tokens": 12}}
+        assert httpx.post(f"{gateway}/v1/completions", json=body).status_code == 200
+    sent = backend.state.calls[0]["vllm_xargs"]
+    assert sent["urgency"] == 40 and sent["predicted_output_tokens"] == 12 and "predicted_lengths" not in sent
