@@ -69,6 +69,17 @@ def test_inner_packages_import_only_what_they_may(package: str, allowed: tuple[s
     assert violations(package, allowed=allowed) == []
 
 
+GATEWAY_ALLOWED = ("numpy", "yaml", "httpx", "fastapi", "starlette", "pydantic", "prometheus_client", "uvicorn",
+                   "tokenizers", "semsched.core", "semsched.policies", "semsched.latency", "semsched.predict",
+                   "semsched.sim.router", "semsched.vllm.xargs", "semsched.gateway")
+
+
+def test_gateway_imports_no_simulator_engine_lab_or_experiment() -> None:
+    """The gateway serves: it takes the routers, policies' guard, predictors and the request validator, never
+    the event loop of the simulator, the calibration lab, the experiments or vLLM itself."""
+    assert violations("gateway", allowed=GATEWAY_ALLOWED) == []
+
+
 def test_vllm_adapter_imports_no_lab() -> None:
     forbidden = (
         "semsched.sim",

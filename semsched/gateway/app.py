@@ -75,7 +75,7 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
 
     @app.get("/v1/models")
     async def models() -> Response:
-        return service.model_list()
+        return await service.model_list()
 
     @app.get("/health")
     async def health() -> Response:

@@ -53,7 +53,9 @@ class ApiKeyConfig(_Strict):
     """What a client's API key stands for."""
 
     tier: str = Field(min_length=1, description="the tier of every request made with this key")
-    tenant: str | None = Field(default=None, max_length=128, description="who the client is (metrics, fairness)")
+    tenant: str | None = Field(default=None, max_length=128,
+                               description="who the client is: the request's client (Request.client), for "
+                                           "per-client fairness policies")
 
 
 class ClassifierConfig(_Strict):
@@ -94,7 +96,8 @@ class AdmissionConfig(_Strict):
     max_queued: dict[str, int] = Field(default_factory=dict,
         description="tier -> requests of that tier waiting in the gateway's queue at most; more get 429 "
                     "(a tier not named: default_max_queued)")
-    default_max_queued: int = Field(default=1024, ge=0, le=1_000_000)
+    default_max_queued: int = Field(default=1024, ge=0, le=1_000_000,
+                                    description="the queue bound of a tier that max_queued does not name")
     queue_timeout_s: float = Field(default=30.0, gt=0, le=86_400,
                                    description="longest wait for a backend slot; then 503 with Retry-After")
     request_timeout_s: float = Field(default=600.0, gt=0, le=86_400,
@@ -115,16 +118,19 @@ class RoutingConfig(_Strict):
                          description="latency profile the cost-aware routers price work with")
     health_interval_s: float = Field(default=2.0, gt=0, le=3600,
                                      description="how often each backend's /health is polled")
-    health_timeout_s: float = Field(default=2.0, gt=0, le=600)
+    health_timeout_s: float = Field(default=2.0, gt=0, le=600,
+                                    description="longest wait for a backend's /health, /metrics or /v1/models")
     unhealthy_after: int = Field(default=2, ge=1, le=100,
                                  description="failed checks before a backend leaves the pool")
     metrics_interval_s: float = Field(default=1.0, gt=0, le=3600,
-                                      description="how often each backend's /metrics is polled (0 polls: off)")
-    poll_metrics: bool = True
+                                      description="how often each backend's /metrics is polled")
+    poll_metrics: bool = Field(default=True, description="poll the backends' /metrics (vLLM's queue and KV "
+                                                         "figures beside the gateway's own accounting)")
     max_attempts: int = Field(default=3, ge=1, le=16,
                               description="backends tried for a request that has not started (connection "
                                           "refused, backend gone)")
-    connect_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=600,
+                                     description="longest wait to connect to a backend for a request")
 
 
 class GatewayConfig(_Strict):

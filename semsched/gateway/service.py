@@ -134,7 +134,8 @@ class Gateway:
         assert self._client is not None
         for backend in self.pool.healthy():
             with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
-                response = await self._client.get(f"{backend.url}/v1/models", headers=_auth(backend), timeout=5)
+                response = await self._client.get(f"{backend.url}/v1/models", headers=_auth(backend),
+                                                  timeout=self.config.routing.health_timeout_s)
                 if response.status_code == 200:
                     return [str(m["id"]) for m in response.json()["data"]]
         return []
@@ -150,11 +151,12 @@ class Gateway:
     async def handle(self, kind: str, http_request: HttpRequest) -> Response:
         """Serve one ``completions`` or ``chat`` request."""
         tier = self.config.default_tier
+        arrival_s = self.now()  # latencies and the request's deadline count from here, classification included
         try:
             identity = identify(self.config, {k.lower(): v for k, v in http_request.headers.items()})
             tier = identity.tier
             raw = await self._read_body(http_request)
-            call = await self._prepare(kind, raw, identity.tier, identity.tenant)
+            call = await self._prepare(kind, raw, identity.tier, identity.tenant, arrival_s)
         except EdgeError as error:
             self._refused(self.tier_label(tier), error.reason)
             return error.response()
@@ -182,7 +184,8 @@ class Gateway:
             raise EdgeError(400, f"body: must be a JSON object (got {type(body).__name__})")
         return body
 
-    async def _prepare(self, kind: str, raw: dict[str, Any], tier_name: str, tenant: str | None) -> Call:
+    async def _prepare(self, kind: str, raw: dict[str, Any], tier_name: str, tenant: str | None,
+                       arrival_s: float) -> Call:
         tier = self._tiers.get(tier_name.lower())
         if tier is None:
             raise EdgeError(400, f"x-semsched-tier: unknown tier {tier_name!r}; known: "
@@ -213,7 +216,7 @@ class Gateway:
         budget = output_budget(body, self.config.admission.max_tokens_default)
         request = Request(
             request_id=f"gw-{next(self._ids)}", prompt_tokens=prediction.prompt_tokens, max_output_tokens=budget,
-            arrival_time_s=self.now(), prompt_text=text or None, priority=max(tier.priority, options.priority),
+            arrival_time_s=arrival_s, prompt_text=text or None, priority=max(tier.priority, options.priority),
             tier=tier.name, ttft_slo_s=options.ttft_slo_s, tpot_slo_s=options.tpot_slo_s,
             e2e_slo_s=options.e2e_slo_s,
             urgency=options.urgency if options.urgency is not None else prediction.urgency,
@@ -358,7 +361,7 @@ class Gateway:
                 content = await _race(upstream.aread(), call.moved)
                 self._started(call, backend)
                 call.output_tokens = _completion_tokens(content)
-                call.outcome = "ok"
+                call.outcome = "rejected" if _aborted(content) else "ok"
                 return Response(content, media_type="application/json")
             events = upstream.aiter_lines()
             head: list[str] = []
@@ -367,6 +370,14 @@ class Gateway:
                 head.append(line)
                 if _is_token_event(line) or line.strip() == "data: [DONE]":
                     break
+            refusal = _error_of(line)
+            if refusal is not None:  # refused before any token (e.g. semsched's scheduler shed it): a status
+                await upstream.aclose()
+                status, payload = refusal
+                if status in RETRY_STATUSES:
+                    raise _RetryStatus(status)
+                call.outcome = "rejected" if status in (429, 503) else "error"
+                return JSONResponse(payload, status_code=status)
         except BaseException:
             await upstream.aclose()
             raise
@@ -391,25 +402,21 @@ class Gateway:
     async def _relay(self, call: Call, head: list[str], events: AsyncIterator[str]) -> AsyncIterator[bytes]:
         """The client's stream: the buffered head, then every event as it comes; an explicit error event if the
         backend's stream breaks or the deadline passes (accounting: :class:`_Relay`'s ``close``)."""
-        done = False
         try:
             for line in head:
                 out = self._relay_line(call, line)
-                done = done or line.strip() == "data: [DONE]"
                 if out:
                     yield out
-            if not done:
+            if call.outcome == "streaming":
                 async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
                     async for line in events:
                         out = self._relay_line(call, line)
                         if out:
                             yield out
-                        if line.strip() == "data: [DONE]":
-                            done = True
+                        if call.outcome == "ok":
                             break
-            if not done:
+            if call.outcome == "streaming":
                 raise httpx.RemoteProtocolError("the backend's stream ended without [DONE]")
-            call.outcome = "ok"
         except TimeoutError:
             call.outcome = "timeout"
             yield _error_event(504, f"no end of stream within admission.request_timeout_s "
@@ -420,12 +427,17 @@ class Gateway:
             yield _error_event(502, f"{backend} broke the stream after {call.output_tokens} tokens: "
                                     f"{type(error).__name__}: {error}")
         except asyncio.CancelledError:
-            call.outcome = "cancelled"
+            if call.outcome == "streaming":
+                call.outcome = "cancelled"
             raise
 
     def _relay_line(self, call: Call, line: str) -> bytes:
+        """The bytes to send the client for one line of the backend's stream. The end, ``[DONE]``, marks the
+        request served before it is sent: a client may hang up as soon as it reads it."""
         if not line.strip():
             return b""
+        if line.strip() == "data: [DONE]":
+            call.outcome = "ok"
         call.output_tokens = _tokens_in(line, call.output_tokens)
         if not call.client_wants_usage and _usage_only(line):
             return b""
@@ -475,7 +487,11 @@ class Gateway:
         return JSONResponse({"status": "ok" if healthy else "unavailable", "backends": backends},
                             status_code=200 if healthy else 503)
 
-    def model_list(self) -> JSONResponse:
+    async def model_list(self) -> JSONResponse:
+        """The configured models, else the backends' (asked again while none is known: backends that were not up
+        when the gateway started)."""
+        if not self.models:
+            self.models = await self._backend_models()
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "owned_by": "semsched-gateway"} for name in self.models]})
 
@@ -581,6 +597,25 @@ def _tokens_in(line: str, so_far: int) -> int:
 def _usage_only(line: str) -> bool:
     event = _event(line)
     return event is not None and not event.get("choices") and event.get("usage") is not None
+
+
+def _error_of(line: str) -> tuple[int, dict[str, Any]] | None:
+    """The status and body of an SSE ``error`` event (vLLM's shape: ``{"error": {..., "code": 503}}``)."""
+    event = _event(line)
+    if event is None or not isinstance(event.get("error"), dict):
+        return None
+    code = event["error"].get("code")
+    status = code if isinstance(code, int) and 400 <= code <= 599 else 502
+    return status, event
+
+
+def _aborted(content: bytes) -> bool:
+    """A whole answer whose every choice was aborted before any text (an engine-side rejection)."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        choices = json.loads(content).get("choices") or []
+        return bool(choices) and all(c.get("finish_reason") == "abort" and not (
+            c.get("text") or (c.get("message") or {}).get("content")) for c in choices)
+    return False
 
 
 def _completion_tokens(content: bytes) -> int:
