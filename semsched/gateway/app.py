@@ -63,15 +63,15 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
         log.exception("request failed inside the gateway")
         return error_response(500, f"internal gateway error: {type(error).__name__}")
 
-    # The body parameters are for the OpenAPI schema: the handlers read and check the raw body themselves, so
-    # that unknown fields reach the backend untouched and every error names its field the same way.
+    # FastAPI parses and checks the body once (a bad field: 400 naming it, by the handler above); unknown fields
+    # are kept by the models and reach the backend as sent.
     @app.post("/v1/completions", responses={400: {}, 429: {}, 503: {}, 504: {}})
     async def completions(request: HttpRequest, body: CompletionBody = Body(None)) -> Response:  # noqa: B008
-        return await service.handle("completions", request)
+        return await service.handle(request, body)
 
     @app.post("/v1/chat/completions", responses={400: {}, 429: {}, 503: {}, 504: {}})
     async def chat(request: HttpRequest, body: ChatBody = Body(None)) -> Response:  # noqa: B008
-        return await service.handle("chat", request)
+        return await service.handle(request, body)
 
     @app.get("/v1/models")
     async def models() -> Response:

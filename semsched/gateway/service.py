@@ -1,7 +1,8 @@
 """One request's way through the gateway: identify, validate, classify, admit, dispatch, forward, account.
 
 :class:`Gateway` owns the parts (backend pool, dispatcher, admission, classifier, metrics, one shared
-``httpx.AsyncClient``) and :meth:`Gateway.handle` serves ``/v1/completions`` and ``/v1/chat/completions``:
+``aiohttp.ClientSession`` to the backends); :meth:`Gateway.handle` serves ``/v1/completions`` and
+``/v1/chat/completions``:
 
 1. tier and tenant from the API key or headers; the body checked (400 naming the field);
 2. the prompt classified (token count, urgency, output-length distribution), batched, never waited for past
@@ -32,11 +33,10 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
-from pydantic import ValidationError
+import aiohttp
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -65,8 +65,9 @@ log = logging.getLogger("semsched.gateway")
 #: is what vLLM answers for requests it drops while it shuts down or when its engine died)
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 #: errors of an attempt that mean the backend is unreachable or went away
-CONNECTION_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-                     httpx.WriteError, httpx.PoolTimeout)
+CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+DONE_LINE = "data: [DONE]"
+DONE_BYTES = b"data: [DONE]\n\n"
 
 
 class _Moved(Exception):
@@ -89,7 +90,9 @@ class Call:
     output_tokens: int = 0
     outcome: str = "error"
     finished: bool = False
-    moved: asyncio.Event = field(default_factory=asyncio.Event)
+    usage_tokens: int | None = None
+    moved: bool = False  # its backend left the pool before its first token
+    attempt: asyncio.Future[Any] | None = None
 
 
 class Gateway:
@@ -107,16 +110,17 @@ class Gateway:
         self.classifier = Classifier(config.classifier, self.metrics)
         self._ids = itertools.count()
         self._unstarted: dict[int, dict[str, Call]] = {b.index: {} for b in self.pool.backends}
-        self._client: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self.models: list[str] = list(config.models)
         for backend in self.pool.backends:
             self.metrics.backend_healthy.labels(backend.name).set(1)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-        timeout = httpx.Timeout(None, connect=self.config.routing.connect_timeout_s)
-        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+        # aiohttp forwards: here it costs a quarter of httpx's CPU per request (benchmarks/gateway_overhead.py)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.routing.connect_timeout_s)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         await self.classifier.start()
         await self.pool.start()
         for backend in self.pool.backends:
@@ -127,36 +131,40 @@ class Gateway:
     async def stop(self) -> None:
         await self.pool.stop()
         await self.classifier.stop()
-        if self._client is not None:
-            await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     async def _backend_models(self) -> list[str]:
-        assert self._client is not None
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=self.config.routing.health_timeout_s)
         for backend in self.pool.healthy():
-            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
-                response = await self._client.get(f"{backend.url}/v1/models", headers=_auth(backend),
-                                                  timeout=self.config.routing.health_timeout_s)
-                if response.status_code == 200:
-                    return [str(m["id"]) for m in response.json()["data"]]
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+                async with self._session.get(f"{backend.url}/v1/models", headers=_auth(backend),
+                                             timeout=timeout) as response:
+                    if response.status == 200:
+                        return [str(m["id"]) for m in (await response.json())["data"]]
         return []
 
     def _backend_changed(self, backend: Backend, healthy: bool) -> None:
         self.metrics.backend_healthy.labels(backend.name).set(int(healthy))
         if not healthy:
             for call in list(self._unstarted[backend.index].values()):
-                call.moved.set()
+                call.moved = True
+                if call.attempt is not None:
+                    call.attempt.cancel()
         self.dispatcher.pump()
 
     # ---- the request path ------------------------------------------------------------------------------------
-    async def handle(self, kind: str, http_request: HttpRequest) -> Response:
-        """Serve one ``completions`` or ``chat`` request."""
+    async def handle(self, http_request: HttpRequest, body: CompletionBody | ChatBody | None) -> Response:
+        """Serve one ``completions`` or ``chat`` request whose body FastAPI parsed and checked (None: no body)."""
         tier = self.config.default_tier
         arrival_s = self.now()  # latencies and the request's deadline count from here, classification included
         try:
             identity = identify(self.config, {k.lower(): v for k, v in http_request.headers.items()})
             tier = identity.tier
-            raw = await self._read_body(http_request)
-            call = await self._prepare(kind, raw, identity.tier, identity.tenant, arrival_s)
+            if body is None:
+                raise EdgeError(400, "body: a JSON object is required", param="body")
+            call = await self._prepare(body, identity.tier, identity.tenant, arrival_s)
         except EdgeError as error:
             self._refused(self.tier_label(tier), error.reason)
             return error.response()
@@ -168,34 +176,13 @@ class Gateway:
                              ).response()
         return await self._serve(call, http_request)
 
-    async def _read_body(self, http_request: HttpRequest) -> dict[str, Any]:
-        limit = self.config.admission.max_body_bytes
-        length = http_request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise EdgeError(413, f"body: at most {limit} bytes (got {length})", reason="too_large")
-        raw = await http_request.body()
-        if len(raw) > limit:
-            raise EdgeError(413, f"body: at most {limit} bytes (got {len(raw)})", reason="too_large")
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise EdgeError(400, f"body: not valid JSON ({error})") from None
-        if not isinstance(body, dict):
-            raise EdgeError(400, f"body: must be a JSON object (got {type(body).__name__})")
-        return body
-
-    async def _prepare(self, kind: str, raw: dict[str, Any], tier_name: str, tenant: str | None,
+    async def _prepare(self, body: CompletionBody | ChatBody, tier_name: str, tenant: str | None,
                        arrival_s: float) -> Call:
         tier = self._tiers.get(tier_name.lower())
         if tier is None:
             raise EdgeError(400, f"x-semsched-tier: unknown tier {tier_name!r}; known: "
                                  f"{', '.join(t.name for t in self.tiers)}", param="x-semsched-tier")
-        try:
-            body = ChatBody.model_validate(raw) if kind == "chat" else CompletionBody.model_validate(raw)
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
-            raise EdgeError(400, f"{where}: {first['msg']}", param=where) from None
+        raw = body.model_dump(mode="json", exclude_unset=True)  # the fields as sent, unknown ones included
         xargs = dict(body.vllm_xargs or {})
         if "tier" in xargs and str(xargs["tier"]).lower() != tier.name.lower():
             raise EdgeError(403, f"vllm_xargs.tier: the request's tier is {tier.name} (from its key or headers); "
@@ -260,7 +247,7 @@ class Gateway:
     async def _serve(self, call: Call, http_request: HttpRequest) -> Response:
         streaming_handed_over = False
         try:
-            response = await self._until_disconnect(self._attempts(call), http_request)
+            response = await self._until_disconnect(call, http_request)
             if response is None:
                 call.outcome = "cancelled"
                 return Response(status_code=499)
@@ -280,9 +267,9 @@ class Gateway:
             if not streaming_handed_over:
                 self._finish(call)
 
-    async def _until_disconnect(self, work: Awaitable[Response], http_request: HttpRequest) -> Response | None:
-        """``work``'s answer, or None (work cancelled) if the client goes away first."""
-        task = asyncio.ensure_future(work)
+    async def _until_disconnect(self, call: Call, http_request: HttpRequest) -> Response | None:
+        """The request's answer, or None (its work cancelled) if the client goes away first."""
+        task = asyncio.ensure_future(self._attempts(call))
         watcher = asyncio.ensure_future(_disconnected(http_request))
         try:
             done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -311,7 +298,7 @@ class Gateway:
                 backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried))
             call.backend = backend
             self._unstarted[backend.index][call.request.request_id] = call
-            call.moved.clear()
+            call.moved = False
             try:
                 async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
                     return await self._forward(call, backend)
@@ -344,53 +331,77 @@ class Gateway:
         return body
 
     async def _forward(self, call: Call, backend: Backend) -> Response:
-        assert self._client is not None
-        path = "/v1/chat/completions" if "messages" in call.body else "/v1/completions"
-        send = self._client.build_request("POST", backend.url + path, json=self._body_for(call, backend),
-                                          headers=_auth(backend))
-        upstream = await _race(self._client.send(send, stream=True), call.moved)
+        """One attempt at ``backend``. Everything up to the first token runs as one task, which
+        :meth:`_backend_changed` cancels if the backend leaves the pool meanwhile (then :class:`_Moved`)."""
+        attempt = asyncio.ensure_future(self._until_first_token(call, backend))
+        call.attempt = attempt
         try:
-            if upstream.status_code != 200:
-                content = await _race(upstream.aread(), call.moved)
-                if upstream.status_code in RETRY_STATUSES:
-                    raise _RetryStatus(upstream.status_code)
+            result = await attempt
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if call.moved and current is not None and not current.cancelling():
+                raise _Moved() from None
+            raise
+        finally:
+            call.attempt = None
+        if isinstance(result, Response):
+            return result
+        upstream, head = result
+        self._started(call, backend)
+        call.outcome = "streaming"
+        for line in head:
+            self._count_line(call, line)
+
+        async def close() -> None:
+            upstream.release()
+            if call.outcome == "streaming":  # the client left before the stream's end
+                call.outcome = "cancelled"
+            self._finish(call)
+
+        return _Relay(self._relay(call, upstream, head), close)
+
+    async def _until_first_token(self, call: Call, backend: Backend) -> Response | tuple[Any, list[str]]:
+        """The backend's whole answer, or an error answer, or (for a stream) the open response and its events
+        up to the first token."""
+        assert self._session is not None
+        path = "/v1/chat/completions" if "messages" in call.body else "/v1/completions"
+        upstream = await self._session.post(backend.url + path, json=self._body_for(call, backend),
+                                            headers=_auth(backend))
+        try:
+            if upstream.status != 200:
+                content = await upstream.read()
+                if upstream.status in RETRY_STATUSES:
+                    raise _RetryStatus(upstream.status)
                 call.outcome = "error"
-                return Response(content, status_code=upstream.status_code,
+                return Response(content, status_code=upstream.status,
                                 media_type=upstream.headers.get("content-type", "application/json"))
             if not call.stream:
-                content = await _race(upstream.aread(), call.moved)
+                content = await upstream.read()
                 self._started(call, backend)
                 call.output_tokens = _completion_tokens(content)
                 call.outcome = "rejected" if _aborted(content) else "ok"
                 return Response(content, media_type="application/json")
-            events = upstream.aiter_lines()
             head: list[str] = []
-            while True:  # buffer until the first token: until then the request may still move
-                line = await _race(anext(events), call.moved)
+            async for raw in upstream.content:  # buffer until the first token: until then the request may move
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if not line:
+                    continue
                 head.append(line)
-                if _is_token_event(line) or line.strip() == "data: [DONE]":
+                if line == DONE_LINE or _is_token_event(line):
                     break
-            refusal = _error_of(line)
+            else:
+                raise aiohttp.ServerDisconnectedError("the backend closed the stream before the first token")
+            refusal = _error_of(head[-1])
             if refusal is not None:  # refused before any token (e.g. semsched's scheduler shed it): a status
-                await upstream.aclose()
                 status, payload = refusal
                 if status in RETRY_STATUSES:
                     raise _RetryStatus(status)
                 call.outcome = "rejected" if status in (429, 503) else "error"
                 return JSONResponse(payload, status_code=status)
         except BaseException:
-            await upstream.aclose()
+            upstream.close()
             raise
-        self._started(call, backend)
-        call.outcome = "streaming"
-
-        async def close() -> None:
-            await upstream.aclose()
-            if call.outcome == "streaming":  # the client left before the stream's end
-                call.outcome = "cancelled"
-            self._finish(call)
-
-        return _Relay(self._relay(call, head, events), close)
+        return upstream, head
 
     def _started(self, call: Call, backend: Backend) -> None:
         now = self.now()
@@ -399,47 +410,63 @@ class Gateway:
         self.dispatcher.first_token(backend, call.request)
         self.admission.first_token(call.request, now)
 
-    async def _relay(self, call: Call, head: list[str], events: AsyncIterator[str]) -> AsyncIterator[bytes]:
-        """The client's stream: the buffered head, then every event as it comes; an explicit error event if the
-        backend's stream breaks or the deadline passes (accounting: :class:`_Relay`'s ``close``)."""
+    async def _relay(self, call: Call, upstream: Any, head: list[str]) -> AsyncIterator[bytes]:
+        """The client's stream: the buffered head, then every event as it comes, read to the end so that the
+        connection to the backend is kept for the next request; an explicit error event if the backend's stream
+        breaks or the deadline passes (accounting: :class:`_Relay`'s ``close``)."""
         try:
             for line in head:
-                out = self._relay_line(call, line)
+                out = self._relay_line(call, line, counted=True)
                 if out:
                     yield out
+            async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
+                async for raw in upstream.content:
+                    out = self._relay_line(call, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                    if out:
+                        yield out
             if call.outcome == "streaming":
-                async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
-                    async for line in events:
-                        out = self._relay_line(call, line)
-                        if out:
-                            yield out
-                        if call.outcome == "ok":
-                            break
-            if call.outcome == "streaming":
-                raise httpx.RemoteProtocolError("the backend's stream ended without [DONE]")
+                raise aiohttp.ClientPayloadError("the backend's stream ended without [DONE]")
         except TimeoutError:
             call.outcome = "timeout"
             yield _error_event(504, f"no end of stream within admission.request_timeout_s "
                                     f"({self.config.admission.request_timeout_s:g} s)")
-        except httpx.HTTPError as error:
-            call.outcome = "error"
-            backend = call.backend.name if call.backend else "backend"
-            yield _error_event(502, f"{backend} broke the stream after {call.output_tokens} tokens: "
-                                    f"{type(error).__name__}: {error}")
+        except (aiohttp.ClientError, OSError) as error:
+            if call.outcome != "ok":
+                call.outcome = "error"
+                backend = call.backend.name if call.backend else "backend"
+                yield _error_event(502, f"{backend} broke the stream after {call.output_tokens} tokens: "
+                                        f"{type(error).__name__}: {error}")
         except asyncio.CancelledError:
             if call.outcome == "streaming":
                 call.outcome = "cancelled"
             raise
 
-    def _relay_line(self, call: Call, line: str) -> bytes:
+    def _count_line(self, call: Call, line: str) -> None:
+        """Output tokens: the usage's count once it comes (the gateway asks for it), one per event till then.
+        Only a line that may carry the usage is parsed."""
+        if '"completion_tokens"' in line:
+            event = _event(line)
+            usage = event.get("usage") if event is not None else None
+            tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            if isinstance(tokens, int):
+                call.usage_tokens = tokens
+                call.output_tokens = tokens
+                return
+        if call.usage_tokens is None and line.startswith("data: {") and '"choices": []' not in line \
+                and '"choices":[]' not in line:
+            call.output_tokens += 1
+
+    def _relay_line(self, call: Call, line: str, *, counted: bool = False) -> bytes:
         """The bytes to send the client for one line of the backend's stream. The end, ``[DONE]``, marks the
         request served before it is sent: a client may hang up as soon as it reads it."""
-        if not line.strip():
+        if not line:
             return b""
-        if line.strip() == "data: [DONE]":
+        if line == DONE_LINE:
             call.outcome = "ok"
-        call.output_tokens = _tokens_in(line, call.output_tokens)
-        if not call.client_wants_usage and _usage_only(line):
+            return DONE_BYTES
+        if not counted:
+            self._count_line(call, line)
+        if not call.client_wants_usage and '"usage"' in line and _usage_only(line):
             return b""
         return (line + "\n\n").encode()
 
@@ -517,35 +544,10 @@ class _RetryStatus(Exception):
         self.status = status
 
 
-async def _race(work: Awaitable[Any], moved: asyncio.Event) -> Any:
-    """``work``'s result, unless ``moved`` is set first (then :class:`_Moved`; ``work`` is cancelled). The end of
-    an async iterator before the first token is a broken connection."""
-    task = asyncio.ensure_future(work)
-    if moved.is_set():
-        task.cancel()
-        raise _Moved()
-    waiter = asyncio.ensure_future(moved.wait())
-    try:
-        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    finally:
-        waiter.cancel()
-    if task in done:
-        try:
-            return task.result()
-        except StopAsyncIteration:
-            raise httpx.RemoteProtocolError("the backend closed the stream before the first token") from None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    raise _Moved()
-
-
 async def _disconnected(http_request: HttpRequest) -> None:
-    while not await http_request.is_disconnected():
-        await asyncio.sleep(0.2)
+    """Returns when the client hangs up (the body was read: the next ASGI message is the disconnect)."""
+    while (await http_request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _auth(backend: Backend) -> dict[str, str]:

@@ -6,11 +6,15 @@ import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 
 from semsched.core.tiers import DEFAULT_TIERS
+from semsched.vllm.xargs import parse_request_options
 from tests.fake_openai import fake_openai_app, running_app
 from tests.gateway.conftest import config_for, metric, serving, wait_for
 
@@ -40,7 +44,7 @@ def test_forwards_both_routes_streamed_and_not_with_tier_fields() -> None:
         premium = {t.name: t for t in DEFAULT_TIERS}["PREMIUM"]
         assert first["priority"] == premium.priority
         assert first["vllm_xargs"]["tier"] == "PREMIUM"
-        assert first["vllm_xargs"]["ttft_slo_ms"] == pytest.approx(premium.ttft_slo_s * 1000)
+        assert first["vllm_xargs"]["ttft_slo_ms"] == pytest.approx((premium.ttft_slo_s or 0) * 1000)
         assert second["vllm_xargs"]["tier"] == "STANDARD"  # the default tier
         assert second["stream_options"] == {"include_usage": True}
         assert metric(gateway, "semsched_gateway_requests_total", tier="PREMIUM", outcome="ok") == 1
@@ -89,7 +93,7 @@ def test_request_cannot_make_itself_more_important_than_its_tier() -> None:
 
 
 def test_priority_queue_serves_the_most_important_tier_first() -> None:
-    backend = fake_openai_app(first_token_delay_s=0.05)
+    backend = fake_openai_app(first_token_delay_s=0.4)  # the queue holds for about 2 s
     with running_app(backend) as url:
         config = config_for([url], backend={"max_inflight": 1})
         with serving(config) as gateway, ThreadPoolExecutor(8) as pool:
@@ -240,6 +244,9 @@ def test_classification_travels_to_the_backend_and_finished_requests_feed_the_hi
     # the third prompt was predicted from the two finished ones (5 and 9 output tokens)
     assert set(plain["predicted_lengths"]) <= {5, 9} and plain["predicted_lengths"]
     assert abs(sum(plain["predicted_probs"]) - 1) < 1e-6
+    for call in backend.state.calls:  # what semsched's vLLM scheduler will read, checked by its own validator
+        options = parse_request_options(call["priority"], call["vllm_xargs"])
+        assert options.tier == "STANDARD" and options.predicted_output is not None or call is not plain
 
 
 def test_client_urgency_and_prediction_win_over_the_classifier() -> None:
@@ -250,3 +257,45 @@ def test_client_urgency_and_prediction_win_over_the_classifier() -> None:
         assert httpx.post(f"{gateway}/v1/completions", json=body).status_code == 200
     sent = backend.state.calls[0]["vllm_xargs"]
     assert sent["urgency"] == 40 and sent["predicted_output_tokens"] == 12 and "predicted_lengths" not in sent
+
+
+def _refusing_backend(status: int) -> FastAPI:
+    """A server that refuses every stream with an SSE error event before any token (what semsched's vLLM
+    scheduler sends for a request it sheds) and every whole answer with ``finish_reason: abort``."""
+    app = fake_openai_app()
+
+    @app.middleware("http")
+    async def refuse(request: Request, call_next: Any) -> Response:
+        if request.url.path.startswith("/v1/") and request.method == "POST":
+            body = await request.json()
+            if body.get("stream"):
+                event = {"error": {"message": "semsched: rejected by tiered: shed", "code": status}}
+                return Response(f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n", media_type="text/event-stream")
+            return JSONResponse({"choices": [{"index": 0, "text": "", "finish_reason": "abort"}],
+                                 "usage": {"completion_tokens": 0}})
+        return await call_next(request)  # type: ignore[no-any-return]
+
+    return app
+
+
+def test_an_engine_refusal_before_any_token_reaches_the_client_as_its_status() -> None:
+    with running_app(_refusing_backend(429)) as url, serving(config_for([url])) as gateway:
+        streamed = httpx.post(f"{gateway}/v1/completions", json={**BODY, "stream": True})
+        assert streamed.status_code == 429 and "shed" in streamed.json()["error"]["message"]
+        whole = httpx.post(f"{gateway}/v1/completions", json=BODY)
+        assert whole.status_code == 200 and whole.json()["choices"][0]["finish_reason"] == "abort"
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", outcome="rejected") == 2)
+
+
+@pytest.mark.parametrize("router", ["go-routing", "min-load", "round-robin"])
+def test_every_router_spreads_a_burst_over_the_backends(router: str) -> None:
+    first, second = fake_openai_app(token_delay_s=0.01), fake_openai_app(token_delay_s=0.01)
+    config = {"routing": {"router": router}}
+    with running_app(first) as url0, running_app(second) as url1, \
+            serving(config_for([url0, url1], **config)) as gateway, ThreadPoolExecutor(8) as pool:
+        bodies = [{**BODY, "max_tokens": 8, "vllm_xargs": {"ttft_slo_ms": 2000}} for _ in range(16)]
+        statuses = list(pool.map(lambda b: httpx.post(f"{gateway}/v1/completions", json=b, timeout=30).status_code,
+                                 bodies))
+        assert statuses == [200] * 16
+        assert first.state.calls and second.state.calls
+        assert metric(gateway, "semsched_gateway_routed_total", router=router) == 16
