@@ -97,8 +97,8 @@ class Dispatcher:
 
     def _take(self, backend: Backend, request: Request, how: str) -> Backend:
         backend.inflight[request.request_id] = request
-        self.metrics.routed.labels(backend.name, self.router_name, how).inc()
-        self.metrics.backend_inflight.labels(backend.name).set(len(backend.inflight))
+        self.metrics.child(self.metrics.routed, backend.name, self.router_name, how).inc()
+        self.metrics.child(self.metrics.backend_inflight, backend.name).set(len(backend.inflight))
         return backend
 
     # ---- the public path -------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ class Dispatcher:
         """``request`` no longer occupies ``backend``; the freed slot goes to the queue's head."""
         backend.inflight.pop(request.request_id, None)
         backend.started.discard(request.request_id)
-        self.metrics.backend_inflight.labels(backend.name).set(len(backend.inflight))
+        self.metrics.child(self.metrics.backend_inflight, backend.name).set(len(backend.inflight))
         self.pump()
 
     def pump(self) -> None:
@@ -171,7 +171,7 @@ class Dispatcher:
 
     def _count(self, tier: str, delta: int) -> None:
         self.queued[tier] += delta
-        self.metrics.queue_depth.labels(tier).set(self.queued[tier])
+        self.metrics.child(self.metrics.queue_depth, tier).set(self.queued[tier])
 
     # ---- what the gateway learns -----------------------------------------------------------------------------
     def first_token(self, backend: Backend, request: Request) -> None:

@@ -8,6 +8,8 @@ the shed level, and classifier latency by stage.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
@@ -21,6 +23,7 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         p = "semsched_gateway_"
         self.requests = Counter(p + "requests", "requests answered, by tier and outcome "
@@ -53,3 +56,11 @@ class GatewayMetrics:
                                     ["stage"], buckets=CLASSIFIER_BUCKETS_S, registry=r)
         self.classifier_timeouts = Counter(p + "classifier_timeouts", "requests sent on without a "
                                            "classification (classifier too slow or failed)", registry=r)
+
+    def child(self, family: Any, *labels: str) -> Any:
+        """``family.labels(*labels)``, cached: the labelled child is looked up once per label set."""
+        key = (id(family), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = family.labels(*labels)
+        return found

@@ -113,7 +113,7 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self.models: list[str] = list(config.models)
         for backend in self.pool.backends:
-            self.metrics.backend_healthy.labels(backend.name).set(1)
+            self.metrics.child(self.metrics.backend_healthy, backend.name).set(1)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,7 +124,7 @@ class Gateway:
         await self.classifier.start()
         await self.pool.start()
         for backend in self.pool.backends:
-            self.metrics.backend_healthy.labels(backend.name).set(int(backend.healthy))
+            self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(backend.healthy))
         if not self.models:
             self.models = await self._backend_models()
 
@@ -146,7 +146,7 @@ class Gateway:
         return []
 
     def _backend_changed(self, backend: Backend, healthy: bool) -> None:
-        self.metrics.backend_healthy.labels(backend.name).set(int(healthy))
+        self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(healthy))
         if not healthy:
             for call in list(self._unstarted[backend.index].values()):
                 call.moved = True
@@ -240,8 +240,8 @@ class Gateway:
         return tier.name if tier is not None else "unknown"
 
     def _refused(self, tier: str, reason: str) -> None:
-        self.metrics.rejections.labels(tier, reason).inc()
-        self.metrics.requests.labels(tier, "rejected").inc()
+        self.metrics.child(self.metrics.rejections, tier, reason).inc()
+        self.metrics.child(self.metrics.requests, tier, "rejected").inc()
 
     # ---- dispatch and forwarding -----------------------------------------------------------------------------
     async def _serve(self, call: Call, http_request: HttpRequest) -> Response:
@@ -256,7 +256,7 @@ class Gateway:
             return response
         except DispatchRefused as refused:
             call.outcome = "rejected"
-            self.metrics.rejections.labels(call.tier, refused.reason).inc()
+            self.metrics.child(self.metrics.rejections, call.tier, refused.reason).inc()
             return EdgeError(refused.status, refused.message, reason=refused.reason,
                              retry_after_s=self.config.admission.retry_after_s).response()
         except TimeoutError:
@@ -312,7 +312,7 @@ class Gateway:
                 last_error = f"{backend.name} answered {retry.status}"
             self._unstarted[backend.index].pop(call.request.request_id, None)
             tried.add(backend.index)
-            self.metrics.rerouted.labels(backend.name, cause).inc()
+            self.metrics.child(self.metrics.rerouted, backend.name, cause).inc()
             call.backend = None
             self.dispatcher.release(backend, call.request)
             log.info("request %s moved off %s (%s), attempt %d", call.request.request_id, backend.name, cause,
@@ -419,11 +419,21 @@ class Gateway:
                 out = self._relay_line(call, line, counted=True)
                 if out:
                     yield out
+            pending = b""
             async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
-                async for raw in upstream.content:
-                    out = self._relay_line(call, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                async for chunk in upstream.content.iter_any():  # whatever arrived: events go on in bulk
+                    pending += chunk
+                    end = pending.rfind(b"\n\n")
+                    if end < 0:
+                        continue
+                    block, pending = pending[:end + 2], pending[end + 2:]
+                    out = self._relay_block(call, block)
                     if out:
                         yield out
+            if pending.strip():
+                out = self._relay_block(call, pending)
+                if out:
+                    yield out
             if call.outcome == "streaming":
                 raise aiohttp.ClientPayloadError("the backend's stream ended without [DONE]")
         except TimeoutError:
@@ -440,6 +450,17 @@ class Gateway:
             if call.outcome == "streaming":
                 call.outcome = "cancelled"
             raise
+
+    def _relay_block(self, call: Call, block: bytes) -> bytes:
+        """Whole events as they came; only a block that may hold the end, the usage or an event to leave out is
+        taken apart line by line."""
+        if b"[DONE]" in block or b'"completion_tokens"' in block or (
+                not call.client_wants_usage and b'"usage"' in block):
+            lines = block.decode("utf-8", errors="replace").split("\n")
+            return b"".join(self._relay_line(call, line.rstrip("\r")) for line in lines)
+        if call.usage_tokens is None:
+            call.output_tokens += block.count(b"data: {")
+        return block
 
     def _count_line(self, call: Call, line: str) -> None:
         """Output tokens: the usage's count once it comes (the gateway asks for it), one per event till then.
@@ -483,7 +504,7 @@ class Gateway:
             self.dispatcher.release(call.backend, request)
             call.backend = None
         self.admission.finished(request, call.output_tokens, now)
-        self.metrics.requests.labels(tier, call.outcome).inc()
+        self.metrics.child(self.metrics.requests, tier, call.outcome).inc()
         ok = call.outcome == "ok"
         ttft = None if call.first_token_s is None else call.first_token_s - request.arrival_time_s
         e2e = now - request.arrival_time_s
@@ -491,17 +512,17 @@ class Gateway:
         if ok and call.first_token_s is not None and call.output_tokens >= 2:
             tpot = (now - call.first_token_s) / (call.output_tokens - 1)
         if ttft is not None:
-            self.metrics.ttft.labels(tier).observe(ttft)
+            self.metrics.child(self.metrics.ttft, tier).observe(ttft)
         if tpot is not None:
-            self.metrics.tpot.labels(tier).observe(tpot)
+            self.metrics.child(self.metrics.tpot, tier).observe(tpot)
         if ok:
-            self.metrics.e2e.labels(tier).observe(e2e)
+            self.metrics.child(self.metrics.e2e, tier).observe(e2e)
         for metric, observed, target in (("ttft", ttft, request.ttft_slo_s), ("tpot", tpot, request.tpot_slo_s),
                                          ("e2e", e2e if ok else None, request.e2e_slo_s)):
             if target is None or (metric == "tpot" and ok and tpot is None):
                 continue
             met = ok and observed is not None and observed <= target
-            self.metrics.slo.labels(tier, metric, "met" if met else "missed").inc()
+            self.metrics.child(self.metrics.slo, tier, metric, "met" if met else "missed").inc()
         if ok and call.text:
             self.classifier.observe(call.text, request.prompt_tokens, call.output_tokens)
         self.metrics.shed_level.set(self.admission.shed_level)
