@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Body, FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +27,41 @@ from semsched.gateway.config import GatewayConfig
 from semsched.gateway.service import Gateway
 
 log = logging.getLogger("semsched.gateway")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Pure ASGI middleware: a body over ``limit`` bytes is refused, 413 when its ``content-length`` says so at
+    once, else when the bytes read pass the limit (FastAPI then answers 400: the body could not be read)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                response = error_response(413, f"body: at most {self.limit} bytes (got {int(value)})",
+                                          param="body")
+                await response(scope, receive, send)
+                return
+        received = 0
+
+        async def limited() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _TooLarge(f"body: more than {self.limit} bytes")
+            return message
+
+        await self.app(scope, limited, send)
 
 
 def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI:
@@ -43,6 +79,7 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
     app = FastAPI(title="semsched gateway", version="1", lifespan=lifespan,
                   description="OpenAI-compatible front door: classification, admission, routing (semsched)")
     app.state.gateway = service
+    app.add_middleware(BodyLimit, limit=config.admission.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: HttpRequest, error: RequestValidationError) -> Response:

@@ -299,3 +299,12 @@ def test_every_router_spreads_a_burst_over_the_backends(router: str) -> None:
         assert statuses == [200] * 16
         assert first.state.calls and second.state.calls
         assert metric(gateway, "semsched_gateway_routed_total", router=router) == 16
+
+
+def test_a_body_over_the_limit_is_413() -> None:
+    backend = fake_openai_app()
+    with running_app(backend) as url, serving(config_for([url], admission={"max_body_bytes": 1024})) as gateway:
+        answer = httpx.post(f"{gateway}/v1/completions", json={**BODY, "prompt": "x" * 2000})
+        assert answer.status_code == 413 and answer.json()["error"]["param"] == "body"
+        assert httpx.post(f"{gateway}/v1/completions", json=BODY).status_code == 200
+    assert len(backend.state.calls) == 1
