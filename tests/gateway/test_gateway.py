@@ -308,3 +308,17 @@ def test_a_body_over_the_limit_is_413() -> None:
         assert answer.status_code == 413 and answer.json()["error"]["param"] == "body"
         assert httpx.post(f"{gateway}/v1/completions", json=BODY).status_code == 200
     assert len(backend.state.calls) == 1
+
+
+def test_a_request_past_its_timeout_gets_504_or_an_error_event_and_frees_its_slot() -> None:
+    backend = fake_openai_app(first_token_delay_s=5)
+    with running_app(backend) as url, serving(config_for([url], admission={"request_timeout_s": 0.5})) as gateway:
+        whole = httpx.post(f"{gateway}/v1/completions", json=BODY, timeout=30)
+        assert whole.status_code == 504 and "request_timeout_s" in whole.json()["error"]["message"]
+        backend.state.first_token_delay_s, backend.state.token_delay_s = 0.0, 0.2
+        with httpx.stream("POST", f"{gateway}/v1/completions", json={**BODY, "max_tokens": 50, "stream": True},
+                          timeout=30) as streamed:
+            events = _events(streamed)
+        assert streamed.status_code == 200 and "request_timeout_s" in events[-2] and events[-1] == "data: [DONE]"
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", outcome="timeout") == 2)
+        assert httpx.get(f"{gateway}/health").json()["backends"]["b0"]["inflight"] == 0
