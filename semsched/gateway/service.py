@@ -314,6 +314,7 @@ class Gateway:
             tried.add(backend.index)
             self.metrics.child(self.metrics.rerouted, backend.name, cause).inc()
             call.backend = None
+            self.dispatcher.finished(backend, call.request)  # off that backend's books (cost-aware routers)
             self.dispatcher.release(backend, call.request)
             log.info("request %s moved off %s (%s), attempt %d", call.request.request_id, backend.name, cause,
                      attempt + 1)

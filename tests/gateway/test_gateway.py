@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from semsched.core.tiers import DEFAULT_TIERS
+from semsched.gateway.app import create_app
 from semsched.vllm.xargs import parse_request_options
 from tests.fake_openai import fake_openai_app, running_app
 from tests.gateway.conftest import config_for, metric, serving, wait_for
@@ -322,3 +323,19 @@ def test_a_request_past_its_timeout_gets_504_or_an_error_event_and_frees_its_slo
         assert streamed.status_code == 200 and "request_timeout_s" in events[-2] and events[-1] == "data: [DONE]"
         wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", outcome="timeout") == 2)
         assert httpx.get(f"{gateway}/health").json()["backends"]["b0"]["inflight"] == 0
+
+
+@pytest.mark.parametrize("router", ["min-load", "go-routing"])
+def test_requests_moved_off_a_failing_backend_leave_the_routers_books(router: str) -> None:
+    failing, backend = fake_openai_app(status_code=503), fake_openai_app()  # healthy, but answers 503
+    with running_app(failing) as bad_url, running_app(backend) as url:
+        app = create_app(config_for([bad_url, url], routing={"router": router}))
+        with running_app(app) as gateway:
+            long_prompt = {**BODY, "prompt": "word " * 2000}  # priced long: its book entry outlives the retry
+            for _ in range(6):
+                assert httpx.post(f"{gateway}/v1/completions", json=long_prompt, timeout=30).status_code == 200
+            books = app.state.gateway.dispatcher.router
+            assert failing.state.calls  # some requests went there first
+            assert not books.queue(0).queued and not books.queue(0).decoding
+            assert not books.queue(1).queued and not books.queue(1).decoding
+    assert len(backend.state.calls) == 6
