@@ -69,9 +69,11 @@ def test_inner_packages_import_only_what_they_may(package: str, allowed: tuple[s
     assert violations(package, allowed=allowed) == []
 
 
-GATEWAY_ALLOWED = ("numpy", "yaml", "httpx", "fastapi", "starlette", "pydantic", "prometheus_client", "uvicorn",
-                   "tokenizers", "semsched.core", "semsched.policies", "semsched.latency", "semsched.predict",
-                   "semsched.sim.router", "semsched.vllm.xargs", "semsched.gateway")
+GATEWAY_ALLOWED = (
+    "numpy", "yaml", "aiohttp", "httpx", "fastapi", "starlette", "pydantic", "prometheus_client", "uvicorn",
+    "tokenizers", "semsched.core", "semsched.policies", "semsched.latency", "semsched.predict",
+    "semsched.sim.router", "semsched.vllm.xargs", "semsched.gateway",
+)
 
 
 def test_gateway_imports_no_simulator_engine_lab_or_experiment() -> None:
