@@ -175,6 +175,9 @@ class Request:
     ready_time_s: float | None = None
     #: who sent the request (a user, tenant or API key), for per-client fairness (``vtc``); None: unknown
     client: str | None = None
+    #: speculative decoding (seed 004): how many tokens each verification round of this request emitted in a
+    #: real run (a Spec-Bench log), replayed by the simulator; None: the simulator's acceptance model decides
+    accept_lengths: tuple[int, ...] | None = None
 
     # progress, owned by the scheduler
     state: RequestState = RequestState.WAITING
@@ -225,6 +228,8 @@ class Request:
                 f"client: must be a non-empty string of at most {MAX_CLIENT_CHARS} characters or None "
                 f"(got {self.client!r:.80})"
             )
+        if self.accept_lengths is not None:
+            self.accept_lengths = _checked_accept_lengths(self.accept_lengths)
         # read on the hot path every step, so computed once (the fields it derives from never change)
         self.target_output_tokens = self._target_output_tokens()
 
@@ -297,6 +302,19 @@ class Request:
             ranges[-1][1] = first_step + count
         else:
             ranges.append([first_step, first_step + count])
+
+
+def _checked_accept_lengths(values: object) -> tuple[int, ...]:
+    """A non-empty tuple of integers >= 1 (tokens per verification round), or an error naming the field."""
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise InvalidRequestError(f"accept_lengths: must be a sequence of integers >= 1 (got {values!r:.80})")
+    lengths = tuple(values)
+    if not lengths:
+        raise InvalidRequestError("accept_lengths: must hold at least one round (got an empty sequence)")
+    for k, value in enumerate(lengths):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise InvalidRequestError(f"accept_lengths[{k}]: must be an integer >= 1 (got {value!r})")
+    return tuple(int(v) for v in lengths)
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

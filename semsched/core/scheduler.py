@@ -541,8 +541,12 @@ class Scheduler:
                 )
             count = min(accepted, request.target_output_tokens - request.num_output_tokens)
             request.num_computed_tokens += count
+            # the round's tokens share one emission time (one timeline step each); on_tokens hears of them together
+            request.num_output_tokens += count
             for _ in range(count):
-                self._emit(request, step_index, 1, result.end_time_s)
+                request.record_tokens(self.timeline, step_index, 1)
+            if self._on_tokens is not None:
+                self._on_tokens(request, count, result.end_time_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
 

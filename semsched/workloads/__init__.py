@@ -44,6 +44,7 @@ from semsched.workloads.registry import (
     parse_workload_spec,
     register_workload,
 )
+from semsched.workloads.spec_bench import MbppSpecConfig, SpecBenchConfig  # registers them
 from semsched.workloads.tiers import assign_tiers, tiers_from_column
 from semsched.workloads.traces import (
     MAX_LENGTH_TOKENS,
@@ -74,9 +75,11 @@ __all__ = [
     "LengthSampler",
     "LoadReport",
     "MAX_LENGTH_TOKENS",
+    "MbppSpecConfig",
     "MixedConfig",
     "MtBenchConfig",
     "QuantileLengths",
+    "SpecBenchConfig",
     "TierError",
     "TierSpec",
     "TraceFormatError",

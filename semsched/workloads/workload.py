@@ -39,7 +39,9 @@ class Workload:
     believes, 0 = most urgent; possibly a prediction), ``urgency_true`` (the true level beside a believed one;
     only with ``urgency``), both integers >= 0; ``predicted_length`` (a point prediction of the output tokens,
     >= 1); ``prompt_text`` (the prompt itself); ``client`` (who sent each request, a non-empty string of at most
-    :data:`~semsched.core.request.MAX_CLIENT_CHARS` characters; per-client fairness, ``vtc``).
+    :data:`~semsched.core.request.MAX_CLIENT_CHARS` characters; per-client fairness, ``vtc``); ``accept_lengths``
+    (speculative decoding, seed 004: the tokens each verification round of a logged run emitted, per request,
+    None for a request without a log).
     """
 
     name: str
@@ -54,6 +56,7 @@ class Workload:
     predicted_length: IntArray | None = None
     prompt_text: tuple[str, ...] | None = None
     client: tuple[str, ...] | None = None
+    accept_lengths: tuple[tuple[int, ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float))
@@ -120,6 +123,26 @@ class Workload:
             object.__setattr__(self, "prompt_text", texts)
         if self.client is not None:
             object.__setattr__(self, "client", self._checked_clients(tuple(self.client)))
+        if self.accept_lengths is not None:
+            object.__setattr__(self, "accept_lengths", self._checked_accept_lengths(tuple(self.accept_lengths)))
+
+    def _checked_accept_lengths(
+        self, logs: tuple[Sequence[int] | None, ...]
+    ) -> tuple[tuple[int, ...] | None, ...]:
+        self._check_size("accept_lengths", len(logs))
+        checked: list[tuple[int, ...] | None] = []
+        for i, rounds in enumerate(logs):
+            if rounds is None:
+                checked.append(None)
+                continue
+            values = tuple(rounds)
+            if not values:
+                raise WorkloadError(f"accept_lengths[{i}]: must hold at least one round (got none)")
+            for k, value in enumerate(values):
+                if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                    raise WorkloadError(f"accept_lengths[{i}][{k}]: must be an integer >= 1 (got {value!r})")
+            checked.append(tuple(int(v) for v in values))
+        return tuple(checked)
 
     def _checked_clients(self, clients: tuple[str, ...]) -> tuple[str, ...]:
         self._check_size("client", len(clients))
@@ -214,6 +237,7 @@ class Workload:
             ),
             prompt_text=None if self.prompt_text is None else self.prompt_text[i],
             client=None if self.client is None else self.client[i],
+            accept_lengths=None if self.accept_lengths is None else self.accept_lengths[i],
         )
 
     # ---- derived workloads -------------------------------------------------------------------------------
@@ -282,6 +306,14 @@ class Workload:
         """A copy with who sent each request (None: no clients)."""
         return dataclasses.replace(self, client=None if client is None else tuple(client))
 
+    def with_accept_lengths(self, accept_lengths: Sequence[Sequence[int] | None] | None) -> Workload:
+        """A copy with each request's logged speculative-decoding rounds (tokens per round; None for a request
+        without a log, or for none at all)."""
+        values = None if accept_lengths is None else tuple(
+            None if rounds is None else tuple(int(v) for v in rounds) for rounds in accept_lengths
+        )
+        return dataclasses.replace(self, accept_lengths=values)
+
     def with_name(self, name: str) -> Workload:
         """A copy with a new name."""
         return dataclasses.replace(self, name=name)
@@ -299,6 +331,9 @@ class Workload:
             predicted_length=_taken(self.predicted_length, index),
             prompt_text=None if self.prompt_text is None else tuple(self.prompt_text[int(i)] for i in index),
             client=None if self.client is None else tuple(self.client[int(i)] for i in index),
+            accept_lengths=None if self.accept_lengths is None else tuple(
+                self.accept_lengths[int(i)] for i in index
+            ),
         )
 
 
