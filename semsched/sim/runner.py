@@ -7,6 +7,7 @@ same latency profile.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency import load_profile_info
+from semsched.latency.base import LatencyModel
+from semsched.latency.profiles import EngineOverheads
 from semsched.metrics import Summary, TDGWeights, summarize
 from semsched.metrics.series import DEFAULT_BIN_S, MonitoringSeries, monitoring_series
 from semsched.policies import make_policy
@@ -30,6 +33,7 @@ from semsched.sim.prediction import (
     start_prediction,
 )
 from semsched.sim.router import RouterContext, make_router
+from semsched.sim.speculative import SpeculationSpec, SpeculativeExecutor
 from semsched.workloads import Workload
 
 DEFAULT_PROFILE = "a100-qwen1.5-4b"
@@ -58,6 +62,9 @@ class ClusterSpec:
     ground_truth: GroundTruth | None = None
     #: a PD-disaggregated cluster (prefill and decode pools, the KV link); None: co-located
     pd: PDSpec | None = None
+    #: speculative decoding on every instance (seed 004: the drafting method, its costs, the acceptance model of
+    #: requests without a log); the scheduler reserves ``draft_tokens`` lookahead slots per decode. None: off
+    speculation: SpeculationSpec | None = None
 
     def __post_init__(self) -> None:
         if self.num_instances < 1:
@@ -68,6 +75,18 @@ class ClusterSpec:
                 f"pd.num_decode_instances = {self.pd.num_instances} instances; got {self.num_instances})"
             )
         make_router(self.router)  # an unknown name or a bad parameter fails here, before anything runs
+        if self.speculation is not None:
+            if self.pd is not None:
+                raise ValueError("speculation: not simulated on a PD-disaggregated cluster (leave pd or it out)")
+            lookahead = self.scheduler.num_lookahead_tokens
+            if lookahead not in (0, self.speculation.draft_tokens):
+                raise ValueError(
+                    f"scheduler.num_lookahead_tokens: {lookahead} differs from speculation.draft_tokens "
+                    f"{self.speculation.draft_tokens} (leave it 0: the speculation sets it)"
+                )
+            object.__setattr__(self, "scheduler", dataclasses.replace(
+                self.scheduler, num_lookahead_tokens=self.speculation.draft_tokens
+            ))
         length = self.length_predictor
         if self.predictor is not None and length is not None and length.latency_s is not None:
             raise LengthPredictionError(
@@ -108,11 +127,7 @@ def build_simulation(
     instances = [
         Instance(
             Scheduler(cluster.scheduler, make_policy(policy)),
-            executor=ModelExecutor(
-                latency,
-                overheads=info.overheads,
-                truth=None if cluster.ground_truth is None else cluster.ground_truth.sampler(index),
-            ),
+            executor=_executor(cluster, latency, info.overheads, index),
         )
         for index in range(count)
     ]
@@ -129,6 +144,15 @@ def build_simulation(
         on_finish=None if prediction is None else prediction.finished,
         disaggregation=None if cluster.pd is None else cluster.pd.disaggregation(),
     )
+
+
+def _executor(
+    cluster: ClusterSpec, latency: LatencyModel, overheads: EngineOverheads, index: int
+) -> ModelExecutor:
+    truth = None if cluster.ground_truth is None else cluster.ground_truth.sampler(index)
+    if cluster.speculation is not None:
+        return SpeculativeExecutor(latency, cluster.speculation, overheads=overheads, truth=truth)
+    return ModelExecutor(latency, overheads=overheads, truth=truth)
 
 
 def prepare_requests(requests: list[Request], cluster: ClusterSpec) -> OnlinePrediction | None:

@@ -1,0 +1,248 @@
+"""Speculative decoding in the simulated engine (seed 004): what a verification round yields and what it costs.
+
+Every decode of a speculative engine is one *round*: a draft model proposes up to ``n`` tokens
+(:attr:`SpeculationSpec.draft_tokens`, also the KV slots the scheduler reserves per decode: vLLM's
+``num_lookahead_tokens``), then the target model verifies them in one pass and keeps the accepted prefix plus one
+token of its own. A round emits 1 to ``n + 1`` tokens.
+
+**Yield.** A request that carries a real log (``Request.accept_lengths``, from a Spec-Bench answer file:
+:mod:`semsched.workloads.spec_bench`) replays it round by round, exactly. The prompt's prefill emits the first
+token (the engine's rule); round ``k`` then emits ``accept_lengths[k]`` tokens and the request stops at its logged
+output length, so it emits exactly the logged number of tokens. It needs as many rounds as the log has steps,
+except when the log's last step yielded a single token: in the authors' loop that step only appended the bonus
+token the step before had already produced (the loop checks for the end of text before appending it), so a
+streaming engine is done one round earlier. A request without a log draws its rounds from a fitted stochastic
+model (:class:`~semsched.sim.acceptance.FittedAcceptance`: a per-request acceptance rate drawn from the logs'
+distribution, autocorrelated from round to round), from a generator seeded by the spec's seed and the request id,
+so every policy of a comparison sees the same acceptance for the same request.
+
+**Cost.** For a step whose decodes have context lengths ``c_i`` (``B`` of them) the engine time is
+
+* the target's verification pass: the latency model's decode step for the batch (weights read once, attention
+  over ``Σ c_i``) plus the compute of the ``n`` draft tokens each decode carries, priced as a prefill chunk of
+  ``d`` tokens per request, ``d`` the round's drafts (below; so verification grows with the batch: ``B·d`` more
+  tokens to compute; their attention over the context is left in the decode part, a small term for a 7B model),
+* the draft phase: ``d`` draft steps of ``draft_cost`` × the target's decode step for the same batch (a draft
+  model's step scales with the batch as the target's does); ``d = n`` for a drafter of fixed length (EAGLE's tree
+  depth), the batch's longest draft ``max_i min(yield_i, n)`` for an adaptive drafter that stops at its first
+  unlikely token (the 68M draft model under Hugging Face's assisted generation),
+* ``round_overhead`` × the target's decode step (per-round work outside both models),
+* prefill chunks and swap traffic as in any step.
+
+:func:`speculation_preset` holds the two drafting methods of the Spec-Bench logs, with the ratios fitted to the
+logs' own wall times (see the function). ``T_SSM`` and ``T_LLM`` of the paper's eq. 6 are, per round at batch 1,
+``draft_cost`` × decode and decode + verification extra.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from semsched.core.errors import SemschedError
+from semsched.core.plan import BatchPlan, StepResult
+from semsched.core.request import Request
+from semsched.latency.base import LatencyModel
+from semsched.sim.acceptance import FittedAcceptance
+from semsched.sim.executor import ModelExecutor, SimulationError
+
+
+class SpeculationError(SemschedError):
+    """Bad speculative-decoding settings: the message names the field and its limits."""
+
+
+@dataclass(frozen=True)
+class SpeculationSpec:
+    """One drafting method on one engine: see the module docstring for what each number costs."""
+
+    #: name shown in reports (``eagle``, ``sps-68m``, ...)
+    method: str
+    #: drafts proposed per round at most (n); the scheduler reserves that many lookahead slots per decode
+    draft_tokens: int
+    #: one draft step's time as a fraction of the target's decode step at the same batch and context
+    draft_cost: float
+    #: per-round time outside both models, as a fraction of the target's decode step
+    round_overhead: float = 0.0
+    #: True: a round drafts only as far as its batch's longest accepted run plus the rejected token
+    adaptive: bool = False
+    #: the acceptance model of requests without a log (None: such a request is an error)
+    fallback: FittedAcceptance | None = field(default=None, compare=False)
+    #: seeds the fallback's draws (with each request id)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, str) or not self.method:
+            raise SpeculationError(f"method: must be a non-empty name (got {self.method!r})")
+        n = self.draft_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+            raise SpeculationError(f"draft_tokens: must be an integer from 1 to 64 (got {n!r})")
+        for name in ("draft_cost", "round_overhead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 100:
+                raise SpeculationError(f"{name}: must be a number from 0 to 100 (got {value!r})")
+        if self.fallback is not None:
+            if not isinstance(self.fallback, FittedAcceptance):
+                raise SpeculationError(f"fallback: must be a FittedAcceptance or None (got {self.fallback!r:.80})")
+            if self.fallback.draft_tokens > n:
+                raise SpeculationError(
+                    f"fallback: fitted for {self.fallback.draft_tokens} drafts per round, more than "
+                    f"draft_tokens = {n}"
+                )
+
+    def check_log(self, request: Request) -> None:
+        """A request's log must fit the engine: no round may yield more than ``draft_tokens + 1``."""
+        rounds = request.accept_lengths
+        if rounds is None:
+            if self.fallback is None:
+                raise SpeculationError(
+                    f"request {request.request_id}: no accept_lengths and the speculation {self.method!r} has no "
+                    "fallback acceptance model"
+                )
+            return
+        largest = max(rounds)
+        if largest > self.draft_tokens + 1:
+            raise SpeculationError(
+                f"request {request.request_id}: accept_lengths holds a round of {largest} tokens, more than "
+                f"draft_tokens + 1 = {self.draft_tokens + 1} ({self.method!r})"
+            )
+
+
+def speculation_preset(name: str, fallback: FittedAcceptance | None = None, *, seed: int = 0) -> SpeculationSpec:
+    """The drafting methods of the Spec-Bench logs (vicuna-7b-v1.3 target, greedy).
+
+    Fitted to the logs' wall times by least squares (``wall = a·steps + b·tokens`` over every turn): the plain
+    target takes 19.5 ms per token (one decode); an EAGLE round 28.8 ms whatever it yields (a fixed-depth draft
+    tree, depth 5: at most 6 tokens), 1.44 decodes at the log's mean yield, so with verification at
+    1 + 5·α2/γ2 ≈ 1.06 decodes (the profile's compute of 5 draft tokens) a draft step costs ≈ 0.077 decodes;
+    a round of the 68M draft model costs 22.1 ms + 3.0 ms per token it yields (an adaptive drafter, up to 20
+    drafts: at most 21 tokens), i.e. 1.13 decodes + 0.156 per yielded token, so one draft step ≈ 0.145 decodes
+    (0.156 less its verification compute) and the rest of a round 0.13 decodes. ``tests/sim/test_speculative.py``
+    refits these from the logs.
+    """
+    presets = {
+        "eagle": {"draft_tokens": 5, "draft_cost": 0.077, "round_overhead": 0.0, "adaptive": False},
+        "sps-68m": {"draft_tokens": 20, "draft_cost": 0.145, "round_overhead": 0.13, "adaptive": True},
+    }
+    if name not in presets:
+        raise SpeculationError(f"speculation: unknown method {name!r} (known: {', '.join(sorted(presets))})")
+    settings = presets[name]
+    return SpeculationSpec(
+        method=name,
+        draft_tokens=int(settings["draft_tokens"]),
+        draft_cost=float(settings["draft_cost"]),
+        round_overhead=float(settings["round_overhead"]),
+        adaptive=bool(settings["adaptive"]),
+        fallback=fallback,
+        seed=seed,
+    )
+
+
+class _Rounds:
+    """One request's acceptance process: its yields in order and how many rounds it has run."""
+
+    __slots__ = ("yields", "position")
+
+    def __init__(self, yields: tuple[int, ...]) -> None:
+        self.yields = yields
+        self.position = 0
+
+
+class SpeculativeExecutor(ModelExecutor):
+    """A :class:`ModelExecutor` whose decodes are speculative rounds (module docstring): each step draws every
+    decode's yield, then prices the step with it. Fast-forward is off (each round's yield differs)."""
+
+    def __init__(self, latency: LatencyModel, speculation: SpeculationSpec, **kwargs: object) -> None:
+        super().__init__(latency, **kwargs)  # type: ignore[arg-type]
+        if not isinstance(speculation, SpeculationSpec):
+            raise TypeError(f"speculation: expected SpeculationSpec, got {type(speculation).__name__}")
+        self.speculation = speculation
+        self._rounds: dict[str, _Rounds] = {}
+
+    # ---- yields ------------------------------------------------------------------------------------------
+    def _process(self, request: Request) -> _Rounds:
+        process = self._rounds.get(request.request_id)
+        if process is None:
+            process = self._rounds[request.request_id] = _Rounds(self._yields_of(request))
+        return process
+
+    def _yields_of(self, request: Request) -> tuple[int, ...]:
+        spec = self.speculation
+        spec.check_log(request)
+        if request.accept_lengths is not None:
+            return request.accept_lengths
+        assert spec.fallback is not None  # check_log
+        rng = np.random.default_rng([spec.seed, zlib.crc32(request.request_id.encode())])
+        return spec.fallback.rounds(rng, max(1, request.target_output_tokens))
+
+    def rounds_run(self, request_id: str) -> int:
+        """Verification rounds ``request_id`` has run on this engine (0 if none)."""
+        process = self._rounds.get(request_id)
+        return 0 if process is None else process.position
+
+    def yields_drawn(self, request_id: str) -> tuple[int, ...]:
+        """The yields ``request_id``'s rounds have drawn so far (its log or its fallback draws)."""
+        process = self._rounds.get(request_id)
+        return () if process is None else process.yields[: process.position]
+
+    def _draw(self, plan: BatchPlan) -> dict[str, int]:
+        limit = self.speculation.draft_tokens + 1
+        drawn: dict[str, int] = {}
+        for request in plan.decode:
+            process = self._process(request)
+            if process.position < len(process.yields):
+                value = process.yields[process.position]
+            else:  # the log ran out before the request's end (a longer output than logged): no drafts accepted
+                value = 1
+            process.position += 1
+            drawn[request.request_id] = min(value, limit)
+        return drawn
+
+    # ---- cost --------------------------------------------------------------------------------------------
+    def round_time_s(self, plan: BatchPlan, yields: dict[str, int]) -> float:
+        """Engine time of ``plan`` with the decodes' yields known (swap traffic included, overheads excluded)."""
+        latency, spec = self.latency, self.speculation
+        prefill = [(c.num_tokens, c.context_tokens) for c in plan.prefill]
+        num_decode = len(plan.decode)
+        drafts = 0
+        if num_decode:
+            if spec.adaptive:
+                drafts = max(min(value, spec.draft_tokens) for value in yields.values())
+            else:
+                drafts = spec.draft_tokens
+            prefill += [(drafts, 0)] * num_decode  # the drafts' compute in the verification pass
+        duration = latency.step_time_s(prefill, num_decode, plan.decode_context_tokens)
+        if num_decode:
+            decode_s = latency.step_time_s([], num_decode, plan.decode_context_tokens)
+            duration += decode_s * (spec.draft_cost * drafts + spec.round_overhead)
+        swap_tokens = plan.swap_in_tokens + plan.swap_out_tokens
+        if swap_tokens:
+            duration += latency.swap_time_s(swap_tokens)
+        return duration
+
+    def step_time_s(self, plan: BatchPlan) -> float:
+        """The step's time with every decode yielding its largest round (for callers that price a plan without
+        running it); :meth:`execute` prices the drawn yields."""
+        yields = {r.request_id: self.speculation.draft_tokens + 1 for r in plan.decode}
+        return self.round_time_s(plan, yields)
+
+    def execute(self, plan: BatchPlan, now_s: float) -> StepResult:
+        yields = self._draw(plan)
+        engine_s = self.pending_s + self._shape_cost_s(plan) + self.round_time_s(plan, yields)
+        self.pending_s = 0.0
+        if self.speed is not None:
+            engine_s *= self.speed.factor_at(now_s)
+        if self.truth is not None:
+            engine_s *= self.truth.factor(now_s)
+        end_s = now_s + engine_s
+        if not now_s <= end_s < math.inf:
+            raise SimulationError(
+                f"{self.latency.name}: a speculative step of {len(plan.decode)} rounds starting at {now_s!r} s "
+                f"would end at {end_s!r} s; the latency model must give every step a finite time >= 0"
+            )
+        return StepResult(end_s, accepted_tokens=yields)
+
+    def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
+        return False
