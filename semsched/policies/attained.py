@@ -1,0 +1,81 @@
+"""Attained service and speculative rounds, as a policy sees them (seed 004: ``laps-sd``, ``las``).
+
+A request's *attained service* is the engine time of the steps it took part in: speculation and verification of
+each of its rounds, its prefill, and the swap traffic of its step (so a switch is charged to the service of the
+request that pays for it). The scheduler tells a policy each step's duration (``on_step``) before the step's
+tokens (``on_tokens``); :class:`ServiceMeter` adds the duration to every request that emitted tokens in that step.
+A request that computed a prompt chunk without emitting (chunked prefill) is charged with its first token only
+for the step that emitted it: with whole-prompt prefills, as in the paper's setting, nothing is left out.
+
+Each emission after the first is one speculative round (a decode step); ``rounds`` counts them and ``round
+tokens`` sums what they yielded, so a policy reads a request's mean tokens per round, ``n·A + 1`` in the paper's
+notation, without knowing anything of the drafter.
+"""
+
+from __future__ import annotations
+
+from semsched.core.request import Request
+
+ATTAINED = "service.attained_s"
+ROUNDS = "service.rounds"
+ROUND_TOKENS = "service.round_tokens"
+ROUND_TIME = "service.round_s"  # engine time of the rounds (not the prefill)
+
+
+def attained_s(request: Request) -> float:
+    """Engine seconds ``request`` has been served so far."""
+    return request.policy_state.get(ATTAINED, 0.0)
+
+
+def rounds(request: Request) -> int:
+    """Speculative rounds (decode steps) ``request`` has run."""
+    return int(request.policy_state.get(ROUNDS, 0))
+
+
+def mean_round_s(request: Request) -> float | None:
+    """Mean engine time of ``request``'s rounds; None before its first."""
+    count = rounds(request)
+    return request.policy_state[ROUND_TIME] / count if count else None
+
+
+class ServiceMeter:
+    """Charges step durations to the requests of the step (see the module docstring).
+
+    The steps reported together before their tokens form one group: one step normally, ``k`` identical decode
+    steps when the simulator fast-forwards a stretch (it reports the ``k`` steps, then each request's ``k``
+    tokens at once); a request of the group is charged the group's whole duration and ``k`` rounds."""
+
+    __slots__ = ("_durations", "_end_s", "_closed")
+
+    def __init__(self) -> None:
+        self._durations: list[float] = []
+        self._end_s = float("nan")
+        self._closed = True  # tokens were reported since the last step: the next step starts a new group
+
+    def step(self, duration_s: float, end_s: float) -> None:
+        """A step of ``duration_s`` ended at ``end_s`` (the policy's ``on_step``)."""
+        if self._closed:
+            self._durations, self._closed = [], False
+        self._durations.append(duration_s)
+        self._end_s = end_s
+
+    def tokens(self, request: Request, num_tokens: int, now_s: float) -> int:
+        """``request`` emitted ``num_tokens`` at ``now_s`` (the policy's ``on_tokens``): charge it the steps' time,
+        one step at a time (so a fast-forwarded stretch adds up bit for bit as its steps would). Returns how
+        many rounds (decode steps) the emission was: 0 for the prompt's first token."""
+        self._closed = True
+        state = request.policy_state
+        durations = self._durations if now_s == self._end_s else [0.0]
+        attained = state.get(ATTAINED, 0.0)
+        for duration in durations:
+            attained += duration
+        state[ATTAINED] = attained
+        if request.num_output_tokens == num_tokens:  # the prompt's prefill emitted the first token
+            return 0
+        spent = state.get(ROUND_TIME, 0.0)
+        for duration in durations:
+            spent += duration
+        state[ROUND_TIME] = spent
+        state[ROUNDS] = state.get(ROUNDS, 0) + len(durations)
+        state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
+        return len(durations)

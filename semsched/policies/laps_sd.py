@@ -1,0 +1,244 @@
+"""LAPS-SD (seed 004): Least-Attained/Perceived-Service scheduling of speculative-decoding requests.
+
+* **Queues.** ``K`` queues; queue ``j`` (1 = served first) holds service in ``[S_(j-1)^up, S_j^up)`` with
+  ``S_j^up = M^(j-1)·S_1^up`` (``queues``, ``multiplier``, ``s1_s``); the last queue is unbounded. Service is
+  engine time (:mod:`semsched.policies.attained`: speculation and verification of the request's rounds).
+* **Non-perceptible** requests (every arrival) sit in the queue of their *attained* service and are demoted after
+  each round as it grows; inside a queue they are served first come, first served.
+* **Perceptible.** After each round the request's acceptance rate ``A = (tokens per round − 1) / n`` (cumulative
+  over its rounds; ``n`` = ``draft_tokens``) is recorded; when the last ``gamma`` values differ by less than
+  ``delta`` the request becomes perceptible, with ``A_i`` = their mean. Its execution time is then estimated by
+  eq. 6 (:func:`estimated_time_s`) from the predicted output length ``L_i`` (the request's predicted length
+  distribution's mean, else its true length) and ``A_i``; it moves to the queue of its *perceived* service (the
+  estimate, or its attained service if that is already larger), and inside a queue perceptible requests come
+  first, shortest estimated remaining time first (SJF).
+* **Preemption.** A waiting request displaces a running non-perceptible one of a lower queue (or of its own queue
+  when the waiting one is perceptible); switching costs the swap of the victim's KV, both ways, charged through
+  the latency model (``preemption=swap``; the cost grows with the KV). A perceptible request is not preempted once
+  placed: only the round in which it becomes perceptible is a decision point (it may then yield to a request
+  that ranks before it).
+* **Tiers** (``tiers=true``, ours, for seed 003's priority tiers): the request's priority comes first; a waiting
+  request of a more important tier displaces any running request of a less important one, perceptible or not,
+  and LAPS-SD orders each tier.
+
+Eq. 6 with the labels the paper's text swaps put right: ``T = L/(nA+1) · (n·T_SSM + T_LLM)``, ``T_SSM`` the draft
+time per token and ``T_LLM`` the verification time per round. With ``t_ssm_s``/``t_llm_s`` left out the
+policy measures the bracket instead, as the request's own mean round time (it holds both terms at whatever batch
+the engine runs), so the estimate needs no profile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from semsched.core.plan import PreemptionMode
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.request import Request
+from semsched.policies.attained import ROUND_TOKENS, ServiceMeter, attained_s, mean_round_s, rounds
+from semsched.policies.params import check_float, check_int, param
+from semsched.policies.registry import register_policy
+
+_PERCEPTIBLE = "laps.perceptible"  # 1.0 once perceptible
+_FRESH = "laps.fresh"  # 1.0 in the round the request became perceptible (its last decision point)
+_RATE = "laps.rate"  # A_i, the stable acceptance rate
+_RATES = "laps.rates"  # the last gamma cumulative rates, packed (see _push_rate)
+
+
+def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_s: float, t_llm_s: float) -> float:
+    """Eq. 6: ``L/(nA+1) · (n·T_SSM + T_LLM)`` (speculation plus verification time of ``L`` tokens)."""
+    per_round = draft_tokens * acceptance + 1.0
+    return length / per_round * (draft_tokens * t_ssm_s + t_llm_s)
+
+
+def queue_bounds_s(queues: int, multiplier: float, s1_s: float) -> tuple[float, ...]:
+    """``S_j^up`` for j = 1 .. K−1 (the last queue has no upper bound)."""
+    return tuple(s1_s * multiplier**j for j in range(queues - 1))
+
+
+def queue_of(service_s: float, bounds: Sequence[float]) -> int:
+    """0-based queue holding ``service_s``: the first whose upper bound exceeds it."""
+    for j, bound in enumerate(bounds):
+        if service_s < bound:
+            return j
+    return len(bounds)
+
+
+def is_stable(rates: Sequence[float], gamma: int, delta: float) -> bool:
+    """Whether the last ``gamma`` acceptance rates differ by less than ``delta`` (max − min)."""
+    if len(rates) < gamma:
+        return False
+    window = rates[-gamma:]
+    return max(window) - min(window) < delta
+
+
+@dataclass(frozen=True)
+class LapsSDConfig(PolicyConfig):
+    queues: int = param(5, "number of priority queues K")
+    multiplier: float = param(2.0, "M: queue j holds service below M^(j-1)·s1_s")
+    s1_s: float = param(1.0, "S_1^up: the first queue's upper bound on service (engine seconds)")
+    delta: float = param(0.05, "a request is perceptible when its acceptance rate varies by less than this ...")
+    gamma: int = param(8, "... over this many consecutive rounds")
+    draft_tokens: int = param(5, "n: drafts a round proposes (the engine's num_lookahead_tokens)")
+    t_ssm_s: float | None = param(None, "eq. 6 T_SSM, draft time per token (None: measured round time)")
+    t_llm_s: float | None = param(None, "eq. 6 T_LLM, verification time per round (None: measured round time)")
+    preemption: Literal["swap", "recompute"] = param("swap", "how a displaced request gives up the GPU")
+    order: Literal["fcfs", "predicted"] = param(
+        "fcfs", "non-perceptible requests inside a queue: first come first served (paper), or shortest predicted "
+        "remaining output first (ours)")
+    tiers: bool = param(False, "priority (tier) first, LAPS-SD inside a tier; more important displaces any less")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("queues", self.queues, 1, 64)
+        check_float("multiplier", self.multiplier, 1.0, 1e3)
+        check_float("s1_s", self.s1_s, 1e-6, 1e6)
+        check_float("delta", self.delta, 0.0, 1.0)
+        check_int("gamma", self.gamma, 1, 10_000)
+        check_int("draft_tokens", self.draft_tokens, 1, 64)
+        if (self.t_ssm_s is None) != (self.t_llm_s is None):
+            raise ValueError("t_ssm_s and t_llm_s: give both (eq. 6 from a profile) or neither (measured)")
+        for name in ("t_ssm_s", "t_llm_s"):
+            value = getattr(self, name)
+            if value is not None:
+                check_float(name, value, 0.0, 3600.0)
+
+
+@register_policy
+class LapsSD(Policy):
+    name: ClassVar[str] = "laps-sd"
+    config_cls: ClassVar[type[PolicyConfig]] = LapsSDConfig
+    config: LapsSDConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self.bounds = queue_bounds_s(cfg.queues, cfg.multiplier, cfg.s1_s)
+        self._meter = ServiceMeter()
+        self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
+
+    @property
+    def uses_predicted_lengths(self) -> bool:
+        return True
+
+    # ---- what the policy knows of a request -------------------------------------------------------------
+    @staticmethod
+    def perceptible(request: Request) -> bool:
+        return request.policy_state.get(_PERCEPTIBLE, 0.0) == 1.0
+
+    def acceptance_rate(self, request: Request) -> float | None:
+        """Cumulative acceptance rate ``(tokens per round − 1)/n`` so far; None before the first round."""
+        count = rounds(request)
+        if not count:
+            return None
+        return (request.policy_state[ROUND_TOKENS] / count - 1.0) / self.config.draft_tokens
+
+    def estimated_time_s(self, request: Request) -> float | None:
+        """Eq. 6 for a perceptible request's whole output (None while it is non-perceptible)."""
+        if not self.perceptible(request):
+            return None
+        rate = request.policy_state[_RATE]
+        length = request.predicted_output_tokens()
+        cfg = self.config
+        if cfg.t_ssm_s is not None and cfg.t_llm_s is not None:
+            return estimated_time_s(length, rate, cfg.draft_tokens, cfg.t_ssm_s, cfg.t_llm_s)
+        round_s = mean_round_s(request) or 0.0
+        return length / (cfg.draft_tokens * rate + 1.0) * round_s
+
+    def estimated_remaining_s(self, request: Request) -> float:
+        total = self.estimated_time_s(request)
+        assert total is not None
+        length = request.predicted_output_tokens()
+        if length <= 0:
+            return 0.0
+        left = max(0.0, 1.0 - request.num_output_tokens / length)
+        return total * left
+
+    def queue(self, request: Request) -> int:
+        """0-based queue: by attained service, or by perceived service once perceptible."""
+        service = attained_s(request)
+        if self.perceptible(request):
+            service = max(service, self.estimated_time_s(request) or 0.0)
+        return queue_of(service, self.bounds)
+
+    # ---- hooks --------------------------------------------------------------------------------------------
+    def on_step(
+        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
+        duration_s: float, now_s: float,
+    ) -> None:
+        self._meter.step(duration_s, now_s)
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        state = request.policy_state
+        state[_FRESH] = 0.0
+        count = self._meter.tokens(request, num_tokens, now_s)
+        if not count or self.perceptible(request):
+            return
+        # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
+        # decodes, one token each), so the window fills as it would step by step
+        total_rounds, total_tokens = rounds(request), state[ROUND_TOKENS]
+        per_round = num_tokens / count
+        n, gamma = self.config.draft_tokens, self.config.gamma
+        for k in range(count - 1, -1, -1):
+            rate = ((total_tokens - k * per_round) / (total_rounds - k) - 1.0) / n
+            window = _push_rate(state, rate, gamma)
+            if is_stable(window, gamma, self.config.delta):
+                state[_PERCEPTIBLE] = 1.0
+                state[_FRESH] = 1.0
+                state[_RATE] = math.fsum(window) / len(window)
+                return
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        request.policy_state[_FRESH] = 0.0
+
+    def _laps_key(self, request: Request) -> tuple[float, ...]:
+        if self.perceptible(request):
+            return (self.queue(request), 0, self.estimated_remaining_s(request), request.arrival_time_s)
+        if self.config.order == "predicted":
+            return (self.queue(request), 1, request.predicted_remaining_tokens(), request.arrival_time_s)
+        return (self.queue(request), 1, request.arrival_time_s, 0.0)
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        key = self._laps_key(request)
+        return (request.priority, *key) if self.config.tiers else key
+
+    def victim_key(self, request: Request) -> SortKey:
+        # under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first
+        key = (0 if self.perceptible(request) else 1, self.queue(request), request.arrival_time_s)
+        return (request.priority, *key) if self.config.tiers else key
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        mine = self._laps_key(candidate)
+        victims = []
+        for request in running:
+            state = request.policy_state
+            if self.config.tiers and request.priority != candidate.priority:
+                if request.priority > candidate.priority:
+                    victims.append(request)
+                continue
+            if self.perceptible(request):
+                if state.get(_FRESH, 0.0) == 1.0 and mine < self._laps_key(request):
+                    victims.append(request)
+                continue
+            theirs = self._laps_key(request)
+            if mine[0] < theirs[0] or (mine[0] == theirs[0] and mine[1] < theirs[1]):
+                victims.append(request)
+        return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
+
+    def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        return self._mode  # (the core recomputes what the CPU pool cannot hold)
+
+
+def _push_rate(state: dict[str, float], rate: float, gamma: int) -> list[float]:
+    """Append ``rate`` to the request's last-``gamma`` window (kept in ``policy_state`` as numbered keys) and
+    return the window, oldest first."""
+    count = int(state.get(_RATES, 0.0))
+    state[f"{_RATES}.{count % gamma}"] = rate
+    count += 1
+    state[_RATES] = float(count)
+    size = min(count, gamma)
+    return [state[f"{_RATES}.{k % gamma}"] for k in range(count - size, count)]

@@ -1,0 +1,68 @@
+"""Least attained service (LAS, seed 004's baseline): the request served least so far runs first, preemptively.
+
+Service is engine time (:mod:`semsched.policies.attained`: the steps a request took part in, its speculation and
+verification rounds included). A waiting request displaces a running one that has attained at least
+``quantum_s`` more service than it (0: any more at all, the textbook rule, which switches after every round
+between requests of equal service); a displaced request's KV is swapped out and back (``preemption=swap``), a
+cost that grows with its KV, charged by the latency model. Ties in service go to the earlier arrival.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from semsched.core.plan import PreemptionMode
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.request import Request
+from semsched.policies.attained import ServiceMeter, attained_s
+from semsched.policies.params import check_float, param
+from semsched.policies.registry import register_policy
+
+
+@dataclass(frozen=True)
+class LASConfig(PolicyConfig):
+    quantum_s: float = param(1.0, "a running request yields to one with at least this much less service")
+    preemption: Literal["swap", "recompute"] = param("swap", "how a displaced request gives up the GPU")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_float("quantum_s", self.quantum_s, 0.0, 1e6)
+
+
+@register_policy
+class LAS(Policy):
+    name: ClassVar[str] = "las"
+    config_cls: ClassVar[type[PolicyConfig]] = LASConfig
+    config: LASConfig
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        self._meter = ServiceMeter()
+        self._mode = PreemptionMode.SWAP if self.config.preemption == "swap" else PreemptionMode.RECOMPUTE
+
+    def on_step(
+        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
+        duration_s: float, now_s: float,
+    ) -> None:
+        self._meter.step(duration_s, now_s)
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        self._meter.tokens(request, num_tokens, now_s)
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (attained_s(request), request.arrival_time_s)
+
+    def victim_key(self, request: Request) -> SortKey:
+        return (attained_s(request), request.arrival_time_s)
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        limit = attained_s(candidate) + self.config.quantum_s
+        served = [r for r in running if attained_s(r) >= limit and attained_s(r) > attained_s(candidate)]
+        return sorted(served, key=self.victim_key, reverse=True)
+
+    def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
+        return self._mode  # (the core recomputes what the CPU pool cannot hold)

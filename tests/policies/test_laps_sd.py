@@ -1,0 +1,174 @@
+"""LAPS-SD (seed 004) and its baselines LAS and LP-SJF: thresholds, demotion, perceptibility, eq. 6, who is
+displaced."""
+
+from __future__ import annotations
+
+import pytest
+
+from semsched.core.plan import PreemptionMode
+from semsched.core.request import LengthDistribution, Request
+from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.policies import make_policy
+from semsched.policies.attained import attained_s, mean_round_s, rounds
+from semsched.policies.laps_sd import LapsSD, estimated_time_s, is_stable, queue_bounds_s, queue_of
+from semsched.policies.las import LAS
+from tests.policies.factories import service_order
+
+
+def _request(rid: str, output: int = 100, *, arrival: float = 0.0, priority: int = 0,
+             predicted: int | None = None) -> Request:
+    request = Request(rid, prompt_tokens=10, max_output_tokens=output, arrival_time_s=arrival,
+                      output_tokens=output, priority=priority)
+    if predicted is not None:
+        request.predicted_output = LengthDistribution.point(predicted)
+    return request
+
+
+def _serve(
+    policy: LapsSD | LAS, request: Request, yields: list[int], round_s: float, start_s: float = 0.0
+) -> float:
+    """Feed ``policy`` the prefill step (the first time) and then one round per yield, as the scheduler would;
+    returns the time."""
+    now = start_s
+    if request.num_output_tokens == 0:
+        now += round_s
+        policy.on_step([(request.prompt_tokens, 0)], 0, 0, round_s, now)
+        request.num_output_tokens += 1
+        policy.on_tokens(request, 1, now)
+    for value in yields:
+        now += round_s
+        policy.on_step([], 1, request.prompt_tokens, round_s, now)
+        request.num_output_tokens += value
+        policy.on_tokens(request, value, now)
+    return now
+
+
+def test_eq6_against_hand_computation() -> None:
+    # L = 100 tokens, A = 0.5, n = 4: 100 / 3 rounds, each 4 x 10 ms drafting + 30 ms verification
+    assert estimated_time_s(100, 0.5, 4, 0.010, 0.030) == pytest.approx(100 / 3 * 0.070)
+    assert estimated_time_s(60, 1.0, 5, 0.002, 0.020) == pytest.approx(10 * 0.030)
+    assert estimated_time_s(60, 0.0, 5, 0.002, 0.020) == pytest.approx(60 * 0.030)  # nothing accepted
+
+
+def test_queue_thresholds_are_exponential_and_the_last_queue_is_unbounded() -> None:
+    bounds = queue_bounds_s(4, 2.0, 0.5)
+    assert bounds == (0.5, 1.0, 2.0)
+    assert [queue_of(s, bounds) for s in (0.0, 0.49, 0.5, 0.99, 1.0, 1.99, 2.0, 1e9)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert queue_bounds_s(1, 2.0, 0.5) == ()
+    assert queue_of(123.0, ()) == 0
+
+
+def test_stability_detection_on_constructed_sequences() -> None:
+    assert is_stable([0.5, 0.6, 0.52, 0.53, 0.54], gamma=3, delta=0.05)
+    assert not is_stable([0.5, 0.6, 0.52, 0.53, 0.54], gamma=4, delta=0.05)  # the window reaches 0.6
+    assert not is_stable([0.52, 0.53], gamma=3, delta=0.05)  # too few rounds
+    assert not is_stable([0.50, 0.55, 0.52], gamma=3, delta=0.05)  # max - min = 0.05 is not below delta
+    assert is_stable([0.3] * 4, gamma=4, delta=1e-9)
+
+
+def test_a_request_becomes_perceptible_once_its_cumulative_rate_settles() -> None:
+    policy = make_policy("laps-sd:gamma=3;delta=0.05;draft_tokens=4")
+    assert isinstance(policy, LapsSD)
+    request = _request("r", 1000, predicted=400)
+    # yields 1, 5, 3, 3, 3, ...: cumulative tokens per round 1, 3, 3, 3 -> rates 0, .5, .5, .5
+    _serve(policy, request, [1, 5], 0.02)
+    assert not policy.perceptible(request)
+    assert policy.acceptance_rate(request) == pytest.approx(0.5)
+    _serve(policy, request, [3], 0.02, start_s=10.0)
+    assert not policy.perceptible(request)  # window (0, .5, .5): spread .5
+    _serve(policy, request, [3], 0.02, start_s=20.0)
+    assert policy.perceptible(request)
+    assert request.policy_state["laps.rate"] == pytest.approx(0.5)
+    # eq. 6 with the measured round time: L / (n A + 1) rounds of 20 ms
+    assert mean_round_s(request) == pytest.approx(0.02)
+    assert policy.estimated_time_s(request) == pytest.approx(400 / 3 * 0.02)
+    assert rounds(request) == 4
+    assert attained_s(request) == pytest.approx(0.02 * 5)  # the prefill and four rounds
+
+
+def test_demotion_by_attained_service_and_who_may_be_displaced() -> None:
+    policy = make_policy("laps-sd:queues=3;s1_s=0.1;multiplier=2;gamma=50")
+    assert isinstance(policy, LapsSD)
+    old, new = _request("old"), _request("new", arrival=1.0)
+    assert policy.queue(old) == 0
+    _serve(policy, old, [2, 2, 2, 2], 0.03)  # 5 steps of 30 ms: 0.15 s of service
+    assert policy.queue(old) == 1
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    assert policy.victims_for(new, [old], scheduler, 1.0) == [old]  # Q1 beats a non-perceptible Q2
+    peer = _request("peer")
+    _serve(policy, peer, [2, 2, 2, 2], 0.03)
+    assert policy.victims_for(peer, [old], scheduler, 1.0) == []  # same queue, both non-perceptible: FCFS
+    _serve(policy, old, [2] * 10, 0.03, start_s=5.0)  # 0.48 s in all: the last queue
+    assert policy.queue(old) == 2
+
+
+def test_a_perceptible_request_is_preempted_only_in_the_round_it_became_perceptible() -> None:
+    policy = make_policy("laps-sd:queues=3;s1_s=0.1;gamma=2;delta=0.2;draft_tokens=5")
+    assert isinstance(policy, LapsSD)
+    long = _request("long", 5000, predicted=5000)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    _serve(policy, long, [6, 6], 0.03)  # rates 1, 1: perceptible now, perceived ~ 5000/6 rounds: last queue
+    assert policy.perceptible(long) and policy.queue(long) == 2
+    newcomer = _request("newcomer", arrival=0.5)
+    assert policy.victims_for(newcomer, [long], scheduler, 0.5) == [long]  # its decision point
+    _serve(policy, long, [6], 0.03, start_s=1.0)  # it ran another round: no longer preemptible
+    assert policy.victims_for(newcomer, [long], scheduler, 1.1) == []
+    assert policy.preemption_mode(long, scheduler) is PreemptionMode.SWAP
+
+
+def test_perceptible_requests_come_first_in_their_queue_shortest_estimate_first() -> None:
+    policy = make_policy("laps-sd:queues=2;s1_s=100;gamma=2;delta=0.2;draft_tokens=5")
+    assert isinstance(policy, LapsSD)
+    short, long, unknown = _request("s", 500, predicted=60), _request("l", 500, predicted=400), _request("u")
+    for request in (short, long):
+        _serve(policy, request, [6, 6], 0.03)
+    keys = sorted([(policy.waiting_key(r, 0.0), r.request_id) for r in (unknown, long, short)])
+    assert [rid for _, rid in keys] == ["s", "l", "u"]
+
+
+def test_tiers_put_priority_first_and_displace_any_less_important_request() -> None:
+    policy = make_policy("laps-sd:tiers=true;gamma=2;delta=0.2;draft_tokens=5")
+    assert isinstance(policy, LapsSD)
+    background = _request("bg", 5000, priority=3, predicted=5000)
+    _serve(policy, background, [6, 6, 6], 0.03)
+    assert policy.perceptible(background)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    urgent = _request("urgent", priority=0, arrival=1.0)
+    assert policy.victims_for(urgent, [background], scheduler, 1.0) == [background]
+    assert policy.waiting_key(urgent, 1.0) < policy.waiting_key(background, 1.0)
+    plain = make_policy("laps-sd:gamma=2;delta=0.2;draft_tokens=5")
+    assert isinstance(plain, LapsSD)
+    _serve(plain, background, [6], 0.03, start_s=2.0)
+    assert plain.victims_for(urgent, [background], scheduler, 3.0) == []
+
+
+def test_las_displaces_only_past_a_quantum_of_extra_service() -> None:
+    policy = make_policy("las:quantum_s=0.1")
+    assert isinstance(policy, LAS)
+    running, fresh = _request("running"), _request("fresh", arrival=1.0)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    _serve(policy, running, [1, 1], 0.03)  # 0.09 s
+    assert policy.victims_for(fresh, [running], scheduler, 1.0) == []
+    _serve(policy, running, [1], 0.03, start_s=2.0)  # 0.15 s
+    assert policy.victims_for(fresh, [running], scheduler, 2.0) == [running]
+    assert policy.waiting_key(fresh, 2.0) < policy.waiting_key(running, 2.0)
+    textbook = make_policy("las:quantum_s=0")
+    other = _request("other")
+    _serve(textbook, other, [], 0.01)
+    assert textbook.victims_for(fresh, [other], scheduler, 2.0) == [other]
+
+
+def test_lp_sjf_serves_the_shortest_predicted_output_first_whatever_its_acceptance() -> None:
+    requests = [_request("a", 300, predicted=300), _request("b", 100, predicted=50, arrival=0.1),
+                _request("c", 200, predicted=120, arrival=0.2)]
+    order = service_order("lp-sjf", requests)
+    assert order[1:] == ["b", "c"]  # a started first, alone; then by predicted length
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("laps-sd:queues=0", "queues"), ("laps-sd:multiplier=0.5", "multiplier"), ("laps-sd:gamma=0", "gamma"),
+    ("laps-sd:delta=2", "delta"), ("laps-sd:t_ssm_s=0.01", "give both"), ("las:quantum_s=-1", "quantum_s"),
+])
+def test_bad_parameters_are_named(spec: str, message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        make_policy(spec)
