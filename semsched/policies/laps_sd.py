@@ -37,7 +37,14 @@ from typing import ClassVar, Literal
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
-from semsched.policies.attained import ROUND_TOKENS, ServiceMeter, attained_s, mean_round_s, rounds
+from semsched.policies.attained import (
+    ROUND_TIME,
+    ROUND_TOKENS,
+    ServiceMeter,
+    attained_s,
+    mean_round_s,
+    rounds,
+)
 from semsched.policies.params import check_float, check_int, param
 from semsched.policies.registry import register_policy
 
@@ -86,8 +93,8 @@ class LapsSDConfig(PolicyConfig):
     t_llm_s: float | None = param(None, "eq. 6 T_LLM, verification time per round (None: measured round time)")
     preemption: Literal["swap", "recompute"] = param("swap", "how a displaced request gives up the GPU")
     order: Literal["fcfs", "predicted"] = param(
-        "fcfs", "non-perceptible requests inside a queue: first come first served (paper), or shortest predicted "
-        "remaining output first (ours)")
+        "fcfs", "inside a queue: perceptible first by eq. 6 then non-perceptible first come first served (paper), "
+        "or every request by estimated remaining time, eq. 6 or predicted output at the mean cost per token (ours)")
     tiers: bool = param(False, "priority (tier) first, LAPS-SD inside a tier; more important displaces any less")
 
     def __post_init__(self) -> None:
@@ -117,6 +124,8 @@ class LapsSD(Policy):
         cfg = self.config
         self.bounds = queue_bounds_s(cfg.queues, cfg.multiplier, cfg.s1_s)
         self._meter = ServiceMeter()
+        # engine time and tokens of every round seen (order=predicted prices unstarted requests with them)
+        self._seconds, self._tokens = 0.0, 0
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
 
     @property
@@ -173,7 +182,11 @@ class LapsSD(Policy):
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
         state[_FRESH] = 0.0
+        before = request.policy_state.get(ROUND_TIME, 0.0)
         count = self._meter.tokens(request, num_tokens, now_s)
+        if count:
+            self._seconds += state[ROUND_TIME] - before
+            self._tokens += num_tokens
         if not count or self.perceptible(request):
             return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
@@ -194,11 +207,25 @@ class LapsSD(Policy):
         request.policy_state[_FRESH] = 0.0
 
     def _laps_key(self, request: Request) -> tuple[float, ...]:
+        if self.config.order == "predicted":
+            return (self.queue(request), self.predicted_remaining_s(request), request.arrival_time_s)
         if self.perceptible(request):
             return (self.queue(request), 0, self.estimated_remaining_s(request), request.arrival_time_s)
-        if self.config.order == "predicted":
-            return (self.queue(request), 1, request.predicted_remaining_tokens(), request.arrival_time_s)
         return (self.queue(request), 1, request.arrival_time_s, 0.0)
+
+    def predicted_remaining_s(self, request: Request) -> float:
+        """``order=predicted``: eq. 6's remaining time once perceptible; before, the predicted remaining output
+        at the engine time per token measured over every round seen so far (the request's own when it has run
+        rounds), so requests compare in seconds whatever their state."""
+        if self.perceptible(request):
+            return self.estimated_remaining_s(request)
+        state = request.policy_state
+        count = rounds(request)
+        if count:
+            per_token = state[ROUND_TIME] / state[ROUND_TOKENS]
+        else:
+            per_token = self._seconds / self._tokens if self._tokens else 1.0
+        return request.predicted_remaining_tokens() * per_token
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         key = self._laps_key(request)
@@ -225,9 +252,14 @@ class LapsSD(Policy):
                     victims.append(request)
                 continue
             theirs = self._laps_key(request)
-            if mine[0] < theirs[0] or (mine[0] == theirs[0] and mine[1] < theirs[1]):
+            if mine[0] < theirs[0] or (mine[0] == theirs[0] and self._ranks_first_in_queue(candidate, request)):
                 victims.append(request)
         return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
+
+    def _ranks_first_in_queue(self, candidate: Request, running: Request) -> bool:
+        """Paper: a perceptible candidate displaces a non-perceptible request of its queue. ``order=predicted``:
+        nobody displaces a request of its own queue (non-preemptive SJF inside a queue)."""
+        return self.config.order == "fcfs" and self.perceptible(candidate)
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
         return self._mode  # (the core recomputes what the CPU pool cannot hold)
