@@ -30,6 +30,7 @@ from semsched.metrics.series import DEFAULT_BIN_S, write_series_csv
 from semsched.policies import POLICIES, PolicyError
 from semsched.policies.tier_table import load_tier_table
 from semsched.predict.cost import PredictorCost, PredictorCostError, parse_predictor_cost
+from semsched.sim.acceptance import fit_acceptance
 from semsched.sim.engine import ProgressCallback
 from semsched.sim.prediction import (
     DEFAULT_LATENCY_S,
@@ -40,7 +41,9 @@ from semsched.sim.prediction import (
     parse_length_spec,
 )
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
+from semsched.sim.speculative import SpeculationError, SpeculationSpec, speculation_preset
 from semsched.workloads import Workload, build_workload
+from semsched.workloads.spec_bench import load_spec_bench
 
 
 class UsageError(SemschedError):
@@ -107,6 +110,14 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_LATENCY_S:g}; with a cost spec its batches decide instead); the workload must carry prompts "
         "(alpaca-eval, mt-bench, mixed, ktas-ed). Default: neither",
     )
+    parser.add_argument(
+        "--speculation",
+        default=None,
+        metavar="METHOD",
+        help="speculative decoding on every instance (seed 004): eagle or sps-68m (costs fitted to the Spec-Bench "
+        "logs' wall times). Requests with a logged run (spec-bench workloads) replay it; the others draw rounds "
+        "from the acceptance model fitted to that method's whole log. Default: off",
+    )
     parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
     parser.add_argument("--out", type=Path, default=None, help="write JSON/CSV/PNG here")
 
@@ -158,10 +169,24 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
     if args.instances < 1:
         raise UsageError(f"--instances: must be >= 1 (got {args.instances})")
     cost, length = predictor_specs(args.predictor or [])
+    speculation = speculation_spec(args.speculation, args.seed) if getattr(args, "speculation", None) else None
     try:
-        return ClusterSpec(args.profile, args.instances, args.router, scheduler, cost, length)
+        return ClusterSpec(args.profile, args.instances, args.router, scheduler, cost, length,
+                           speculation=speculation)
     except LengthPredictionError as error:
         raise UsageError(f"--predictor: {error}") from None
+
+
+def speculation_spec(method: str, seed: int) -> SpeculationSpec:
+    """``--speculation METHOD``: the preset, with the acceptance model fitted to that method's whole log for the
+    requests that carry none."""
+    try:
+        preset = speculation_preset(method, seed=seed)
+        log = load_spec_bench(method)
+    except SpeculationError as error:
+        raise UsageError(f"--speculation: {error}") from None
+    fallback = fit_acceptance(log.accept_sequences(), preset.draft_tokens)
+    return dataclasses.replace(preset, fallback=fallback)
 
 
 def predictor_specs(texts: Sequence[str]) -> tuple[PredictorCost | None, LengthPredictorSpec | None]:

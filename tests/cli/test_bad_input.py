@@ -107,3 +107,7 @@ def test_an_error_is_one_line_whatever_the_terminal_width(capsys: pytest.Capture
     _fails_with(["simulate", "--rate", "1e9", "--duration", "1"], ["limit of 1,000,000"], capsys)
     assert main(["simulate", "--rate", "1e9", "--duration", "1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_an_unknown_speculation_method_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    _fails_with(["simulate", "--speculation", "medusa", "--duration", "5"], ["--speculation", "'medusa'"], capsys)

@@ -172,3 +172,21 @@ def test_lp_sjf_serves_the_shortest_predicted_output_first_whatever_its_acceptan
 def test_bad_parameters_are_named(spec: str, message: str) -> None:
     with pytest.raises(Exception, match=message):
         make_policy(spec)
+
+
+def test_order_predicted_ranks_every_request_of_a_queue_by_estimated_remaining_seconds() -> None:
+    policy = make_policy("laps-sd:order=predicted;queues=2;s1_s=100;gamma=2;delta=0.2;draft_tokens=5")
+    assert isinstance(policy, LapsSD)
+    seen = _request("seen", 500, predicted=300)
+    _serve(policy, seen, [3, 3], 0.03)  # 0.01 s per token measured; rates 0.4 and 0.4
+    assert policy.perceptible(seen)  # two equal rates: stable
+    short, long = _request("short", 500, predicted=20), _request("long", 500, predicted=900)
+    # unstarted requests are priced at the mean cost per token seen so far: 0.06 s / 6 tokens
+    assert policy.predicted_remaining_s(short) == pytest.approx(20 * 0.01)
+    assert policy.predicted_remaining_s(long) == pytest.approx(900 * 0.01)
+    keys = sorted((policy.waiting_key(r, 0.0), r.request_id) for r in (long, seen, short))
+    assert [rid for _, rid in keys] == ["short", "seen", "long"]
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    fresh_long = _request("fresh-long", 500, predicted=900)
+    _serve(policy, fresh_long, [3], 0.03)
+    assert policy.victims_for(short, [fresh_long], scheduler, 1.0) == []  # one queue: no displacement
