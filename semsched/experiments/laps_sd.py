@@ -40,10 +40,12 @@ from semsched.experiments.numbers import ratio as _ratio
 from semsched.experiments.plots import line_chart
 from semsched.experiments.registry import Experiment, register_experiment
 from semsched.metrics import summarize
+from semsched.sim.prediction import parse_length_spec
 from semsched.sim.runner import ClusterSpec, PolicyRun
 from semsched.sim.speculative import SpeculationSpec, speculation_preset
 from semsched.workloads import DataNotFoundError, Workload, build_workload
 from semsched.workloads.spec_bench import mbpp_acceptance
+from semsched.workloads.traces import data_dir
 
 PROFILE = "a100-qwen1.5-7b"
 METHODS = ("eagle", "sps-68m")
@@ -121,11 +123,12 @@ class LapsSD(Experiment):
         try:
             base.methods()
         except DataNotFoundError as error:
-            for figure_id in ("fig5", "fig6", "beyond-poisson", "beyond-tiers"):
+            for figure_id in ("fig5", "fig6", "beyond-predictor", "beyond-poisson", "beyond-tiers"):
                 ctx.add_figure(_skipped(figure_id, str(error)))
             return
         ctx.add_figure(_fig5(base))
         ctx.add_figure(_fig6(base))
+        ctx.add_figure(_predictor(base))
         ctx.add_figure(_poisson(base))
         ctx.add_figure(_tiers(base))
 
@@ -145,33 +148,39 @@ class _Base:
         return self._methods
 
     def workload(self, spec: str, count: int, seed: int, *, burst: bool = True, rate: float = 1.0,
-                 tiers: bool = False) -> Workload:
+                 tiers: bool = False, oracle: bool = True) -> Workload:
         """``count`` requests of ``spec`` (all at time 0 when ``burst``, else Poisson at ``rate``) with predicted
-        lengths (true × U(1 ± LENGTH_ERROR)); untiered unless ``tiers``."""
+        lengths (true × U(1 ± LENGTH_ERROR)) when ``oracle``; untiered unless ``tiers``."""
         kwargs: dict[str, Any] = {} if tiers else {"tiers": (UNTIERED,)}
         workload = build_workload(spec, rate_per_s=rate, num_requests=count, seed=seed, **kwargs)
         if burst:
             workload = workload.with_arrival_times(np.zeros(len(workload)))
+        if not oracle:
+            return workload
         rng = np.random.default_rng([seed, 4])
         noise = rng.uniform(1 - LENGTH_ERROR, 1 + LENGTH_ERROR, len(workload))
         predicted = np.maximum(1, np.rint(workload.output_tokens * noise)).astype(np.int64)
         return workload.with_predicted_length(predicted)
 
-    def cluster(self, method: SpeculationSpec, engine: SchedulerConfig = ENGINE) -> ClusterSpec:
-        return ClusterSpec(profile=PROFILE, scheduler=engine, speculation=method)
+    def cluster(self, method: SpeculationSpec, engine: SchedulerConfig = ENGINE,
+                predictor: str | None = None) -> ClusterSpec:
+        length = None if predictor is None else parse_length_spec(predictor)
+        return ClusterSpec(profile=PROFILE, scheduler=engine, speculation=method, length_predictor=length)
 
     def compare(self, figure_id: str, spec: str, method: SpeculationSpec, count: int,
                 contenders: Mapping[str, str], *, columns: Mapping[str, Any], burst: bool = True,
-                rate: float = 1.0, engine: SchedulerConfig = ENGINE,
-                tiers: bool = False) -> dict[str, list[PolicyRun]]:
-        """Every contender on the same requests, for each seed (the runs, per contender label)."""
+                rate: float = 1.0, engine: SchedulerConfig = ENGINE, tiers: bool = False,
+                predictor: str | None = None) -> dict[str, list[PolicyRun]]:
+        """Every contender on the same requests, for each seed (the runs, per contender label); with a
+        ``predictor`` (a length predictor spec) lengths are predicted online instead of by the oracle."""
         out: dict[str, list[PolicyRun]] = {label: [] for label in contenders}
+        cluster = self.cluster(method, engine, predictor)
         for seed in self.grid.seeds:
-            workload = self.workload(spec, count, seed, burst=burst, rate=rate, tiers=tiers)
+            workload = self.workload(spec, count, seed, burst=burst, rate=rate, tiers=tiers,
+                                     oracle=predictor is None)
             for label, policy in contenders.items():
                 row = {"contender": label, "seed": seed, "method": method.method, **columns}
-                run = self.ctx.run_policies(figure_id, workload, [policy], self.cluster(method, engine),
-                                            columns=row)[policy]
+                run = self.ctx.run_policies(figure_id, workload, [policy], cluster, columns=row)[policy]
                 out[label].append(run)
         return out
 
@@ -349,6 +358,56 @@ def _fig6(base: _Base) -> Figure:
     )
 
 
+# ---- beyond: a real length predictor -------------------------------------------------------------------------
+PREDICTOR = "length=input-length;warmup={warmup}"
+"""Seed 002's prompt-length predictor (finished requests with a similar prompt length), warmed up on AlpacaEval's
+answers (other prompts: every Spec-Bench log answers the same questions with the same greedy outputs, so no log
+may warm up another), then fed by the run's own finished requests."""
+WARMUP = "alpaca_eval/model_outputs/*.json"
+
+
+def _predictor(base: _Base) -> Figure:
+    method = base.methods()[METHODS[0]]
+    predictor = PREDICTOR.format(warmup=str(data_dir() / WARMUP))
+    count = base.grid.counts[-1]
+    contenders = policies(method)
+    ours: dict[str, dict[str, float | None]] = {}
+    rows = []
+    for workload_label, template in WORKLOADS.items():
+        runs = base.compare("beyond-predictor", template.format(log=method.method), method, count, contenders,
+                            columns={"workload": workload_label, "num_requests": count}, predictor=predictor)
+        values = {label: _latency(r) for label, r in runs.items()}
+        ours[workload_label] = values
+        best = min((values[b] or np.inf) for b in BASELINES)
+        below = {label: _below(values[label], best) for label in (PAPER_LAPS, OUR_LAPS)}
+        rows.append((workload_label, *(_num(values[label]) for label in contenders),
+                     *(_pct(value) for value in below.values())))
+    series = {label: ([float(i) for i in range(len(WORKLOADS))], [ours[w][label] for w in WORKLOADS])
+              for label in contenders}
+    columns = ("workload", *(f"{label} (s)" for label in contenders), "laps-sd below best baseline",
+               "laps-sd+ below best baseline")
+    return Figure(
+        id="beyond-predictor",
+        title=f"Beyond the paper: Fig. 5's setting ({count} requests at once, {method.method}) with a real length "
+              "predictor",
+        paper_says="Not in the paper, which predicts lengths with a fine-tuned LLM: here a predictor of "
+                   "semsched.predict, trained on other prompts' answers, replaces the oracle with error.",
+        paper={},
+        ours={"per_workload": ours},
+        config=base.config(num_requests=count, predictor=PREDICTOR.format(warmup=WARMUP), method=method.method),
+        command=base.command("beyond-predictor"),
+        table=Table(columns, tuple(rows)),
+        plot=lambda path: line_chart(path, series, xlabel="workload (0 chatbot, 1 mini-thinky, 2 mbpp)",
+                                     ylabel="mean latency (s)", title="mean latency with predicted lengths"),
+        notes=["Predictions are made at arrival by seed 002's input-length predictor: a distribution of the "
+               "output lengths of answers whose prompts have a similar length (AlpacaEval's 23 models as the "
+               "warm-up, no embedding needed). LP-SJF reads its mean; LAPS-SD's eq. 6 too."],
+        headline="with a real predictor, below the better baseline: " + ", ".join(
+            f"{row[0].split()[0]} {row[-2]} (paper's) / {row[-1]} (ours)" for row in rows),
+        beyond_paper=True,
+    )
+
+
 # ---- beyond: Poisson arrivals, batches > 1 -----------------------------------------------------------------
 BATCH_ENGINE = replace(ENGINE, max_num_seqs=8)
 
@@ -455,10 +514,16 @@ def _tiers(base: _Base) -> Figure:
         ratio_direction="ours / baseline (attainment)",
         notes=["laps-sd:tiers=true orders by tier first (a waiting request of a more important tier displaces any "
                "running request of a less important one, perceptible or not), LAPS-SD inside a tier."],
-        headline=f"SYSTEM+PREMIUM SLO attainment (TTFT, TPOT and E2E) {_pct(ours['laps-sd + tiers']['urgent'])} with tiers vs "
-                 f"{_pct(ours['laps-sd']['urgent'])} without (tiered: {_pct(ours['tiered']['urgent'])})",
+        headline=f"SYSTEM+PREMIUM SLO attainment (TTFT, TPOT and E2E) {_pct(ours['laps-sd + tiers']['urgent'])} "
+                 f"with tiers vs {_pct(ours['laps-sd']['urgent'])} without (tiered: "
+                 f"{_pct(ours['tiered']['urgent'])})",
         beyond_paper=True,
     )
+
+
+def _below(value: float | None, best: float) -> float | None:
+    """How far ``value`` is below ``best`` (a fraction of it; negative: above)."""
+    return None if value is None or not np.isfinite(best) or best == 0 else 1 - value / best
 
 
 def _skipped(figure_id: str, reason: str) -> Figure:
