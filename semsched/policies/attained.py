@@ -14,6 +14,9 @@ notation, without knowing anything of the drafter.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from semsched.core.policy import Policy, PolicyConfig
 from semsched.core.request import Request
 
 ATTAINED = "service.attained_s"
@@ -79,3 +82,18 @@ class ServiceMeter:
         state[ROUNDS] = state.get(ROUNDS, 0) + len(durations)
         state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
         return len(durations)
+
+
+class ServicePolicy(Policy):
+    """Base of the policies that rank by service (``laps-sd``, ``las``): a :class:`ServiceMeter` fed by
+    ``on_step``; a subclass's ``on_tokens`` calls ``self.meter.tokens``."""
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        self.meter = ServiceMeter()
+
+    def on_step(
+        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
+        duration_s: float, now_s: float,
+    ) -> None:
+        self.meter.step(duration_s, now_s)

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from semsched.core.plan import PreemptionMode
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.attained import (
     ROUND_TIME,
     ROUND_TOKENS,
-    ServiceMeter,
+    ServicePolicy,
     attained_s,
     mean_round_s,
     rounds,
@@ -94,7 +94,8 @@ class LapsSDConfig(PolicyConfig):
     preemption: Literal["swap", "recompute"] = param("swap", "how a displaced request gives up the GPU")
     order: Literal["fcfs", "predicted"] = param(
         "fcfs", "inside a queue: perceptible first by eq. 6 then non-perceptible first come first served (paper), "
-        "or every request by estimated remaining time, eq. 6 or predicted output at the mean cost per token (ours)")
+        "or every request by estimated remaining time, eq. 6 or predicted output at the mean cost per token "
+        "(ours)")
     tiers: bool = param(False, "priority (tier) first, LAPS-SD inside a tier; more important displaces any less")
 
     def __post_init__(self) -> None:
@@ -114,7 +115,7 @@ class LapsSDConfig(PolicyConfig):
 
 
 @register_policy
-class LapsSD(Policy):
+class LapsSD(ServicePolicy):
     name: ClassVar[str] = "laps-sd"
     config_cls: ClassVar[type[PolicyConfig]] = LapsSDConfig
     config: LapsSDConfig
@@ -123,7 +124,6 @@ class LapsSD(Policy):
         super().__init__(config)
         cfg = self.config
         self.bounds = queue_bounds_s(cfg.queues, cfg.multiplier, cfg.s1_s)
-        self._meter = ServiceMeter()
         # engine time and tokens of every round seen (order=predicted prices unstarted requests with them)
         self._seconds, self._tokens = 0.0, 0
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
@@ -173,17 +173,11 @@ class LapsSD(Policy):
         return queue_of(service, self.bounds)
 
     # ---- hooks --------------------------------------------------------------------------------------------
-    def on_step(
-        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
-        duration_s: float, now_s: float,
-    ) -> None:
-        self._meter.step(duration_s, now_s)
-
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
         state[_FRESH] = 0.0
         before = request.policy_state.get(ROUND_TIME, 0.0)
-        count = self._meter.tokens(request, num_tokens, now_s)
+        count = self.meter.tokens(request, num_tokens, now_s)
         if count:
             self._seconds += state[ROUND_TIME] - before
             self._tokens += num_tokens

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from semsched.core.plan import PreemptionMode
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
-from semsched.policies.attained import ServiceMeter, attained_s
+from semsched.policies.attained import ServicePolicy, attained_s
 from semsched.policies.params import check_float, param
 from semsched.policies.registry import register_policy
 
@@ -32,24 +32,17 @@ class LASConfig(PolicyConfig):
 
 
 @register_policy
-class LAS(Policy):
+class LAS(ServicePolicy):
     name: ClassVar[str] = "las"
     config_cls: ClassVar[type[PolicyConfig]] = LASConfig
     config: LASConfig
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)
-        self._meter = ServiceMeter()
         self._mode = PreemptionMode.SWAP if self.config.preemption == "swap" else PreemptionMode.RECOMPUTE
 
-    def on_step(
-        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
-        duration_s: float, now_s: float,
-    ) -> None:
-        self._meter.step(duration_s, now_s)
-
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        self._meter.tokens(request, num_tokens, now_s)
+        self.meter.tokens(request, num_tokens, now_s)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (attained_s(request), request.arrival_time_s)

@@ -36,7 +36,6 @@ logs' own wall times (see the function). ``T_SSM`` and ``T_LLM`` of the paper's 
 
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -47,7 +46,7 @@ from semsched.core.plan import BatchPlan, StepResult
 from semsched.core.request import Request
 from semsched.latency.base import LatencyModel
 from semsched.sim.acceptance import FittedAcceptance
-from semsched.sim.executor import ModelExecutor, SimulationError
+from semsched.sim.executor import ModelExecutor
 
 
 class SpeculationError(SemschedError):
@@ -160,6 +159,7 @@ class SpeculativeExecutor(ModelExecutor):
             raise TypeError(f"speculation: expected SpeculationSpec, got {type(speculation).__name__}")
         self.speculation = speculation
         self._rounds: dict[str, _Rounds] = {}
+        self._yields: dict[str, int] | None = None  # the yields of the step being executed
 
     # ---- yields ------------------------------------------------------------------------------------------
     def _process(self, request: Request) -> _Rounds:
@@ -223,26 +223,20 @@ class SpeculativeExecutor(ModelExecutor):
         return duration
 
     def step_time_s(self, plan: BatchPlan) -> float:
-        """The step's time with every decode yielding its largest round (for callers that price a plan without
-        running it); :meth:`execute` prices the drawn yields."""
-        yields = {r.request_id: self.speculation.draft_tokens + 1 for r in plan.decode}
+        """The step's time with the yields :meth:`execute` drew for it; for a plan priced without running it,
+        with every decode yielding its largest round."""
+        yields = self._yields
+        if yields is None:
+            yields = {r.request_id: self.speculation.draft_tokens + 1 for r in plan.decode}
         return self.round_time_s(plan, yields)
 
     def execute(self, plan: BatchPlan, now_s: float) -> StepResult:
-        yields = self._draw(plan)
-        engine_s = self.pending_s + self._shape_cost_s(plan) + self.round_time_s(plan, yields)
-        self.pending_s = 0.0
-        if self.speed is not None:
-            engine_s *= self.speed.factor_at(now_s)
-        if self.truth is not None:
-            engine_s *= self.truth.factor(now_s)
-        end_s = now_s + engine_s
-        if not now_s <= end_s < math.inf:
-            raise SimulationError(
-                f"{self.latency.name}: a speculative step of {len(plan.decode)} rounds starting at {now_s!r} s "
-                f"would end at {end_s!r} s; the latency model must give every step a finite time >= 0"
-            )
-        return StepResult(end_s, accepted_tokens=yields)
+        self._yields = self._draw(plan)
+        try:
+            result = super().execute(plan, now_s)  # prices the step with step_time_s, i.e. the drawn yields
+        finally:
+            yields, self._yields = self._yields, None
+        return StepResult(result.end_time_s, accepted_tokens=yields)
 
     def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
         return False
