@@ -42,6 +42,10 @@ REQUEST_ATTRIBUTES: Mapping[str, Callable[[Request], AttributeValue]] = {
     "e2e_slo_s": lambda r: r.e2e_slo_s,
     #: who sent the request (empty when the workload names no clients)
     "client": lambda r: r.client,
+    #: speculative decoding (seed 004): mean tokens per verification round of the request's logged run, ``n·A + 1``
+    #: (empty without a log)
+    "logged_tokens_per_round": lambda r: None if r.accept_lengths is None else (
+        sum(r.accept_lengths) / len(r.accept_lengths)),
 }
 
 _ENDED_WITHOUT_FINISHING = frozenset({RequestState.REJECTED, RequestState.DROPPED})

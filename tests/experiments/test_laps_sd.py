@@ -115,3 +115,10 @@ def test_beyond_predictor_predicts_online_instead_of_the_oracle(rows: list[dict[
         assert abs(guess - truth) <= 0.2 * truth + 0.5
     errors = [abs(float(r["predicted_length"]) / float(r["output_tokens"]) - 1) for r in predicted]
     assert max(errors) > 0.2
+
+
+def test_requests_csv_carries_each_logged_requests_tokens_per_round(rows: list[dict[str, str]]) -> None:
+    fig5 = [row for row in rows if row["figure"] == "fig5"]
+    logged = [row for row in fig5 if not row["workload"].startswith("mbpp")]
+    assert logged and all(1.0 <= float(row["logged_tokens_per_round"]) <= 21.0 for row in logged)
+    assert all(row["logged_tokens_per_round"] == "" for row in fig5 if row["workload"].startswith("mbpp"))

@@ -158,8 +158,11 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
         "tpot_slo_s": None,
         "e2e_slo_s": 15.0,
         "client": "tenant-a",
+        "logged_tokens_per_round": None,
     }
     assert list(request_metrics(req).attributes) == list(REQUEST_ATTRIBUTES)
+    req.accept_lengths = (3, 1, 5)
+    assert request_metrics(req).attributes["logged_tokens_per_round"] == 3.0
 
 
 def test_attributes_absent_from_the_request_are_none(make_request: RequestFactory) -> None:
