@@ -116,7 +116,8 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         metavar="METHOD",
         help="speculative decoding on every instance (seed 004): eagle or sps-68m (costs fitted to the Spec-Bench "
         "logs' wall times). Requests with a logged run (spec-bench workloads) replay it; the others draw rounds "
-        "from the acceptance model fitted to that method's whole log. Default: off",
+        "from the acceptance model fitted to that method's whole log; METHOD:fitted draws every request's rounds "
+        "from it. Default: off",
     )
     parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
     parser.add_argument("--out", type=Path, default=None, help="write JSON/CSV/PNG here")
@@ -177,16 +178,19 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
         raise UsageError(f"--predictor: {error}") from None
 
 
-def speculation_spec(method: str, seed: int) -> SpeculationSpec:
-    """``--speculation METHOD``: the preset, with the acceptance model fitted to that method's whole log for the
-    requests that carry none."""
+def speculation_spec(text: str, seed: int) -> SpeculationSpec:
+    """``--speculation METHOD[:fitted]``: the preset, with the acceptance model fitted to that method's whole log
+    for the requests that carry none (``:fitted``: for every request)."""
+    method, _, mode = text.partition(":")
+    if mode not in ("", "fitted"):
+        raise UsageError(f"--speculation: {text!r}: after the method only ':fitted' may follow")
     try:
         preset = speculation_preset(method, seed=seed)
         log = load_spec_bench(method)
     except SpeculationError as error:
         raise UsageError(f"--speculation: {error}") from None
     fallback = fit_acceptance(log.accept_sequences(), preset.draft_tokens)
-    return dataclasses.replace(preset, fallback=fallback)
+    return dataclasses.replace(preset, fallback=fallback, replay=mode != "fitted")
 
 
 def predictor_specs(texts: Sequence[str]) -> tuple[PredictorCost | None, LengthPredictorSpec | None]:

@@ -71,6 +71,8 @@ class SpeculationSpec:
     fallback: FittedAcceptance | None = field(default=None, compare=False)
     #: seeds the fallback's draws (with each request id)
     seed: int = 0
+    #: True: a request that carries a log replays it; False: every request draws from the fallback
+    replay: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not self.method:
@@ -82,6 +84,8 @@ class SpeculationSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 100:
                 raise SpeculationError(f"{name}: must be a number from 0 to 100 (got {value!r})")
+        if not self.replay and self.fallback is None:
+            raise SpeculationError("replay: False needs a fallback acceptance model to draw every request from")
         if self.fallback is not None:
             if not isinstance(self.fallback, FittedAcceptance):
                 raise SpeculationError(f"fallback: must be a FittedAcceptance or None (got {self.fallback!r:.80})")
@@ -93,7 +97,7 @@ class SpeculationSpec:
 
     def check_log(self, request: Request) -> None:
         """A request's log must fit the engine: no round may yield more than ``draft_tokens + 1``."""
-        rounds = request.accept_lengths
+        rounds = request.accept_lengths if self.replay else None
         if rounds is None:
             if self.fallback is None:
                 raise SpeculationError(
@@ -109,7 +113,9 @@ class SpeculationSpec:
             )
 
 
-def speculation_preset(name: str, fallback: FittedAcceptance | None = None, *, seed: int = 0) -> SpeculationSpec:
+def speculation_preset(
+    name: str, fallback: FittedAcceptance | None = None, *, seed: int = 0, replay: bool = True
+) -> SpeculationSpec:
     """The drafting methods of the Spec-Bench logs (vicuna-7b-v1.3 target, greedy).
 
     Fitted to the logs' wall times by least squares (``wall = a·steps + b·tokens`` over every turn): the plain
@@ -136,6 +142,7 @@ def speculation_preset(name: str, fallback: FittedAcceptance | None = None, *, s
         adaptive=bool(settings["adaptive"]),
         fallback=fallback,
         seed=seed,
+        replay=replay,
     )
 
 
@@ -171,7 +178,7 @@ class SpeculativeExecutor(ModelExecutor):
     def _yields_of(self, request: Request) -> tuple[int, ...]:
         spec = self.speculation
         spec.check_log(request)
-        if request.accept_lengths is not None:
+        if request.accept_lengths is not None and spec.replay:
             return request.accept_lengths
         assert spec.fallback is not None  # check_log
         rng = np.random.default_rng([spec.seed, zlib.crc32(request.request_id.encode())])

@@ -111,3 +111,8 @@ def test_an_error_is_one_line_whatever_the_terminal_width(capsys: pytest.Capture
 
 def test_an_unknown_speculation_method_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     _fails_with(["simulate", "--speculation", "medusa", "--duration", "5"], ["--speculation", "'medusa'"], capsys)
+
+
+def test_a_speculation_mode_other_than_fitted_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    _fails_with(["simulate", "--speculation", "eagle:tree", "--duration", "5"], ["--speculation", "':fitted'"],
+                capsys)

@@ -183,3 +183,16 @@ def test_presets_match_the_logs_wall_times() -> None:
     assert eagle_round == pytest.approx(1 + eagle.draft_tokens * (extra + eagle.draft_cost), rel=0.05)
     assert fits["sps-68m"][1] / decode == pytest.approx(extra + sps.draft_cost, rel=0.05)
     assert fits["sps-68m"][0] / decode == pytest.approx(1 + sps.round_overhead, rel=0.05)
+
+
+def test_replay_off_draws_every_request_from_the_fitted_model() -> None:
+    logs = [tuple(int(v) for v in np.random.default_rng(s).integers(1, 7, 80)) for s in range(30)]
+    fitted = fit_acceptance(logs, draft_tokens=5)
+    with pytest.raises(SpeculationError, match="replay"):
+        speculation_preset("eagle", replay=False)
+    logged = (6,) * 40
+    requests = [Request(str(i), prompt_tokens=8, max_output_tokens=120, arrival_time_s=0.0, output_tokens=120,
+                        accept_lengths=logged) for i in range(4)]
+    _, _ = _simulate(requests, speculation_preset("eagle", fitted, replay=False))
+    for request in requests:  # a replayed log of sixes would give 1 + 20 emission times; the model gives more
+        assert len(set(request.token_times_s().tolist())) > 21
