@@ -14,7 +14,8 @@ token the step before had already produced (the loop checks for the end of text 
 streaming engine is done one round earlier. A request without a log draws its rounds from a fitted stochastic
 model (:class:`~semsched.sim.acceptance.FittedAcceptance`: a per-request acceptance rate drawn from the logs'
 distribution, autocorrelated from round to round), from a generator seeded by the spec's seed and the request id,
-so every policy of a comparison sees the same acceptance for the same request.
+so every policy of a comparison sees the same acceptance for the same request. ``replay=False`` draws every
+request's rounds from the model, logged or not.
 
 **Cost.** For a step whose decodes have context lengths ``c_i`` (``B`` of them) the engine time is
 
