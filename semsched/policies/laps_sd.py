@@ -94,8 +94,7 @@ class LapsSDConfig(PolicyConfig):
     preemption: Literal["swap", "recompute"] = param("swap", "how a displaced request gives up the GPU")
     order: Literal["fcfs", "predicted"] = param(
         "fcfs", "inside a queue: perceptible first by eq. 6 then non-perceptible first come first served (paper), "
-        "or every request by estimated remaining time, eq. 6 or predicted output at the mean cost per token "
-        "(ours)")
+        "or every request by eq. 6 on its predicted remaining output, non-preemptive inside a queue (ours)")
     tiers: bool = param(False, "priority (tier) first, LAPS-SD inside a tier; more important displaces any less")
 
     def __post_init__(self) -> None:
@@ -125,7 +124,7 @@ class LapsSD(ServicePolicy):
         cfg = self.config
         self.bounds = queue_bounds_s(cfg.queues, cfg.multiplier, cfg.s1_s)
         # engine time and tokens of every round seen (order=predicted prices unstarted requests with them)
-        self._seconds, self._tokens = 0.0, 0
+        self._seconds, self._tokens, self._rounds = 0.0, 0, 0
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
 
     @property
@@ -181,6 +180,7 @@ class LapsSD(ServicePolicy):
         if count:
             self._seconds += state[ROUND_TIME] - before
             self._tokens += num_tokens
+            self._rounds += count
         if not count or self.perceptible(request):
             return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
@@ -208,18 +208,19 @@ class LapsSD(ServicePolicy):
         return (self.queue(request), 1, request.arrival_time_s, 0.0)
 
     def predicted_remaining_s(self, request: Request) -> float:
-        """``order=predicted``: eq. 6's remaining time once perceptible; before, the predicted remaining output
-        at the engine time per token measured over every round seen so far (the request's own when it has run
-        rounds), so requests compare in seconds whatever their state."""
-        if self.perceptible(request):
-            return self.estimated_remaining_s(request)
+        """``order=predicted``: eq. 6 for the predicted remaining output, ``(L − g)/(nA + 1)`` rounds at the
+        engine's mean round time over every round seen so far (one scale for all requests, whatever batches
+        they happened to run in); ``nA + 1`` is the request's stable value once perceptible, its tokens per
+        round so far before, and the engine's mean for a request that has run no round."""
         state = request.policy_state
-        count = rounds(request)
-        if count:
-            per_token = state[ROUND_TIME] / state[ROUND_TOKENS]
+        if self.perceptible(request):
+            per_round = self.config.draft_tokens * state[_RATE] + 1.0
+        elif rounds(request):
+            per_round = state[ROUND_TOKENS] / rounds(request)
         else:
-            per_token = self._seconds / self._tokens if self._tokens else 1.0
-        return request.predicted_remaining_tokens() * per_token
+            per_round = self._tokens / self._rounds if self._rounds else 1.0
+        round_s = self._seconds / self._rounds if self._rounds else 1.0
+        return request.predicted_remaining_tokens() / per_round * round_s
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         key = self._laps_key(request)
@@ -242,7 +243,8 @@ class LapsSD(ServicePolicy):
                     victims.append(request)
                 continue
             if self.perceptible(request):
-                if state.get(_FRESH, 0.0) == 1.0 and mine < self._laps_key(request):
+                fresh = state.get(_FRESH, 0.0) == 1.0 and self.config.order == "fcfs"
+                if fresh and mine < self._laps_key(request):
                     victims.append(request)
                 continue
             theirs = self._laps_key(request)
@@ -252,7 +254,8 @@ class LapsSD(ServicePolicy):
 
     def _ranks_first_in_queue(self, candidate: Request, running: Request) -> bool:
         """Paper: a perceptible candidate displaces a non-perceptible request of its queue. ``order=predicted``:
-        nobody displaces a request of its own queue (non-preemptive SJF inside a queue)."""
+        nobody displaces a request of its own queue (non-preemptive SJF inside a queue), nor a request in the
+        round it became perceptible (a switch the ordering seldom repays)."""
         return self.config.order == "fcfs" and self.perceptible(candidate)
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:

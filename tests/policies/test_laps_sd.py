@@ -190,3 +190,5 @@ def test_order_predicted_ranks_every_request_of_a_queue_by_estimated_remaining_s
     fresh_long = _request("fresh-long", 500, predicted=900)
     _serve(policy, fresh_long, [3], 0.03)
     assert policy.victims_for(short, [fresh_long], scheduler, 1.0) == []  # one queue: no displacement
+    assert policy.perceptible(seen)
+    assert policy.victims_for(short, [seen], scheduler, 1.0) == []  # nor in its round of perception
