@@ -190,3 +190,19 @@ def _write_slow_replay(run: Path, workload: Any, settings: Any, model: Any, slow
         writer.writerow(STEP_COLUMNS)
         for i in range(int(end_s / 0.05) + 1):
             writer.writerow(["fcfs", 0, f"{0.05 * i:.6f}", step_s, 0, step_s, 0, 0, 0, "", 4, 800, 0, 0])
+
+
+def test_the_docs_state_sim_throughputs_targets() -> None:
+    """The README, docs/benchmarks.md and benchmarks/README.md name the targets the script prints (its
+    constants are the one source)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import sim_throughput
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    rate = f"{sim_throughput.TARGET_REQUESTS_PER_WALL_S:,.0f}"
+    speedup = f"{sim_throughput.TARGET_SPEEDUP:g}x"
+    root = BENCHMARKS.parent
+    for doc in (root / "README.md", root / "docs" / "benchmarks.md", BENCHMARKS / "README.md"):
+        text = doc.read_text(encoding="utf-8")
+        assert rate in text and speedup in text, doc
