@@ -2,10 +2,13 @@
 
 :class:`Classifier` batches prompts: a request awaits :meth:`Classifier.classify`; one worker task collects the
 prompts that arrive within ``max_wait_ms`` (up to ``max_batch``) and runs the models on the batch in a thread,
-so the event loop keeps serving while they run. A classification that takes longer than ``timeout_ms`` (or
-fails) is not waited for: the request goes on with what the gateway knows without it (the failure is counted,
-never the request's). Finished requests feed the length predictor's history through :meth:`observe`, applied by
-the same worker between batches: off every request's path.
+so the event loop keeps serving while they run. Waiting prompts are taken most important first (the request's
+priority, then arrival), so a burst of BACKGROUND prompts never holds a PREMIUM one back; at most
+``max_queued`` wait, and when one more comes the least important of them all goes on at once without a
+classification. A classification that takes longer than ``timeout_ms`` (or fails) is not waited for: the
+request goes on with what the gateway knows without it (counted, never the request's failure). Finished
+requests feed the length predictor's history through :meth:`observe`, applied by the same worker between
+batches: off every request's path.
 
 Urgency models (``classifier.urgency``):
 
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +44,10 @@ log = logging.getLogger("semsched.gateway")
 MAX_POINTS = 64
 #: length predictors that work without prompt embeddings
 NO_EMBEDDING_PREDICTORS = frozenset({"input-length", "histogram"})
+
+
+class _Skipped(Exception):
+    """A prompt left unclassified: ``max_queued`` more important prompts were waiting."""
 
 
 @dataclass(frozen=True)
@@ -161,11 +170,12 @@ class _Lengths:
         self.predictor.observe(self.prompts(texts, tokens), np.asarray(outputs, dtype=np.int64))
 
 
-@dataclass
+@dataclass(order=True)
 class _Pending:
-    text: str
-    future: asyncio.Future[Prediction]
-    queued_at: float
+    key: tuple[int, int]  # (priority, arrival sequence): the most important, then the earliest, first
+    text: str = field(compare=False)
+    future: asyncio.Future[Prediction] = field(compare=False)
+    queued_at: float = field(compare=False)
 
 
 class Classifier:
@@ -177,7 +187,9 @@ class Classifier:
         self.tokens = TokenCounter(config.tokenizer)
         self.urgency = _Urgency(config)
         self.lengths = _Lengths(config.length)
-        self._queue: asyncio.Queue[_Pending] | None = None
+        self._heap: list[_Pending] = []
+        self._seq = itertools.count()
+        self._wakeup: asyncio.Event | None = None
         self._observed: list[tuple[str, int, int]] = []
         self._worker: asyncio.Task[None] | None = None
 
@@ -186,8 +198,14 @@ class Classifier:
         """Whether anything beyond the token count is predicted (else :meth:`classify` answers at once)."""
         return self.urgency.kind != "none" or self.lengths.predictor is not None
 
+    @property
+    def queued(self) -> int:
+        """Prompts waiting for a batch (including those whose request stopped waiting, until the worker sees
+        them)."""
+        return len(self._heap)
+
     async def start(self) -> None:
-        self._queue = asyncio.Queue()
+        self._wakeup = asyncio.Event()
         self._worker = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -199,45 +217,80 @@ class Classifier:
     def count_tokens(self, text: str) -> int:
         return self.tokens.count([text])[0]
 
-    async def classify(self, text: str, prompt_tokens: int | None = None) -> Prediction:
-        """The prediction for ``text``; only its token count when there are no models or they are too slow."""
+    async def classify(self, text: str, prompt_tokens: int | None = None, *, priority: int = 0) -> Prediction:
+        """The prediction for ``text``; only its token count when there are no models, when they are too slow
+        (``timeout_ms``) or when ``max_queued`` more important prompts wait. ``priority``: the request's (lower
+        is more important), the order in which waiting prompts are classified."""
         counted = prompt_tokens if prompt_tokens is not None else self.count_tokens(text)
-        if not self.has_models or self._queue is None:
+        if not self.has_models or self._wakeup is None:
             return Prediction(counted)
         start = time.perf_counter()
         future: asyncio.Future[Prediction] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(text, future, start))
+        self._enqueue(_Pending((priority, next(self._seq)), text, future, start))
         try:
             result = await asyncio.wait_for(asyncio.shield(future), self.config.timeout_ms / 1000)
         except (TimeoutError, Exception) as error:  # a model failure is the classifier's, not the request's
-            if not isinstance(error, TimeoutError):
+            if not isinstance(error, TimeoutError | _Skipped):
                 log.warning("classification failed: %s", error)
             if self.metrics:
                 self.metrics.classifier_timeouts.inc()
             return Prediction(counted)
+        finally:
+            if not future.done():
+                future.cancel()  # the worker drops it unclassified
         if self.metrics:
             self.metrics.classifier.labels("total").observe(time.perf_counter() - start)
         return Prediction(counted, result.urgency, result.predicted_output)
+
+    def _enqueue(self, item: _Pending) -> None:
+        """Queue ``item``; past ``max_queued`` the least important waiting prompt (maybe ``item``) goes on
+        unclassified."""
+        assert self._wakeup is not None
+        if len(self._heap) >= self.config.max_queued:  # forget those whose request stopped waiting first
+            self._heap = [p for p in self._heap if not p.future.done()]
+            heapq.heapify(self._heap)
+        if len(self._heap) >= self.config.max_queued:
+            worst = max(self._heap)
+            if item < worst:
+                self._heap.remove(worst)
+                heapq.heapify(self._heap)
+                worst.future.set_exception(_Skipped())
+            else:
+                item.future.set_exception(_Skipped())
+                return
+        heapq.heappush(self._heap, item)
+        self._wakeup.set()
 
     def observe(self, text: str, prompt_tokens: int, output_tokens: int) -> None:
         """A finished request's real output length, for the length predictor's history (applied later)."""
         if self.lengths.predictor is not None and output_tokens >= 1:
             self._observed.append((text, prompt_tokens, output_tokens))
 
+    async def _next_batch(self) -> list[_Pending]:
+        """Up to ``max_batch`` waiting prompts, most important first, after at most ``max_wait_ms`` for the
+        batch to fill."""
+        assert self._wakeup is not None
+        while not self._heap:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        deadline = time.perf_counter() + self.config.max_wait_ms / 1000
+        while len(self._heap) < self.config.max_batch:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                break
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+        batch: list[_Pending] = []
+        while self._heap and len(batch) < self.config.max_batch:
+            item = heapq.heappop(self._heap)
+            if not item.future.done():
+                batch.append(item)
+        return batch
+
     async def _run(self) -> None:
-        assert self._queue is not None
         while True:
-            batch = [await self._queue.get()]
-            deadline = time.perf_counter() + self.config.max_wait_ms / 1000
-            while len(batch) < self.config.max_batch:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-                except TimeoutError:
-                    break
-            batch = [item for item in batch if not item.future.done()]
+            batch = await self._next_batch()
             if not batch:
                 continue
             observed, self._observed = self._observed, []

@@ -73,6 +73,9 @@ class ClassifierConfig(_Strict):
         description="a tokenizer.json to count prompt tokens; without it, characters / 4")
     max_batch: int = Field(default=32, ge=1, le=4096, description="prompts classified together at most")
     max_wait_ms: float = Field(default=2.0, ge=0, le=10_000, description="how long a batch waits to fill")
+    max_queued: int = Field(default=1024, ge=1, le=1_000_000,
+        description="prompts waiting for classification at most (most important first); past it the least "
+                    "important goes on at once without a classification (counted)")
     timeout_ms: float = Field(default=500.0, gt=0, le=600_000,
         description="a request whose classification takes longer goes on without it (counted)")
 

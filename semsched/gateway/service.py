@@ -199,11 +199,12 @@ class Gateway:
                                  "a request may lower its importance, not raise it", param="priority",
                             reason="unauthorized")
         text, counted = prompt_text(body)
-        prediction = await self.classifier.classify(text, counted)
+        priority = max(tier.priority, options.priority)
+        prediction = await self.classifier.classify(text, counted, priority=priority)
         budget = output_budget(body, self.config.admission.max_tokens_default)
         request = Request(
             request_id=f"gw-{next(self._ids)}", prompt_tokens=prediction.prompt_tokens, max_output_tokens=budget,
-            arrival_time_s=arrival_s, prompt_text=text or None, priority=max(tier.priority, options.priority),
+            arrival_time_s=arrival_s, prompt_text=text or None, priority=priority,
             tier=tier.name, ttft_slo_s=options.ttft_slo_s, tpot_slo_s=options.tpot_slo_s,
             e2e_slo_s=options.e2e_slo_s,
             urgency=options.urgency if options.urgency is not None else prediction.urgency,

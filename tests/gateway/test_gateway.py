@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.gateway.app import create_app
+from semsched.gateway.service import Gateway
 from semsched.vllm.xargs import parse_request_options
 from tests.fake_openai import fake_openai_app, running_app
 from tests.gateway.conftest import config_for, metric, serving, wait_for
@@ -343,3 +344,40 @@ def test_requests_moved_off_a_failing_backend_leave_the_routers_books(router: st
             assert not books.queue(0).queued and not books.queue(0).decoding
             assert not books.queue(1).queued and not books.queue(1).decoding
     assert len(backend.state.calls) == 6
+
+
+def test_classification_takes_a_premium_request_before_a_background_burst_queued_ahead_of_it() -> None:
+    """Issue 28: classification was first come first served, before the priority queue, so PREMIUM waited behind
+    every BACKGROUND prompt that came first. The models are held on the first prompt until the rest have queued."""
+    backend = fake_openai_app()
+    classifier = {"urgency": "keywords", "keywords": {"pain": 0}, "max_batch": 1, "max_wait_ms": 0,
+                  "timeout_ms": 60_000}
+    with running_app(backend) as url:
+        config = config_for([url], classifier=classifier)
+        gateway = Gateway(config)
+        held, entered, order = threading.Event(), threading.Event(), []
+        predict = gateway.classifier._predict
+
+        def models(texts: list[str], observed: list[Any]) -> Any:
+            if not order:
+                entered.set()
+                held.wait(30)
+            order.extend(texts)
+            return predict(texts, observed)
+
+        gateway.classifier._predict = models  # type: ignore[method-assign]
+        with running_app(create_app(config, gateway)) as base, ThreadPoolExecutor(8) as pool:
+            def send(tier: str, prompt: str) -> int:
+                return httpx.post(f"{base}/v1/completions", json={**BODY, "prompt": prompt},
+                                  headers={"x-semsched-tier": tier}, timeout=60).status_code
+
+            futures = [pool.submit(send, "BACKGROUND", "bg0")]
+            entered.wait(30)
+            futures += [pool.submit(send, "BACKGROUND", f"bg{i}") for i in range(1, 6)]
+            wait_for(lambda: gateway.classifier.queued == 5)
+            futures.append(pool.submit(send, "PREMIUM", "premium"))
+            wait_for(lambda: gateway.classifier.queued == 6)
+            held.set()
+            assert [f.result() for f in futures] == [200] * 7
+    assert order[:2] == ["bg0", "premium"], order
+    assert [c["prompt"] for c in backend.state.calls].index("premium") <= 2
