@@ -23,7 +23,7 @@ from rich.table import Table
 
 from semsched.metrics.request_metrics import REQUEST_ATTRIBUTES, RequestMetrics
 from semsched.metrics.summary import SCALAR_METRICS, ClassSummary, Summary, metric_columns, short_metric_name
-from semsched.metrics.units import MISSING, time_unit_for
+from semsched.metrics.units import MISSING, time_unit_for, with_significant_digits
 
 PathLike = str | os.PathLike[str]
 
@@ -164,6 +164,39 @@ def format_column(values: Sequence[float | None], kind: ColumnKind) -> tuple[str
     return None, [_FORMATTERS[kind](v) for v in values]
 
 
+def format_columns(
+    columns: Sequence[Column], values: Sequence[Sequence[float | None]]
+) -> list[tuple[str | None, list[str]]]:
+    """:func:`format_column` for the columns of one table, durations of one kind in one unit (chosen by the
+    largest of them): request latencies (TTFT, E2E, queueing), token gaps (TPOT, ITL) and normalized latency
+    each share a unit, so a table never shows "E2E mean (ms)" beside "E2E p99 (s)"; a column of small values
+    gets the decimals it needs to keep three significant digits."""
+    groups: dict[str, list[float | None]] = {}
+    for column, column_values in zip(columns, values, strict=True):
+        if (group := _unit_group(column)) is not None:
+            groups.setdefault(group, []).extend(column_values)
+    units = {group: time_unit_for(group_values) for group, group_values in groups.items()}
+    formatted = []
+    for column, column_values in zip(columns, values, strict=True):
+        group = _unit_group(column)
+        if group is None:
+            formatted.append(format_column(column_values, column.kind))
+            continue
+        unit = with_significant_digits(units[group], column_values)
+        per_token = "/tok" if column.kind is ColumnKind.DURATION_PER_TOKEN else ""
+        formatted.append((f"{unit.symbol}{per_token}", [unit.format(v) for v in column_values]))
+    return formatted
+
+
+def _unit_group(column: Column) -> str | None:
+    """Which durations share a unit in one table (``None``: not a duration)."""
+    if column.kind is ColumnKind.DURATION_PER_TOKEN:
+        return "per token"
+    if column.kind is not ColumnKind.DURATION:
+        return None
+    return "token gap" if short_metric_name(column.metric).startswith(("tpot", "itl")) else "latency"
+
+
 def _fmt_pct(fraction: float | None) -> str:
     return MISSING if fraction is None else f"{fraction * 100:.1f}%"
 
@@ -185,13 +218,13 @@ _FORMATTERS: dict[ColumnKind, Callable[[float | None], str]] = {
 
 def comparison_table(results: Mapping[str, Summary], *, title: str = "Policy comparison (all requests)") -> Table:
     """Policies as rows, the headline metrics of :data:`COMPARISON_COLUMNS` (over all requests) as columns;
-    each duration column in the unit that suits its largest value."""
+    durations of one kind in one unit (:func:`format_columns`)."""
     table = Table(title=title)
     table.add_column("policy", style="bold", no_wrap=True)
+    overall = [summary.overall for summary in results.values()]
+    values = [[one.metric(column.metric) for one in overall] for column in COMPARISON_COLUMNS]
     cells_by_column = []
-    for column in COMPARISON_COLUMNS:
-        values = [summary.overall.metric(column.metric) for summary in results.values()]
-        unit, cells = format_column(values, column.kind)
+    for column, (unit, cells) in zip(COMPARISON_COLUMNS, format_columns(COMPARISON_COLUMNS, values), strict=True):
         # the unit on a line of its own keeps the columns narrow enough for one screen
         table.add_column(column.header if unit is None else f"{column.header}\n({unit})", justify="right")
         cells_by_column.append(cells)

@@ -189,6 +189,19 @@ def test_duration_columns_pick_one_unit_by_their_largest_value(make_request: Req
     assert "E2E mean (min)" in headers and "norm. lat. (min/tok)" in headers
 
 
+def test_request_latencies_share_one_unit_in_the_comparison_table(make_request: RequestFactory) -> None:
+    # nine quick requests and one slow one: E2E mean below 10 s, E2E p99 above (was "(ms)" beside "(s)")
+    requests = [make_request([0.1, 1.0], request_id=f"q{i}") for i in range(9)]
+    requests.append(make_request([0.1, 50.0], request_id="slow"))
+    summary = summarize(requests)
+    assert summary.overall.metric("e2e_mean") < 10.0 <= summary.overall.metric("e2e_p99")
+    table = comparison_table({"fcfs": summary})
+    units = {h.rsplit("(", 1)[1] for h in _headers(table) if h.startswith(("TTFT", "E2E"))}
+    assert units == {"s)"}
+    ttft_mean = _cells(table, _headers(table).index("TTFT mean (s)"))[0]
+    assert float(ttft_mean) == pytest.approx(0.1) and len(ttft_mean.split(".")[1]) == 3  # 3 significant digits
+
+
 def test_class_table_has_a_column_per_class(results: dict[str, Summary]) -> None:
     table = class_table(results, "slo_attainment")
     assert [c.header for c in table.columns] == ["policy", "all", "p0 (premium)", "p1 (default)"]
