@@ -583,14 +583,16 @@ class Scheduler:
     # ---- fast-forward ------------------------------------------------------------------------------------
     def steady_decode_steps(self, plan: BatchPlan, limit: int) -> int:
         """How many consecutive steps (this plan's included, at most ``limit``) would repeat ``plan``'s
-        decode-only batch unchanged: nobody finishes before the last of them, no block runs out, and either
-        nothing waits or the policy is stable between events. Returns 1 when the plan cannot be
-        fast-forwarded."""
+        decode-only batch unchanged: it serves every running request, nobody finishes before the last of them, no
+        block runs out, and either nothing waits or the policy is stable between events. Returns 1 when the plan
+        cannot be fast-forwarded."""
         if limit <= 1 or not plan.is_pure_decode or self.config.num_lookahead_tokens:
             return 1  # (with speculation the executor decides how many tokens a step emits)
         if len(self._waiting) and not self.policy.stable_between_events:
             return 1
         requests = plan.decode
+        if len(requests) != len(self._running):
+            return 1  # a running request left out of this step (held back, out of budget) may run in the next
         # requests may finish only in the last step of a stretch (update_steady finishes them then)
         steps = min(limit, min(r.target_output_tokens - r.num_output_tokens for r in requests))
         if steps <= 1:

@@ -217,3 +217,22 @@ def test_a_static_victim_order_is_promised_by_the_class_that_defines_the_key() -
     # priority-preempt inherits priority's promise but its own key reads progress: re-sorted every step
     assert not static_victim_order(make_policy("priority-preempt"))
     assert not static_victim_order(make_policy("sjf"))
+
+
+def test_a_plan_that_leaves_a_running_request_out_is_never_fast_forwarded() -> None:
+    """A decode-only plan repeats unchanged only if it serves every running request: one held back this step
+    (vllm-fcfs holds decodes while it admits the FCFS head) runs again in the next. Found by the stress matrix
+    (tests/sim/test_stress.py, pd-2+2): a PD decode instance admitting a transferred request held the running
+    decode back for a whole fast-forwarded stretch."""
+    prefill = make_scheduler("fcfs", num_gpu_blocks=64, block_size=16, watermark=0.0)
+    decode = make_scheduler("vllm-fcfs", num_gpu_blocks=64, block_size=16, watermark=0.0)
+    first, second = make_request("a", prompt=40, output=30), make_request("b", prompt=40, output=30)
+    for request in (first, second):
+        prefill.add_request(request, 0.0)
+    prefill.update(prefill.schedule(0.0), StepResult(end_time_s=0.1))
+    decode.add_transferred(prefill.hand_off("a"), 0.1)
+    decode.update(decode.schedule(0.1), StepResult(end_time_s=0.2))
+    decode.add_transferred(prefill.hand_off("b"), 0.2)
+    plan = decode.schedule(0.2)
+    assert plan.is_pure_decode and [r.request_id for r in plan.decode] == ["b"]  # "a" held back this step
+    assert decode.steady_decode_steps(plan, limit=100) == 1
