@@ -23,6 +23,13 @@ class EDFConfig(PolicyConfig):
 
 @register_policy
 class EDF(Policy):
+    """Earliest deadline first on the TTFT or the E2E deadline.
+
+    starvation: possible for requests without the chosen SLO (an infinitely late deadline) while requests with
+    one keep arriving; a request with a deadline is passed only by requests due before it, which arrived before
+    its deadline less the smallest SLO.
+    """
+
     name: ClassVar[str] = "edf"
     config_cls: ClassVar[type[PolicyConfig]] = EDFConfig
     stable_between_events: ClassVar[bool] = True

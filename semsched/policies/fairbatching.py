@@ -90,7 +90,12 @@ class _StepPlan:
 
 @register_policy
 class FairBatching(Policy):
-    """Enhanced EDF: near-deadline decodes, then prefills by deadline, then the other decodes with what is left."""
+    """Enhanced EDF: near-deadline decodes, then prefills by deadline, then the other decodes with what is left.
+
+    starvation: possible for requests without a TTFT SLO (infinitely late deadlines) while requests with one keep
+    arriving, and for decodes without a TPOT SLO, which get only the budget prefills leave; a request with
+    deadlines is passed only by requests due before it.
+    """
 
     name: ClassVar[str] = "fairbatching"
     config_cls: ClassVar[type[PolicyConfig]] = FairBatchingConfig

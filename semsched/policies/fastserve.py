@@ -67,6 +67,13 @@ class FastServeConfig(PolicyConfig):
 
 @register_policy
 class FastServe(Policy):
+    """FastServe's skip-join multi-level feedback queue, FCFS within a level.
+
+    starvation: bounded: a request that has waited ``starve_s`` since it entered the queue (arrival or
+    preemption) is promoted to level 0 at the next check (every ``check_s``), where only earlier arrivals go
+    before it; so it starts once they and the requests running at level 0 are done (``starve_s=0``: possible).
+    """
+
     name: ClassVar[str] = "fastserve"
     config_cls: ClassVar[type[PolicyConfig]] = FastServeConfig
     config: FastServeConfig

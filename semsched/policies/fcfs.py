@@ -10,7 +10,10 @@ from semsched.policies.registry import register_policy
 
 @register_policy
 class FCFS(Policy):
-    """First come, first served; never preempts running work for waiting work."""
+    """First come, first served; never preempts running work for waiting work.
+
+    starvation: none: requests start in arrival order (a preempted request keeps its place in the queue).
+    """
 
     name: ClassVar[str] = "fcfs"
     stable_between_events: ClassVar[bool] = True

@@ -40,6 +40,12 @@ def gittins_index(costs: CostDistribution, attained: float) -> float | None:
 
 @register_policy
 class Gittins(CostIndexPolicy):
+    """Smallest Gittins index of the remaining cost first (SageSched).
+
+    starvation: possible for requests with a large index (a long or uncertain remaining cost) while requests with
+    smaller ones keep arriving; a request that outlives its prediction gets the floor index and is not starved.
+    """
+
     name: ClassVar[str] = "gittins"
 
     def cost_index(self, costs: CostDistribution, attained: float) -> float | None:

@@ -16,6 +16,11 @@ from semsched.policies.semantic import urgency_level
 
 @register_policy
 class HPJF(Policy):
+    """Most urgent level first, FCFS within a level; non-preemptive.
+
+    starvation: possible for less urgent levels under sustained more urgent load (no aging).
+    """
+
     name: ClassVar[str] = "hpjf"
     stable_between_events: ClassVar[bool] = True
     static_victim_key: ClassVar[bool] = True

@@ -115,6 +115,12 @@ class LapsSDConfig(PolicyConfig):
 
 @register_policy
 class LapsSD(ServicePolicy):
+    """LAPS-SD: multi-level queues by attained, then perceived, service; FCFS or SJF inside a queue.
+
+    starvation: possible: a request demoted to a later queue waits while requests of earlier queues keep arriving
+    (nothing promotes it back; with ``tiers=true`` less important tiers also wait for more important ones).
+    """
+
     name: ClassVar[str] = "laps-sd"
     config_cls: ClassVar[type[PolicyConfig]] = LapsSDConfig
     config: LapsSDConfig

@@ -33,6 +33,12 @@ class LASConfig(PolicyConfig):
 
 @register_policy
 class LAS(ServicePolicy):
+    """Least attained service first; a request yields to one with at least ``quantum_s`` less service.
+
+    starvation: possible: a request that has been served yields to every fresh arrival once it is ``quantum_s``
+    ahead of it, so a long request waits, started or not, while new requests keep arriving.
+    """
+
     name: ClassVar[str] = "las"
     config_cls: ClassVar[type[PolicyConfig]] = LASConfig
     config: LASConfig

@@ -16,4 +16,9 @@ from semsched.policies.ssjf import SSJF
 
 @register_policy
 class LPSJF(SSJF):
+    """SSJF under seed 004's name: shortest predicted output first, non-preemptive, blind to acceptance.
+
+    starvation: possible for requests predicted long while requests predicted shorter keep arriving.
+    """
+
     name: ClassVar[str] = "lp-sjf"

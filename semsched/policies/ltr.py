@@ -52,6 +52,13 @@ class LTRConfig(PolicyConfig):
 
 @register_policy
 class LTR(Policy):
+    """Learning to rank: smallest predicted score first, preemptive, with vllm-ltr's starvation prevention.
+
+    starvation: possible under overload: a request that has waited ``starve_s`` (checked every ``check_s``) is
+    promoted above every unpromoted one for ``quantum_tokens``, but promoted requests rank by score among
+    themselves, so a long one can wait behind a stream of shorter promoted ones (``starve_s=0``: no promotion).
+    """
+
     name: ClassVar[str] = "ltr"
     config_cls: ClassVar[type[PolicyConfig]] = LTRConfig
     config: LTRConfig

@@ -17,6 +17,12 @@ from semsched.policies.registry import register_policy
 
 @register_policy
 class Mean(CostIndexPolicy):
+    """Smallest expected remaining cost first (SageSched Fig. 11's "Mean").
+
+    starvation: possible for requests with a large expected remaining cost while requests with smaller ones keep
+    arriving; a request that outlives its prediction gets the floor index and is not starved.
+    """
+
     name: ClassVar[str] = "mean"
 
     def cost_index(self, costs: CostDistribution, attained: float) -> float | None:

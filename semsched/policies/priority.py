@@ -16,6 +16,11 @@ from semsched.policies.registry import register_policy
 
 @register_policy
 class StrictPriority(Policy):
+    """Strict priority: (priority, arrival) order; a waiting request never displaces running work.
+
+    starvation: possible for low priorities under sustained higher-priority load (no aging).
+    """
+
     name: ClassVar[str] = "priority"
     stable_between_events: ClassVar[bool] = True
     static_victim_key: ClassVar[bool] = True

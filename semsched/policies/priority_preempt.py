@@ -28,6 +28,12 @@ class PriorityPreemptConfig(PolicyConfig):
 
 @register_policy
 class PriorityPreempt(StrictPriority):
+    """Strict priority whose waiting requests displace running lower-priority work.
+
+    starvation: possible for low priorities under sustained higher-priority load, running or waiting: a
+    running one is displaced by every more important arrival that needs its room.
+    """
+
     name: ClassVar[str] = "priority-preempt"
     config_cls: ClassVar[type[PolicyConfig]] = PriorityPreemptConfig
     #: victim_key reads a request's progress, which changes every step (StrictPriority's key does not)

@@ -124,7 +124,11 @@ class SarathiConfig(PolicyConfig):
 
 @register_policy
 class SarathiFCFS(Policy):
-    """Sarathi-Serve: decodes first, chunked prefill FCFS, the step's tokens capped by the TBT SLO."""
+    """Sarathi-Serve: decodes first, chunked prefill FCFS, the step's tokens capped by the TBT SLO.
+
+    starvation: none: waiting requests start in arrival order, and each step leaves prompts at least one token
+    beside the decodes (while the decodes leave room in the engine's token budget).
+    """
 
     name: ClassVar[str] = "sarathi-fcfs"
     config_cls: ClassVar[type[PolicyConfig]] = SarathiConfig
@@ -178,7 +182,10 @@ class SarathiFCFS(Policy):
 
 @register_policy
 class SarathiPriority(SarathiFCFS):
-    """Sarathi-Serve with strict priority: decodes first, then waiting requests by (priority, arrival)."""
+    """Sarathi-Serve with strict priority: decodes first, then waiting requests by (priority, arrival).
+
+    starvation: possible for low priorities under sustained higher-priority load (no aging).
+    """
 
     name: ClassVar[str] = "sarathi-priority"
 

@@ -100,6 +100,12 @@ class SemanticConfig(PolicyConfig):
 
 @register_policy
 class Semantic(Policy):
+    """Seed 000's semantic scheduling: by urgency level, then estimated remaining time; urgent arrivals preempt.
+
+    starvation: possible for less urgent levels under sustained more urgent load, and within a level for
+    requests with a long estimated remaining time while shorter ones keep arriving (nothing ages).
+    """
+
     name: ClassVar[str] = "semantic"
     config_cls: ClassVar[type[PolicyConfig]] = SemanticConfig
     config: SemanticConfig

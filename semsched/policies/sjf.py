@@ -37,6 +37,11 @@ def expected_remaining(request: Request, length: str) -> float:
 
 @register_policy
 class SJF(Policy):
+    """Shortest (oracle or predicted) output first; non-preemptive.
+
+    starvation: possible for long requests while shorter ones keep arriving (nothing ages).
+    """
+
     name: ClassVar[str] = "sjf"
     config_cls: ClassVar[type[PolicyConfig]] = LengthConfig
     stable_between_events: ClassVar[bool] = True

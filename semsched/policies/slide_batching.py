@@ -139,6 +139,12 @@ def batch_model(profile: str) -> BatchLatencyModel:
 
 @register_policy
 class SlideBatching(Policy):
+    """PROSERVE's SlideBatching (Algorithm 1): a time-budgeted batch ordered by density or by deadline.
+
+    starvation: possible: URGENT requests go by density, so a long prompt (low density) yields to every denser
+    urgent request, and NORMAL ones by deadline, so a request without SLOs waits behind every one with them.
+    """
+
     name: ClassVar[str] = "slide-batching"
     config_cls: ClassVar[type[PolicyConfig]] = SlideBatchingConfig
     rekey_interval_s: ClassVar[float | None] = EVERY_STEP_S

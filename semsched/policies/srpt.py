@@ -48,6 +48,12 @@ def remaining_can_rise(prediction: LengthDistribution) -> bool:
 
 @register_policy
 class SRPT(Policy):
+    """Shortest remaining output first; a waiting request displaces running ones with more remaining.
+
+    starvation: possible for long requests while shorter ones keep arriving, waiting or running (a running one
+    is displaced by every arrival with less remaining output).
+    """
+
     name: ClassVar[str] = "srpt"
     config_cls: ClassVar[type[PolicyConfig]] = LengthConfig
     config: LengthConfig

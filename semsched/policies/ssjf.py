@@ -33,6 +33,11 @@ def point_prediction(request: Request, point: str) -> float:
 
 @register_policy
 class SSJF(Policy):
+    """Shortest point prediction of the output first; non-preemptive.
+
+    starvation: possible for requests predicted long while requests predicted shorter keep arriving.
+    """
+
     name: ClassVar[str] = "ssjf"
     config_cls: ClassVar[type[PolicyConfig]] = SSJFConfig
     stable_between_events: ClassVar[bool] = True

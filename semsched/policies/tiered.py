@@ -205,6 +205,13 @@ def _check_float(name: str, value: object, low: float, high: float) -> None:
 
 @register_policy
 class Tiered(Policy):
+    """Seed 003's tiers: strict tiers with aging, rare, bounded and costed preemption (see the module docstring).
+
+    starvation: possible for less important tiers under sustained more important load (aging's cap,
+    ``max_age_boost``, is below the tier gap); with ``fair_shares``, bounded by ``share_window_s + rekey_s +
+    2·L·t`` (the module docstring's fair share, tested in tests/policies/test_tiered.py).
+    """
+
     name: ClassVar[str] = "tiered"
     config_cls: ClassVar[type[PolicyConfig]] = TieredConfig
     config: TieredConfig

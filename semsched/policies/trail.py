@@ -41,6 +41,12 @@ class TrailConfig(PolicyConfig):
 
 @register_policy
 class Trail(Policy):
+    """TRAIL: shortest predicted remaining output first, preemptive except for nearly finished requests.
+
+    starvation: possible for requests with a long predicted remaining output while shorter ones keep arriving
+    (protection only keeps requests past ``protect`` of their predicted length running).
+    """
+
     name: ClassVar[str] = "trail"
     config_cls: ClassVar[type[PolicyConfig]] = TrailConfig
     config: TrailConfig

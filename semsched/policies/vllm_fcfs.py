@@ -136,7 +136,11 @@ class VllmFCFSConfig(PolicyConfig):
 
 @register_policy
 class VllmFCFS(Policy):
-    """Prefill-first FCFS (vLLM v0): prefills whenever the FCFS head can be admitted, decodes otherwise."""
+    """Prefill-first FCFS (vLLM v0): prefills whenever the FCFS head can be admitted, decodes otherwise.
+
+    starvation: none: requests start in arrival order; running decodes pause only while the FCFS head can be
+    admitted (a free sequence slot and blocks for its whole sequence), which each admission uses up.
+    """
 
     name: ClassVar[str] = "vllm-fcfs"
     config_cls: ClassVar[type[PolicyConfig]] = VllmFCFSConfig

@@ -110,7 +110,12 @@ class _Client:
 
 @register_policy
 class VTC(Policy):
-    """Weighted VTC: the waiting request of the least-served client (weighted token counter) first."""
+    """Weighted VTC: the waiting request of the least-served client (weighted token counter) first.
+
+    starvation: bounded: while a client waits, no other client with waiting requests gets more than
+    ``(I + B * O) / w_min`` counter units ahead of it (the module docstring's fairness bound); within a client,
+    arrival order.
+    """
 
     name: ClassVar[str] = "vtc"
     config_cls: ClassVar[type[PolicyConfig]] = VTCConfig
