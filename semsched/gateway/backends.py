@@ -49,6 +49,7 @@ class Backend:
     failures: int = 0
     inflight: dict[str, Request] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # in flight and past their first token
+    dispatched: int = 0  # requests dispatched here so far (tells whether a request stayed alone here)
     reported_running: int = 0
     reported_waiting: int = 0
     kv_usage: float | None = None

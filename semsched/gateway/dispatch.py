@@ -97,6 +97,7 @@ class Dispatcher:
 
     def _take(self, backend: Backend, request: Request, how: str) -> Backend:
         backend.inflight[request.request_id] = request
+        backend.dispatched += 1
         self.metrics.child(self.metrics.routed, backend.name, self.router_name, how).inc()
         self.metrics.child(self.metrics.backend_inflight, backend.name).set(len(backend.inflight))
         return backend

@@ -93,6 +93,7 @@ class Call:
     usage_tokens: int | None = None
     moved: bool = False  # its backend left the pool before its first token
     attempt: asyncio.Future[Any] | None = None
+    alone_mark: int | None = None  # its backend's dispatch count while it was alone there (see _alone)
 
 
 class Gateway:
@@ -106,11 +107,12 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.pool = BackendPool(config.backends, config.routing, on_change=self._backend_changed)
         self.dispatcher = Dispatcher(self.pool, config.routing, config.admission, self.metrics, now)
-        self.admission = Admission(config.admission, self.tiers)
+        self.admission = Admission(config.admission, self.tiers, now)
         self.classifier = Classifier(config.classifier, self.metrics)
         self._ids = itertools.count()
         self._unstarted: dict[int, dict[str, Call]] = {b.index: {} for b in self.pool.backends}
         self._session: aiohttp.ClientSession | None = None
+        self._ticker: asyncio.Task[None] | None = None
         self.models: list[str] = list(config.models)
         for backend in self.pool.backends:
             self.metrics.child(self.metrics.backend_healthy, backend.name).set(1)
@@ -123,16 +125,29 @@ class Gateway:
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         await self.classifier.start()
         await self.pool.start()
+        self._ticker = asyncio.create_task(self._tick())
         for backend in self.pool.backends:
             self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(backend.healthy))
         if not self.models:
             self.models = await self._backend_models()
 
     async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
         await self.pool.stop()
         await self.classifier.stop()
         if self._session is not None:
             await self._session.close()
+
+    async def _tick(self) -> None:
+        """The shed level re-judged without arrivals, so that it decays while the gateway is idle."""
+        interval_s = max(self.admission.guard.config.evaluate_every_s, 0.1)
+        while True:
+            await asyncio.sleep(interval_s)
+            self.admission.tick(self.now())
+            self.metrics.shed_level.set(self.admission.shed_level)
 
     async def _backend_models(self) -> list[str]:
         assert self._session is not None
@@ -168,10 +183,12 @@ class Gateway:
         except EdgeError as error:
             self._refused(self.tier_label(tier), error.reason)
             return error.response()
-        reason = self.admission.admit(call.request, self.now())
+        reason = self.admission.admit(call.request, self.now(), streamed=call.stream)
         self.metrics.shed_level.set(self.admission.shed_level)
         if reason is not None:
             self._refused(call.tier, "shed" if reason.startswith("shed") else "queue_full")
+            call.outcome = "rejected"
+            self._judge_slos(call, None, None, None)
             return EdgeError(429, reason, reason="shed", retry_after_s=self.config.admission.retry_after_s
                              ).response()
         return await self._serve(call, http_request)
@@ -298,6 +315,7 @@ class Gateway:
             async with asyncio.timeout(remaining):
                 backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried))
             call.backend = backend
+            call.alone_mark = backend.dispatched if len(backend.inflight) == 1 else None
             self._unstarted[backend.index][call.request.request_id] = call
             call.moved = False
             try:
@@ -406,11 +424,23 @@ class Gateway:
         return upstream, head
 
     def _started(self, call: Call, backend: Backend) -> None:
-        now = self.now()
-        call.first_token_s = now
+        """The first token (a stream) or the whole answer is in hand. Only a stream's first token is a TTFT:
+        a whole answer's first token is never seen, so it gives no TTFT and no TPOT (only E2E)."""
         self._unstarted[backend.index].pop(call.request.request_id, None)
         self.dispatcher.first_token(backend, call.request)
-        self.admission.first_token(call.request, now)
+        if not call.stream:
+            return
+        now = self.now()
+        call.first_token_s = now
+        alone = self._alone(call, backend)
+        self.admission.first_token(call.request, now, alone=alone)
+        call.alone_mark = backend.dispatched if len(backend.inflight) == 1 else None  # alone from here on?
+
+    @staticmethod
+    def _alone(call: Call, backend: Backend) -> bool:
+        """Whether ``call`` has been the only request of the gateway on ``backend`` since ``alone_mark`` was
+        taken: alone then, alone now, and nothing dispatched there in between."""
+        return call.alone_mark is not None and call.alone_mark == backend.dispatched and len(backend.inflight) == 1
 
     async def _relay(self, call: Call, upstream: Any, head: list[str]) -> AsyncIterator[bytes]:
         """The client's stream: the buffered head, then every event as it comes, read to the end so that the
@@ -500,16 +530,19 @@ class Gateway:
         call.finished = True
         now = self.now()
         request, tier = call.request, call.tier
+        ok = call.outcome == "ok"
+        alone_since_s = None
         if call.backend is not None:
+            if ok and call.first_token_s is not None and self._alone(call, call.backend):
+                alone_since_s = call.first_token_s
             self._unstarted[call.backend.index].pop(request.request_id, None)
             self.dispatcher.finished(call.backend, request)
             self.dispatcher.release(call.backend, request)
             call.backend = None
-        self.admission.finished(request, call.output_tokens, now)
+        self.admission.finished(request, call.output_tokens, now, alone_since_s=alone_since_s)
         self.metrics.child(self.metrics.requests, tier, call.outcome).inc()
-        ok = call.outcome == "ok"
         ttft = None if call.first_token_s is None else call.first_token_s - request.arrival_time_s
-        e2e = now - request.arrival_time_s
+        e2e = now - request.arrival_time_s if ok else None
         tpot = None
         if ok and call.first_token_s is not None and call.output_tokens >= 2:
             tpot = (now - call.first_token_s) / (call.output_tokens - 1)
@@ -517,17 +550,26 @@ class Gateway:
             self.metrics.child(self.metrics.ttft, tier).observe(ttft)
         if tpot is not None:
             self.metrics.child(self.metrics.tpot, tier).observe(tpot)
-        if ok:
+        if e2e is not None:
             self.metrics.child(self.metrics.e2e, tier).observe(e2e)
-        for metric, observed, target in (("ttft", ttft, request.ttft_slo_s), ("tpot", tpot, request.tpot_slo_s),
-                                         ("e2e", e2e if ok else None, request.e2e_slo_s)):
-            if target is None or (metric == "tpot" and ok and tpot is None):
-                continue
-            met = ok and observed is not None and observed <= target
-            self.metrics.child(self.metrics.slo, tier, metric, "met" if met else "missed").inc()
+        self._judge_slos(call, ttft, tpot, e2e)
         if ok and call.text:
             self.classifier.observe(call.text, request.prompt_tokens, call.output_tokens)
         self.metrics.shed_level.set(self.admission.shed_level)
+
+    def _judge_slos(self, call: Call, ttft_s: float | None, tpot_s: float | None, e2e_s: float | None) -> None:
+        """SLO outcomes, one rule for every request whose body passed the checks: one that was not served (shed,
+        queue full, queue timeout, no backend, an error, a timeout, a disconnect) misses each target it has; a
+        served one is judged on what the gateway saw (a whole answer: E2E only; one token: no TPOT)."""
+        ok = call.outcome == "ok"
+        request = call.request
+        judged = (("ttft", ttft_s, request.ttft_slo_s), ("tpot", tpot_s, request.tpot_slo_s),
+                  ("e2e", e2e_s, request.e2e_slo_s))
+        for metric, observed, target in judged:
+            if target is None or (ok and observed is None):
+                continue
+            met = ok and observed is not None and observed <= target
+            self.metrics.child(self.metrics.slo, call.tier, metric, "met" if met else "missed").inc()
 
     # ---- other routes ----------------------------------------------------------------------------------------
     def health(self) -> JSONResponse:

@@ -29,6 +29,11 @@ Design, and where it departs from the seed's ``SLOMonitor``:
 * **Misses that shedding cannot fix are left out** when a latency model is given: a request whose prompt alone
   takes longer to prefill on an empty engine than its class's TTFT target misses whatever the load, so its TTFT
   says nothing about load (on the A100/Qwen1.5-4B profile a 2,000-token prompt misses PREMIUM's 200 ms alone).
+* **Or that an idle engine misses too** when a ``feasible`` judge is given: a callable that says whether a
+  request could meet its class's target for a metric on an idle engine (the gateway's judges by the latencies
+  of requests that ran alone on their server). An observation of a request judged infeasible is not recorded,
+  and such a request is not counted among the waiting ones: a target no request meets on an idle engine keeps
+  its class at risk whatever is shed, so shedding for it only loses work.
 * **Quantile and headroom.** The ``quantile`` (0.99) with numpy's default linear interpolation, as the reports
   compute it; headroom is the seed's ``1 - p99 / target``, per metric, and a class's headroom is its worst
   metric's. Targets are the class's, from the tier table (per-request overrides are judged by the reports, not
@@ -60,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -85,6 +90,9 @@ FIRST_TOKEN_KEY = "slo_guard.first_token_s"
 
 Metric = Literal["ttft", "tpot"]
 METRICS: tuple[Metric, ...] = ("ttft", "tpot")
+
+Feasible = Callable[[Request, Metric], bool]
+"""Whether a request could meet its class's target for a metric on an idle engine (see :class:`SLOGuard`)."""
 
 _WAITING_STATES = frozenset(
     {RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED})
@@ -253,7 +261,8 @@ class SLOGuard:
 
     ``tiers`` gives each priority class its name and its TTFT/TPOT targets (a priority appears once);
     ``latency``, the engine's step-latency model, leaves out misses no shedding can fix and prices hopeless
-    requests (required with ``reject_hopeless``).
+    requests (required with ``reject_hopeless``); ``feasible`` (:data:`Feasible`) leaves out the observations of
+    requests it judges could not meet their target even on an idle engine.
     """
 
     def __init__(
@@ -262,11 +271,13 @@ class SLOGuard:
         *,
         tiers: Sequence[TierSpec] = DEFAULT_TIERS,
         latency: LatencyModel | None = None,
+        feasible: Feasible | None = None,
     ) -> None:
         self.config = config if config is not None else SLOGuardConfig()
         if self.config.reject_hopeless and latency is None:
             raise SLOGuardError("reject_hopeless needs a latency model (the engine's profile)")
         self.latency = latency
+        self.feasible = feasible
         self._tiers = _tiers_by_priority(tiers)
         self.monitor = SLOMonitor(self.config.window_s, self.config.max_samples, self.config.quantile)
         # least important first: level k sheds every priority >= _sheddable[k - 1]
@@ -375,9 +386,11 @@ class SLOGuard:
         return max(1, min(fewest, request.max_output_tokens))
 
     # ---- callbacks -------------------------------------------------------------------------------------------
-    def on_arrival(self, request: Request, now_s: float) -> None:
-        """An admitted request enters the waiting queue."""
-        if self._ttft_counts(request):
+    def on_arrival(self, request: Request, now_s: float, *, ttft_reported: bool = True) -> None:
+        """An admitted request enters the waiting queue. ``ttft_reported=False``: nobody will report its first
+        token (a non-streamed answer seen through a gateway), so its wait is no lower bound on its TTFT and is not
+        counted as one."""
+        if ttft_reported and self._ttft_counts(request):
             self._pending.setdefault(request.priority, {})[request.request_id] = request
         self._enqueue(request)
 
@@ -403,7 +416,7 @@ class SLOGuard:
             tracked.get(request.priority, {}).pop(request.request_id, None)
         first_s = request.policy_state.get(FIRST_TOKEN_KEY)
         tokens = request.num_output_tokens
-        if first_s is not None and tokens >= 2:
+        if first_s is not None and tokens >= 2 and (self.feasible is None or self.feasible(request, "tpot")):
             self.monitor.record(request.priority, "tpot", (now_s - first_s) / (tokens - 1), now_s)
 
     # ---- shedding --------------------------------------------------------------------------------------------
@@ -489,9 +502,12 @@ class SLOGuard:
 
     def _ttft_counts(self, request: Request) -> bool:
         """Whether the request's TTFT tells something about load: its class has a TTFT target that its prompt's
-        prefill alone, on an empty engine, does not exceed (always, without a latency model)."""
+        prefill alone, on an empty engine, does not exceed (always, without a latency model), and the
+        ``feasible`` judge, if any, finds it can be met on an idle engine."""
         target_s = self._target_s(request.priority, "ttft")
         if target_s is None:
+            return False
+        if self.feasible is not None and not self.feasible(request, "ttft"):
             return False
         return self.latency is None or self.latency.step_time_s([(request.prompt_tokens, 0)], 0, 0) <= target_s
 

@@ -180,6 +180,31 @@ def test_ttft_a_prompt_alone_would_miss_is_not_counted() -> None:
     assert guard.monitor.values_s(PREMIUM, "ttft").tolist() == [0.5]  # the 100-token prompt's
 
 
+def test_a_request_the_feasibility_judge_rejects_is_not_observed_nor_counted_waiting() -> None:
+    """Issue 28: the gateway's judge (what an idle server gives a tier) leaves out misses shedding cannot fix."""
+    infeasible: set[tuple[str, str]] = set()
+    guard = SLOGuard(SLOGuardConfig(min_samples=1),
+                     feasible=lambda request, metric: (request.request_id, metric) not in infeasible)
+    feeder = Feeder(guard)
+    feeder.serve(PREMIUM, first_token_s=1.0, ttft_s=0.5, tpot_s=0.1, tokens=3)
+    left_out = feeder.request(PREMIUM, 0.0, output=3)
+    infeasible.update({(left_out.request_id, "ttft"), (left_out.request_id, "tpot")})
+    guard.on_arrival(left_out, 0.0)
+    assert guard.reading(PREMIUM, "ttft", now_s=5.0).count == 1  # type: ignore[union-attr]  # not waiting
+    left_out.num_output_tokens = 3
+    guard.on_tokens(left_out, 3, 6.0)
+    guard.on_finish(left_out, 6.2)
+    assert guard.monitor.values_s(PREMIUM, "ttft").tolist() == [0.5]  # kept's only
+    assert guard.monitor.values_s(PREMIUM, "tpot").tolist() == pytest.approx([0.1])
+
+
+def test_a_wait_whose_first_token_nobody_reports_is_no_ttft_bound() -> None:
+    guard = make_guard(min_samples=1)
+    request = Feeder(guard).request(PREMIUM, 0.0)
+    guard.on_arrival(request, 0.0, ttft_reported=False)  # a whole answer through the gateway
+    assert guard.reading(PREMIUM, "ttft", now_s=10.0) is None
+
+
 # ---- shedding ------------------------------------------------------------------------------------------------
 def test_premium_at_risk_sheds_background_first_then_standard() -> None:
     guard = make_guard(hold_s=5.0)
