@@ -11,6 +11,8 @@ from semsched.experiments.framework import ExperimentContext, Figure, Table
 from semsched.experiments.plots import bar_chart
 from semsched.experiments.registry import Experiment, register_experiment
 from semsched.metrics import MISSING, ClassSummary, Summary, TimeUnit, time_unit_for
+from semsched.metrics.plots import NO_SLO, NOT_AVAILABLE, ZERO
+from semsched.metrics.units import with_significant_digits
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec
 from semsched.workloads import build_workload
 
@@ -57,11 +59,20 @@ class Demo(Experiment):
             f"semsched simulate --policy {','.join(POLICIES)} --workload {WORKLOAD} --rate {RATE_PER_S:g} "
             f"--duration {duration_s:g} --seed {ctx.seed} --profile {DEFAULT_PROFILE}"
         )
-        ctx.add_figure(_overall_figure(summaries, config, command))
-        ctx.add_figure(_tier_figure(summaries, config, command))
+        ctx.add_figure(_overall_figure(summaries, config, command, quick=ctx.quick))
+        ctx.add_figure(_tier_figure(summaries, config, command, quick=ctx.quick))
 
 
-def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, object], command: str) -> Figure:
+QUICK_NOTE = (
+    "The quick grid ({requests:,} requests, {duration_s:g} s) is too small to rank the policies: their "
+    "differences here are within what another seed or a longer run changes (the full run can order them "
+    "otherwise). Run without --quick to rank them."
+)
+
+
+def _overall_figure(
+    summaries: Mapping[str, Summary], config: Mapping[str, object], command: str, *, quick: bool
+) -> Figure:
     ours: dict[str, dict[str, float | int | None]] = {}
     for policy, summary in summaries.items():
         overall = summary.overall
@@ -77,7 +88,8 @@ def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, objec
             "num_preemptions": overall.num_preemptions,
         }
     time_keys = ("ttft_p90_s", "e2e_mean_s", "e2e_p90_s")
-    units = {key: _unit(ours[p][key] for p in ours) for key in time_keys}
+    unit = _unit(ours[p][key] for p in ours for key in time_keys)  # one unit for the table's latencies
+    units = {key: with_significant_digits(unit, (_float(ours[p][key]) for p in ours)) for key in time_keys}
     columns = (
         "policy",
         "finished",
@@ -111,6 +123,13 @@ def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, objec
         f"SLO met by {_percent(ours[best]['slo_attainment'])} of requests under {best} "
         f"({_percent(ours[BASELINE]['slo_attainment'])} under {BASELINE})"
     )
+    notes = [
+        "A request meets its SLO when it finishes and meets every target its tier has (TTFT, TPOT, E2E); "
+        "rejected and unfinished requests count as misses.",
+    ]
+    if quick:
+        headline = f"quick grid, too small to rank: SLO met by {_spread(ours, 'slo_attainment')}"
+        notes.append(_quick_note(config))
     return Figure(
         id="comparison",
         title="all requests, every policy",
@@ -120,18 +139,18 @@ def _overall_figure(summaries: Mapping[str, Summary], config: Mapping[str, objec
         config=config,
         command=command,
         table=Table(columns, tuple(rows)),
-        plot=_bars(summaries, None, "e2e_p90", "E2E p90 (s)", "E2E latency p90 by tier", log=True),
+        plot=_bars(summaries, None, "e2e_p90", "E2E p90 (s)", "E2E latency p90: all requests, then each tier",
+                   log=True, with_all=True),
         ratios=ratios,
         ratio_direction="baseline / ours: above 1, the policy beats fcfs",
-        notes=(
-            "A request meets its SLO when it finishes and meets every target its tier has (TTFT, TPOT, E2E); "
-            "rejected and unfinished requests count as misses.",
-        ),
+        notes=tuple(notes),
         headline=headline,
     )
 
 
-def _tier_figure(summaries: Mapping[str, Summary], config: Mapping[str, object], command: str) -> Figure:
+def _tier_figure(
+    summaries: Mapping[str, Summary], config: Mapping[str, object], command: str, *, quick: bool
+) -> Figure:
     priorities = sorted({p for s in summaries.values() for p in s.by_priority})
     labels = [_tier_label(summaries, p) for p in priorities]
     ours: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -168,6 +187,16 @@ def _tier_figure(summaries: Mapping[str, Summary], config: Mapping[str, object],
         if policy != BASELINE
     }
     best = max(summaries, key=lambda p: ours[p][top]["slo_attainment"] or 0.0)
+    headline = (
+        f"{top} SLO met: {_percent(ours[best][top]['slo_attainment'])} under {best}, "
+        f"{_percent(ours[BASELINE][top]['slo_attainment'])} under {BASELINE}"
+    )
+    notes = ["A tier with no SLO target (SYSTEM) shows no attainment ('—' here, 'no SLO' in the plot), never "
+             "100 %."]
+    if quick:
+        per_policy = {policy: per_tier[top] for policy, per_tier in ours.items()}
+        headline = f"quick grid, too small to rank: {top} SLO met by {_spread(per_policy, 'slo_attainment')}"
+        notes.append(_quick_note(config))
     return Figure(
         id="tiers",
         title="SLO attainment and TTFT p90 per service tier",
@@ -183,12 +212,13 @@ def _tier_figure(summaries: Mapping[str, Summary], config: Mapping[str, object],
             "slo_attainment",
             "requests meeting their SLO (fraction)",
             "SLO attainment by tier",
+            zero="0 %",
+            missing=NO_SLO,
         ),
         ratios=ratios,
         ratio_direction="ours / baseline: above 1, the policy beats fcfs",
-        notes=("A tier with no SLO target (SYSTEM) shows no attainment ('—'), never 100 %.",),
-        headline=f"{top} SLO met: {_percent(ours[best][top]['slo_attainment'])} under {best}, "
-        f"{_percent(ours[BASELINE][top]['slo_attainment'])} under {BASELINE}",
+        notes=tuple(notes),
+        headline=headline,
     )
 
 
@@ -200,15 +230,39 @@ def _bars(
     title: str,
     *,
     log: bool = False,
+    with_all: bool = False,
+    zero: str = ZERO,
+    missing: str = NOT_AVAILABLE,
 ) -> Callable[[Path], None]:
-    chosen = sorted({p for s in summaries.values() for p in s.by_priority}) if priorities is None else priorities
-    labels = [_tier_label(summaries, p) for p in chosen]
+    """Bars of ``metric`` per tier (``priorities``, default every one), after a group of all requests when
+    ``with_all``."""
+    tiers = sorted({p for s in summaries.values() for p in s.by_priority}) if priorities is None else priorities
+    chosen: list[int | None] = [*([None] if with_all else []), *tiers]
+    labels = ["all requests" if p is None else _tier_label(summaries, p) for p in chosen]
 
     def draw(path: Path) -> None:
         series = {policy: [_metric(s.class_summary(p), metric) for p in chosen] for policy, s in summaries.items()}
-        bar_chart(path, labels, series, ylabel=ylabel, title=title, log=log)
+        bar_chart(path, labels, series, ylabel=ylabel, title=title, log=log, zero=zero, missing=missing)
 
     return draw
+
+
+def _spread(ours: Mapping[str, Mapping[str, object]], key: str) -> str:
+    """``key``'s lowest and highest value over the policies, and fcfs's: numbers, no winner."""
+    values = [float(v) for row in ours.values() if isinstance(v := row[key], int | float)]
+    if not values:
+        return MISSING
+    low, high, baseline = _percent(min(values)), _percent(max(values)), _percent(_baseline(ours, key))
+    return f"{low}-{high} across the policies ({baseline} under {BASELINE})"
+
+
+def _baseline(ours: Mapping[str, Mapping[str, object]], key: str) -> float | None:
+    value = ours[BASELINE][key]
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _quick_note(config: Mapping[str, object]) -> str:
+    return QUICK_NOTE.format(requests=config["num_requests"], duration_s=config["duration_s"])
 
 
 def _tier_label(summaries: Mapping[str, Summary], priority: int) -> str:

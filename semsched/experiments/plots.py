@@ -1,7 +1,9 @@
 """Figures of the experiment reports: one line or bar series per policy, each policy always in the same colour.
 
 A policy's colour depends on its spec alone (``fcfs`` is the same blue in every figure of every report);
-axes are labelled with units; a series with no data is drawn as a note on the axes, never an error.
+axes are labelled with units; a series with no data is drawn as a note on the axes, never an error. The legend,
+log axes and unseen bars follow :mod:`semsched.metrics.plots` (legend outside the axes, log only over a decade
+or more with plain-number ticks, ``n/a`` for a missing value and ``0`` for a zero).
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from semsched.metrics.plots import (
+    NOT_AVAILABLE,
+    ZERO,
+    figure_legend,
+    log_scale,
+    mark_bars,
+    spans_a_decade,
+)
 
 # The colours of tab10, in a fixed order for the policies semsched ships; any other spec gets one of tab20 by
 # a hash of its text (stable across runs and machines).
@@ -66,8 +77,26 @@ def bar_chart(
     ylabel: str,
     title: str,
     log: bool = False,
+    zero: str = ZERO,
+    missing: str = NOT_AVAILABLE,
 ) -> None:
-    """Bars grouped by ``groups`` (x axis), one bar per policy in each group; ``None`` leaves a gap."""
+    """Write :func:`bar_chart_figure` as a PNG."""
+    _save(bar_chart_figure(groups, series, ylabel=ylabel, title=title, log=log, zero=zero, missing=missing), path)
+
+
+def bar_chart_figure(
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    ylabel: str,
+    title: str,
+    log: bool = False,
+    zero: str = ZERO,
+    missing: str = NOT_AVAILABLE,
+) -> Figure:
+    """Bars grouped by ``groups`` (x axis), one bar per policy in each group; a ``None`` bar says ``missing``
+    and a zero bar ``zero`` (:func:`~semsched.metrics.plots.mark_bars`). ``log``: a log axis if the values span
+    a decade, else a linear one from 0."""
     figure, ax = _figure()
     width = 0.8 / max(len(series), 1)
     positions = np.arange(len(groups), dtype=np.float64)
@@ -79,7 +108,14 @@ def bar_chart(
         ax.bar(positions + k * width, heights, width=width, label=policy, color=colours[policy])
     ax.set_xticks(positions + width * (len(series) - 1) / 2)
     ax.set_xticklabels(list(groups), fontsize="small")
-    _finish(ax, figure, path, ylabel=ylabel, title=title, log=log and drawn, drawn=drawn)
+    ax.set_xlim(-width, len(groups) - 1 + len(series) * width)  # room for every group, drawn or not
+    log = log and spans_a_decade(v for values in series.values() for v in values)
+    if drawn:
+        mark_bars(ax, series, positions, width, colours, zero=zero, missing=missing)
+        if not log:
+            ax.set_ylim(bottom=0.0)
+    _finish(ax, figure, ylabel=ylabel, title=title, log=log and drawn, drawn=drawn)
+    return figure
 
 
 def line_chart(
@@ -102,26 +138,30 @@ def line_chart(
             drawn = True
             ax.plot(*zip(*points, strict=True), marker="o", label=policy, color=colours[policy])
     ax.set_xlabel(xlabel)
-    _finish(ax, figure, path, ylabel=ylabel, title=title, log=log and drawn, drawn=drawn)
+    _finish(ax, figure, ylabel=ylabel, title=title, log=log and drawn, drawn=drawn)
+    _save(figure, path)
 
 
 def _figure() -> tuple[Figure, Axes]:
-    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
+    figure = Figure(figsize=(9.0, 4.2), layout="constrained")  # room for the legend on the right
     FigureCanvasAgg(figure)
     ax: Axes = figure.subplots()
     return figure, ax
 
 
-def _finish(ax: Axes, figure: Figure, path: Path, *, ylabel: str, title: str, log: bool, drawn: bool) -> None:
+def _finish(ax: Axes, figure: Figure, *, ylabel: str, title: str, log: bool, drawn: bool) -> None:
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize="medium")
     if log:
-        ax.set_yscale("log")
+        log_scale(ax)
     if drawn:
-        ax.legend(fontsize="small")
+        figure_legend(figure, [ax])
         ax.grid(axis="y", alpha=0.3)
     else:
         ax.text(0.5, 0.5, "no data: no request of these runs has this value", ha="center", transform=ax.transAxes)
+
+
+def _save(figure: Figure, path: Path) -> None:
     figure.savefig(path, format="png", dpi=110)
     figure.clear()
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as PlotFigure
 
@@ -39,6 +40,7 @@ from semsched.experiments.registry import Experiment, register_experiment
 from semsched.latency.preemption import KNOWN_SHAPES, PCIE4_X16_BYTES_PER_S, PreemptionCostModel
 from semsched.latency.roofline import A100_80GB, LLAMA_3_70B, RooflineLatencyModel
 from semsched.metrics import MISSING, time_unit_for
+from semsched.metrics.plots import figure_legend, log_scale
 from semsched.policies import POLICIES
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, run_policy
 from semsched.workloads import DataNotFoundError, Workload, build_workload
@@ -1403,14 +1405,25 @@ def _panels(path: Path, panels: Sequence[Panel]) -> None:
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         if drawn and panel.log:
-            ax.set_yscale("log")
+            log_scale(ax)
         if drawn:
-            ax.legend(fontsize="small")
             ax.grid(alpha=0.3)
         else:
             ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+    _legends(figure, list(axes), panels)
     figure.savefig(path, format="png", dpi=110)
     figure.clear()
+
+
+def _legends(figure: PlotFigure, axes: Sequence[Axes], panels: Sequence[Panel]) -> None:
+    """Legends outside the axes, never over a line: one for the figure when every panel has the same labels,
+    else one to the right of each panel."""
+    if len({tuple(panel.series) for panel in panels}) == 1:
+        figure_legend(figure, axes)
+        return
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def _pct(value: float | None, *, symbol: bool = True, digits: int = 1) -> str:

@@ -3,6 +3,11 @@
 Figures are built with matplotlib's object API (:class:`matplotlib.figure.Figure`) and rendered by the Agg
 canvas, so nothing here touches pyplot's global figure registry or the process-wide backend: plotting works
 headless and leaks no open figures.
+
+Every figure reads the same way (the experiment reports' figures too, through the helpers here): the legend sits
+outside the axes, never over the data; a log axis is used only where the values span at least a decade, and its
+ticks are plain numbers (12, 0.5, 1,000), never 1.26x10^1; a bar with no value says ``n/a`` and a bar of zero
+says ``0``, so neither reads as the other; a panel whose lines are all zero has its axis from 0 and says ``none``.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import StepPatch
+from matplotlib.ticker import LogFormatter
 
 from semsched.core.plan import PreemptionMode
 from semsched.metrics.report import ColumnKind, metric_kind
 from semsched.metrics.series import MonitoringSeries
 from semsched.metrics.summary import ClassSummary, Summary
-from semsched.metrics.units import MISSING
 
 PathLike = str | os.PathLike[str]
 Sweep = Mapping[str, Sequence[tuple[float, Summary]]]
@@ -55,7 +61,7 @@ def latency_vs_rate_figure(sweep: Sweep, metric: str = "e2e_mean") -> Figure:
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(metric_label(metric))
         ax.grid(alpha=0.3)
-    _legend(axes)
+    figure_legend(figure, axes)
     return figure
 
 
@@ -104,11 +110,13 @@ def class_bars_figure(results: Mapping[str, Summary], metrics: Sequence[str] = D
         _scale_y(ax, metric, [v for values in values_by_policy.values() for v in values])
         ax.grid(axis="y", alpha=0.3)
         if ax.has_data():
-            _mark_missing(ax, values_by_policy, positions, bar_width, colours)
+            fraction = metric_kind(metric) is ColumnKind.FRACTION  # attainment, TDG: None means no target
+            mark_bars(ax, values_by_policy, positions, bar_width, colours, zero="0 %" if fraction else ZERO,
+                      missing=NO_SLO if fraction else NOT_AVAILABLE)
         _note_if_empty(ax)
     if not metrics:
         _note_if_empty(axes[0], "no metric to plot")
-    _legend(axes)
+    figure_legend(figure, axes)
     return figure
 
 
@@ -129,33 +137,101 @@ def _value(summary: ClassSummary | None, metric: str) -> float:
 def _scale_y(ax: Axes, metric: str, values: Sequence[float]) -> None:
     if metric_kind(metric) is ColumnKind.FRACTION:
         ax.set_ylim(0.0, 1.05)
-    elif metric_label(metric).endswith("(s)") and any(v > 0 for v in values):
-        ax.set_yscale("log")  # latencies of different policies span orders of magnitude
+    elif metric_label(metric).endswith("(s)") and spans_a_decade(values):
+        log_scale(ax)  # latencies of different policies span orders of magnitude
+    else:
+        ax.set_ylim(bottom=0.0)
 
 
-def _mark_missing(
+# ---- what every figure shares -------------------------------------------------------------------------------
+NOT_AVAILABLE = "n/a"
+"""What a bar with no value says (a class without an SLO target, nothing finished): never a bar of height 0."""
+NO_SLO = "no SLO"
+"""What a bar of SLO attainment or TDG ratio says for a class without a target."""
+ZERO = "0"
+"""What a bar of height zero says, so that a real 0 (0 % of requests met their SLO) is seen."""
+NONE = "none"
+"""What a panel of monitoring series says when every value in it is zero."""
+
+
+def plain_number(value: float) -> str:
+    """``value`` as a person writes it on an axis: 12, 12.6, 0.25, 1,000; three significant digits."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+class PlainLogFormatter(LogFormatter):
+    """matplotlib's choice of which log ticks to label, each label a :func:`plain_number`."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return plain_number(x) if super().__call__(x, pos) else ""
+
+
+def log_scale(ax: Axes) -> None:
+    """A logarithmic y axis whose ticks read as plain numbers (minor ticks labelled where the range is short)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def spans_a_decade(values: Iterable[float | None]) -> bool:
+    """Whether the positive finite ``values`` span a factor of ten or more: only then does a log axis help
+    (bars over a shorter range on a log axis exaggerate small differences)."""
+    positive = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return bool(positive) and max(positive) >= 10 * min(positive)
+
+
+def mark_bars(
     ax: Axes,
-    values_by_policy: Mapping[str, Sequence[float]],
+    values_by_series: Mapping[str, Sequence[float | None]],
     positions: np.ndarray,
     bar_width: float,
     colours: Mapping[str, str],
+    *,
+    zero: str = ZERO,
+    missing: str = NOT_AVAILABLE,
 ) -> None:
-    """A dash at the foot of every bar that has no value (a class without a target, nothing finished), so
-    that it does not read as a bar of height zero."""
-    foot = ax.get_xaxis_transform()  # x in data, y in axes coordinates: right on a log scale too
-    for k, (policy, values) in enumerate(values_by_policy.items()):
-        for position, value in zip(positions + k * bar_width, values, strict=True):
-            if not math.isfinite(value):
-                ax.text(
-                    position,
-                    0.01,
-                    MISSING,
-                    transform=foot,
-                    ha="center",
-                    va="bottom",
-                    color=colours[policy],
-                    fontweight="bold",
-                )
+    """Label the bars that cannot be seen: ``missing`` where a value is missing (one grey label over the group
+    when the whole group is, else one per bar in its series' colour) and ``zero`` where a value is 0, at the
+    foot of the bar (right on a log scale too)."""
+    foot = ax.get_xaxis_transform()  # x in data, y in axes coordinates
+    columns = list(values_by_series.values())
+    for group, position in enumerate(positions):
+        values = [_finite(series[group]) for series in columns]
+        if all(math.isnan(v) for v in values):
+            centre = position + bar_width * (len(values) - 1) / 2
+            ax.text(centre, 0.02, missing, transform=foot, ha="center", va="bottom", color="dimgrey",
+                    fontsize="small", fontstyle="italic")
+            continue
+        for k, (series, value) in enumerate(zip(values_by_series, values, strict=True)):
+            x = position + k * bar_width
+            label = missing if math.isnan(value) else zero if value == 0 else None
+            if label is None:
+                continue
+            if value == 0:  # a stub of the bar's colour on the axis: a bar of height zero, seen
+                ax.plot([x - 0.4 * bar_width, x + 0.4 * bar_width], [0.006, 0.006], transform=foot,
+                        color=colours[series], linewidth=3, solid_capstyle="butt", clip_on=False, label="_zero")
+            ax.text(x, 0.025, label, transform=foot, ha="center", va="bottom", color=colours[series],
+                    fontsize="small", fontweight="bold", rotation=90)
+
+
+def figure_legend(figure: Figure, axes: Sequence[Axes]) -> None:
+    """One legend for the whole figure, outside the axes on the right (never over a bar or a line), naming
+    every series drawn in any panel."""
+    entries: dict[str, Artist] = {}
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for handle, label in zip(handles, labels, strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        figure.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize="small")
+
+
+def _finite(value: float | None) -> float:
+    return math.nan if value is None or not math.isfinite(value) else float(value)
 
 
 def _has_data(values: Sequence[float]) -> bool:
@@ -174,17 +250,6 @@ def _note_if_empty(ax: Axes, note: str = NO_DATA) -> None:
     """Write ``note`` across an axes that holds no plotted data, so an empty panel reads as empty on purpose."""
     if not ax.has_data():
         ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="grey")
-
-
-def _legend(axes: Sequence[Axes]) -> None:
-    """One legend, on the first panel, naming every policy drawn in any panel."""
-    entries: dict[str, Artist] = {}
-    for ax in axes:
-        handles, labels = ax.get_legend_handles_labels()
-        for handle, label in zip(handles, labels, strict=True):
-            entries.setdefault(label, handle)
-    if entries:
-        axes[0].legend(list(entries.values()), list(entries), fontsize="small")
 
 
 def _priorities(summaries: Sequence[Summary]) -> list[int]:
@@ -250,14 +315,31 @@ def series_figure(series: Mapping[str, MonitoringSeries], colours: Mapping[str, 
                 ax.set_ylim(0.0, 1.05)
         for ax in grid[row][len(priorities):]:
             ax.set_axis_off()
-    for ax in [*top, *(ax for row in grid[1:] for ax in row[: len(priorities)])]:
+    counts = [*top, *(ax for ax in grid[1][: len(priorities)])]  # counts and depths: never below 0
+    for ax in [*counts, *(ax for ax in grid[2][: len(priorities)])]:
         ax.set_xlabel("time (min)")
         ax.grid(alpha=0.3)
         _note_if_empty(ax)
+    for ax in counts:
+        _from_zero(ax)
     for ax in grid[0][_SERIES_TOP_PANELS:]:
         ax.set_axis_off()
-    _legend(top)
+    figure_legend(figure, top)
     return figure
+
+
+def _from_zero(ax: Axes) -> None:
+    """A count's axis starts at 0; a panel whose every value is 0 gets the axis 0 to 1 and says :data:`NONE`
+    (matplotlib would centre a flat line at 0 between -0.04 and 0.04)."""
+    if not ax.has_data():
+        return
+    steps = [patch for patch in ax.patches if isinstance(patch, StepPatch)]
+    values = [v for step in steps for v in np.asarray(step.get_data()[0], dtype=np.float64)]
+    if all(v == 0 or math.isnan(v) for v in values):
+        ax.set_ylim(0.0, 1.0)
+        ax.text(0.5, 0.5, NONE, transform=ax.transAxes, ha="center", va="center", color="grey")
+    else:
+        ax.set_ylim(bottom=0.0)
 
 
 def _series_lines(

@@ -10,8 +10,11 @@ from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.request import Request, RequestState
 from semsched.metrics.plots import (
     NO_DATA,
+    NO_SLO,
+    NONE,
     class_bars_figure,
     latency_vs_rate_figure,
+    plain_number,
     plot_class_bars,
     plot_latency_vs_rate,
     plot_series,
@@ -19,7 +22,6 @@ from semsched.metrics.plots import (
 )
 from semsched.metrics.series import MonitoringSeries, monitoring_series
 from semsched.metrics.summary import Summary, summarize
-from semsched.metrics.units import MISSING
 from semsched.sim.monitor import MonitorLog, PreemptionRecord, QueueSample
 from tests.metrics.factories import RequestFactory
 
@@ -73,11 +75,11 @@ def _notes(figure: Figure) -> list[list[str]]:
 def test_class_bars_when_no_request_finishes(tmp_path: Path, make_request: RequestFactory) -> None:
     results = {"fcfs": _nothing_finished(make_request), "edf": _nothing_finished(make_request)}
     figure = class_bars_figure(results)  # latencies are all missing: no log scale over nothing
-    # ttft_p90 and e2e_mean: no value; slo_attainment and tdg_ratio: 0 for p0 and all, none for p1 (no target)
+    # ttft_p90 and e2e_mean: no value; slo_attainment and tdg_ratio: 0 for p0 and all (each bar says so), no
+    # target for p1 (one label over the group), never a dash that reads as a value
     notes = _notes(figure)
     assert notes[:2] == [[NO_DATA], [NO_DATA]]
-    assert [sorted(set(texts)) for texts in notes[2:]] == [[MISSING], [MISSING]]
-    assert [len(texts) for texts in notes[2:]] == [2, 2]  # p1 of each policy
+    assert [sorted(texts) for texts in notes[2:]] == [["0 %"] * 4 + [NO_SLO]] * 2
     plot_class_bars(results, tmp_path / "bars.png")
     _assert_png(tmp_path / "bars.png")
 
@@ -99,8 +101,7 @@ def test_latency_vs_rate_skips_series_without_data(tmp_path: Path, make_request:
     overall = figure.axes[0]
     assert [line.get_label() for line in overall.get_lines()] == ["fcfs"]  # edf never has an E2E
     assert list(overall.texts) == []
-    legend = overall.get_legend()
-    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["fcfs"]
+    assert [[t.get_text() for t in legend.get_texts()] for legend in figure.legends] == [["fcfs"]]
     plot_latency_vs_rate(sweep, tmp_path / "sweep.png", metric="e2e_mean")
     _assert_png(tmp_path / "sweep.png")
 
@@ -175,3 +176,41 @@ def test_series_figure_without_data_says_so(tmp_path: Path, make_request: Reques
     plot_series({}, tmp_path / "none.png")
     _assert_png(tmp_path / "empty.png")
     _assert_png(tmp_path / "none.png")
+
+
+def _tick_labels(figure: Figure) -> list[str]:
+    figure.canvas.draw()
+    return [t.get_text() for ax in figure.axes for minor in (False, True)
+            for t in ax.get_yticklabels(minor=minor) if t.get_text()]
+
+
+def test_the_legend_sits_outside_every_panel(make_request: RequestFactory) -> None:
+    results = {"fcfs": summarize(_run(make_request, 1.0)), "edf": summarize(_run(make_request, 3.0))}
+    for figure in (class_bars_figure(results), series_figure({"fcfs": _series(make_request, MonitorLog(1.0))})):
+        assert all(ax.get_legend() is None for ax in figure.axes)  # none drawn over bars or lines
+        assert len(figure.legends) == 1
+
+
+def test_log_axes_only_over_a_decade_and_with_plain_ticks(make_request: RequestFactory) -> None:
+    wide = {"fcfs": summarize(_run(make_request, 1.0)), "edf": summarize(_run(make_request, 40.0))}
+    narrow = {"fcfs": summarize(_run(make_request, 11.1)), "edf": summarize(_run(make_request, 12.6))}
+    wide_figure, narrow_figure = class_bars_figure(wide, ["ttft_p90"]), class_bars_figure(narrow, ["ttft_p90"])
+    assert wide_figure.axes[0].get_yscale() == "log"
+    labels = _tick_labels(wide_figure)
+    assert labels and all(float(label.replace(",", "")) > 0 for label in labels)  # "12", never "1.26x10^1"
+    assert narrow_figure.axes[0].get_yscale() == "linear"  # 11-13 s on a log axis would exaggerate
+    assert narrow_figure.axes[0].get_ylim()[0] == 0.0
+
+
+def test_plain_number() -> None:
+    assert [plain_number(v) for v in (12.0, 12.6, 0.25, 1000.0, 0.001, 2e5)] == [
+        "12", "12.6", "0.25", "1,000", "0.001", "200,000"]
+
+
+def test_an_all_zero_series_panel_starts_at_zero_and_says_none(make_request: RequestFactory) -> None:
+    idle = MonitorLog(1.0, end_time_s=70.0)
+    panels = _titled(series_figure({"fcfs": _series(make_request, idle)}))
+    swaps = panels["preemptions (swap) per min"]
+    assert swaps.has_data() and swaps.get_ylim() == (0.0, 1.0)  # not -0.04..0.04 around a flat line
+    assert [t.get_text() for t in swaps.texts] == [NONE]
+    assert panels["queue depth (mean) p1 (PREMIUM)"].get_ylim()[0] == 0.0
