@@ -23,6 +23,7 @@ from semsched.core.errors import SemschedError
 from semsched.core.scheduler import SchedulerConfig
 from semsched.core.tiers import TierError
 from semsched.experiments.plots import policy_colours
+from semsched.latency import ProfileError, load_profile
 from semsched.metrics import Summary, print_comparison, write_json, write_requests_csv, write_summary_csv
 from semsched.metrics import request_metrics as metrics_of
 from semsched.metrics.plots import plot_class_bars, plot_series
@@ -31,6 +32,7 @@ from semsched.policies import POLICIES, PolicyError
 from semsched.policies.tier_table import load_tier_table
 from semsched.predict.cost import PredictorCost, PredictorCostError, parse_predictor_cost
 from semsched.sim.acceptance import fit_acceptance
+from semsched.sim.disagg import MAX_POOL_INSTANCES
 from semsched.sim.engine import ProgressCallback
 from semsched.sim.prediction import (
     DEFAULT_LATENCY_S,
@@ -48,6 +50,38 @@ from semsched.workloads.spec_bench import load_spec_bench
 
 class UsageError(SemschedError):
     """A command-line option is invalid; the message names the option and the limit."""
+
+
+#: upper limits of the engine's sizes (a BlockManager holds a list entry per block; beyond these, memory runs out)
+MAX_KV_BLOCKS = 1 << 22
+MAX_BLOCK_SIZE = 1024
+#: engine instances behind one router, as for each pool of a PD cluster
+MAX_INSTANCES = MAX_POOL_INSTANCES
+#: rows per policy of series.csv (each row holds a few dozen columns)
+MAX_SERIES_BINS = 100_000
+
+
+def check_int(option: str, value: int, minimum: int, maximum: int | None = None) -> int:
+    """``value`` of ``option`` within ``[minimum, maximum]``, or a :class:`UsageError` naming the option and
+    the limit (a huge number is shown by its digit count)."""
+    shown = str(value) if len(str(value)) <= 20 else f"an integer of {len(str(abs(value)))} digits"
+    if value < minimum:
+        raise UsageError(f"{option}: must be >= {minimum:,} (got {shown})")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{option}: must be at most {maximum:,} (got {shown})")
+    return value
+
+
+def check_seed(seed: int, option: str = "--seed") -> int:
+    """A random seed: numpy's generators take only integers >= 0."""
+    return check_int(option, seed, 0)
+
+
+def out_path(text: str) -> Path:
+    """The ``type`` of ``--out`` options: a path, never the empty one (``Path("")`` is the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path; give a directory (e.g. --out runs/mine)")
+    return Path(text)
 
 
 def command_line() -> str:
@@ -120,7 +154,7 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         "from it. Default: off",
     )
     parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
-    parser.add_argument("--out", type=Path, default=None, help="write JSON/CSV/PNG here")
+    parser.add_argument("--out", type=out_path, default=None, help="write JSON/CSV/PNG here")
 
 
 def policy_specs(text: str, option: str = "--policy") -> list[str]:
@@ -135,6 +169,23 @@ def policy_specs(text: str, option: str = "--policy") -> list[str]:
         seen.add(spec)
         POLICIES.create(spec)
     return specs
+
+
+def check_swap_space(specs: Sequence[str], cpu_blocks: int) -> None:
+    """Refuse a policy that swaps preempted requests' KV out (a config field set to ``swap``, given or by
+    default) when ``--cpu-blocks`` leaves no room to swap to: the engine would quietly recompute instead."""
+    if cpu_blocks > 0:
+        return
+    for spec in specs:
+        config = POLICIES.create(spec).config
+        for field in dataclasses.fields(config):
+            if getattr(config, field.name) == "swap":
+                given = f"{field.name}=swap" in spec.replace(" ", "")
+                raise UsageError(
+                    f"--cpu-blocks: policy {spec!r} swaps preempted requests to CPU memory ({field.name}=swap"
+                    f"{'' if given else ', its default'}) but --cpu-blocks is 0, so every preemption would "
+                    f"recompute instead; give --cpu-blocks N (e.g. 4096) or {field.name}=recompute"
+                )
 
 
 def float_list(text: str, option: str, *, positive: bool = True) -> list[float]:
@@ -160,15 +211,19 @@ def float_list(text: str, option: str, *, positive: bool = True) -> list[float]:
 
 
 def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
-    scheduler = SchedulerConfig(  # names a bad field (max_num_seqs for --max-seqs) in an InvalidRequestError
-        max_num_batched_tokens=args.max_batched_tokens,
-        max_num_seqs=args.max_seqs,
-        block_size=args.block_size,
-        num_gpu_blocks=args.gpu_blocks,
-        num_cpu_blocks=args.cpu_blocks,
+    check_seed(args.seed)
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=check_int("--max-batched-tokens", args.max_batched_tokens, 1),
+        max_num_seqs=check_int("--max-seqs", args.max_seqs, 1),
+        block_size=check_int("--block-size", args.block_size, 1, MAX_BLOCK_SIZE),
+        num_gpu_blocks=check_int("--gpu-blocks", args.gpu_blocks, 1, MAX_KV_BLOCKS),
+        num_cpu_blocks=check_int("--cpu-blocks", args.cpu_blocks, 0, MAX_KV_BLOCKS),
     )
-    if args.instances < 1:
-        raise UsageError(f"--instances: must be >= 1 (got {args.instances})")
+    check_int("--instances", args.instances, 1, MAX_INSTANCES)
+    try:
+        load_profile(args.profile)
+    except ProfileError as error:
+        raise UsageError(f"--profile: {error}") from None
     cost, length = predictor_specs(args.predictor or [])
     speculation = speculation_spec(args.speculation, args.seed) if getattr(args, "speculation", None) else None
     try:
@@ -238,7 +293,13 @@ def workload_for(args: argparse.Namespace, rate: float) -> Workload:
             extra["tiers"] = load_tier_table(args.tiers)
         except TierError as error:
             raise UsageError(f"--tiers: {error}") from None
-    return build_workload(args.workload, rate_per_s=rate, duration_s=args.duration, seed=args.seed, **extra)
+    workload = build_workload(args.workload, rate_per_s=rate, duration_s=args.duration, seed=args.seed, **extra)
+    if len(workload) == 0:
+        raise UsageError(
+            f"--rate/--duration: workload {args.workload!r} drew no requests at --rate {rate:g} over --duration "
+            f"{args.duration:g} s; raise --rate or --duration"
+        )
+    return workload
 
 
 def prepared_out_dir(out: Path, option: str = "--out") -> Path:

@@ -13,6 +13,7 @@ from semsched.cli.common import (
     UsageError,
     add_run_args,
     check_prompts_for_prediction,
+    check_swap_space,
     cluster_spec,
     float_list,
     policy_specs,
@@ -37,6 +38,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     policies, cluster = policy_specs(args.policy), cluster_spec(args)
+    check_swap_space(policies, args.cpu_blocks)
     rates = float_list(args.rates, "--rates")
     if args.metric not in metric_names():
         raise UsageError(f"--metric: unknown metric {args.metric!r}; known: {', '.join(metric_names())}")

@@ -247,8 +247,13 @@ def load_profile_info(name_or_path: str) -> ProfileInfo:
     packaged = packaged_profiles()
     if name_or_path in packaged:
         return _load_packaged(name_or_path)
-    if _looks_like_path(name_or_path):
+    if _looks_like_path(name_or_path) or Path(name_or_path).is_dir():
         path = Path(name_or_path)
+        if path.is_dir():
+            raise ProfileError(
+                f"latency profile {path} is a directory; give a profile file ({', '.join(_PATH_SUFFIXES)}) or a "
+                "profile name (`semsched profiles` lists them)"
+            )
         if not path.is_file():
             raise ProfileError(f"latency profile file not found: {path}")
         return _load_file(path)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from semsched.core.errors import SemschedError
 from semsched.core.policy import Policy, PolicyConfig
 from semsched.core.specs import SpecSyntax
+from semsched.latency import ProfileError
 
 P = TypeVar("P", bound=type[Policy])
 
@@ -53,7 +54,11 @@ class PolicyRegistry:
         name, params = parse_spec(spec)
         cls = self.get(name)
         params.update(overrides)
-        return cls(build_config(cls.config_cls, params, policy=name))
+        config = build_config(cls.config_cls, params, policy=name)
+        try:
+            return cls(config)
+        except ProfileError as error:  # the profile a policy prices its work with: name the policy
+            raise PolicyError(f"policy {name!r}: parameter 'profile': {error}") from None
 
 
 _SYNTAX = SpecSyntax("policy", PolicyError)

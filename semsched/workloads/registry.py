@@ -331,6 +331,11 @@ def parse_workload_spec(spec: str) -> tuple[WorkloadInfo, WorkloadConfig]:
         info = _WORKLOADS["trace"]
         return info, _SYNTAX.config(info.config_cls, {"path": spec.strip()}, name=info.name)
     name, params = _SYNTAX.parse(spec)
+    if name not in _WORKLOADS and Path(spec.strip()).is_dir():
+        raise WorkloadError(
+            f"workload {spec.strip()!r} is a directory; give a trace file (a path ending in "
+            f"{' or '.join(TRACE_SUFFIXES)}) or a workload name (`semsched workloads` lists them)"
+        )
     if name not in _WORKLOADS:
         raise WorkloadError(
             f"unknown workload {name!r}; known: {', '.join(sorted(_WORKLOADS))}, "
@@ -381,7 +386,8 @@ def _check_size(
         given += f", duration_s={args.duration_s:g}"
     if args.num_requests is not None:
         given += f", num_requests={args.num_requests}"
-    count = f"{expected:,.0f}" if math.isfinite(expected) else "more than 10^308"
+    count = f"{expected:,.0f}" if expected < 1e18 else f"{expected:.3g}" if math.isfinite(expected) \
+        else "more than 10^308"
     gives = "gives" if exact else "would give about"
     raise WorkloadError(
         f"workload {name!r}: {given} {gives} {count} requests, more than the limit of "
@@ -553,6 +559,12 @@ def _gamma_conv(config: GammaConfig, args: BuildArgs, rng: np.random.Generator) 
 # ---- traces ----------------------------------------------------------------------------------------------
 def _trace_workload(path: Path, config: TraceConfig, args: BuildArgs) -> Workload:
     workload = load_mooncake_jsonl(path) if path.suffix == ".jsonl" else load_azure_csv(path)
+    if config.rescale and workload.duration_s() <= 0:
+        raise WorkloadError(
+            f"trace {path}: its {len(workload)} request(s) arrive at one instant, so it has no rate to stretch "
+            f"to rate_per_s={args.rate_per_s:g} (--rate); give rescale=false to keep its own timing "
+            f"(e.g. trace:path={path};rescale=false)"
+        )
     if config.rescale:
         workload = rescale_to_rate(workload, args.rate_per_s)
     if args.duration_s is not None:

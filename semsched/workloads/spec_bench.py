@@ -165,7 +165,9 @@ def load_spec_bench(
         raise SpecBenchError(f"{path}: no such Spec-Bench log (give a path or one of the short names {known})")
     question_file = Path(questions) if questions is not None else path.parent.parent / "question.jsonl"
     if not question_file.is_file():
-        raise SpecBenchError(f"{path}: its questions file {question_file} does not exist (give questions=PATH)")
+        where = "given as questions" if questions is not None else "Spec-Bench's layout: question.jsonl two " \
+            "folders above model_answer/*.jsonl"
+        raise SpecBenchError(f"{path}: its questions file {question_file} does not exist ({where})")
     full = _cached_log(method, path.resolve(), _version(path), question_file.resolve(), _version(question_file))
     return full.filtered(category, turns)
 
