@@ -16,7 +16,7 @@ from rich.console import Console
 from semsched.bench import BenchError, BenchOptions, build_report, parse_header, print_report, run_replay
 from semsched.bench.options import DEFAULT_TIMEOUT_S, ENDPOINTS, TIER_FIELDS
 from semsched.bench.report import report_json, write_report
-from semsched.cli.common import command_line, prepared_out_dir, progress_bars
+from semsched.cli.common import check_seed, command_line, out_path, prepared_out_dir, progress_bars
 from semsched.core.errors import SemschedError
 from semsched.core.request import Request
 from semsched.core.tiers import TierError
@@ -78,13 +78,14 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--max-requests", type=int, default=None, help="send at most this many requests (the workload's first N)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="write bench.json and requests.csv here")
+    parser.add_argument("--out", type=out_path, default=None, help="write bench.json and requests.csv here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     options = bench_options(args)
+    check_seed(args.seed)
     requests = bench_requests(args)
     if args.out is not None:
         prepared_out_dir(args.out)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from semsched.cli.common import out_path
 from semsched.cli.reproduce import reproduce
 from semsched.experiments.demo import DURATION_S, QUICK_DURATION_S, RATE_PER_S, WORKLOAD
 from semsched.metrics import class_table, print_comparison
@@ -18,7 +19,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "demo", help="a one-minute comparison of every policy on the embedded default workload"
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory (default runs/demo)")
+    parser.add_argument("--out", type=out_path, default=Path("runs/demo"),
+                        help="output directory (default runs/demo)")
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_DURATION_S:g} s of arrivals, not {DURATION_S:g}"
     )

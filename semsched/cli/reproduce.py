@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from semsched.cli.common import UsageError, command_line, progress_bars
+from semsched.cli.common import UsageError, check_seed, command_line, out_path, progress_bars
 from semsched.experiments import EXPERIMENTS, run_experiment
 from semsched.experiments.framework import ExperimentOutcome
 
@@ -21,7 +21,8 @@ def register(sub: Any) -> None:
     parser.add_argument("name", nargs="?", help="experiment name (see --list)")
     parser.add_argument("--list", action="store_true", help="list the experiments, one line each")
     parser.add_argument("--quick", action="store_true", help="a reduced grid that runs in under two minutes")
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default runs/reproduce/NAME)")
+    parser.add_argument("--out", type=out_path, default=None,
+                        help="output directory (default runs/reproduce/NAME)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the workloads (default 0)")
     parser.add_argument("--workload", default=None, metavar="SPEC",
                         help="a workload of yours for the experiments that take one (proserve: a Mooncake-format "
@@ -38,12 +39,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     if args.list:
+        if args.name:
+            raise UsageError(f"--list: takes no experiment name (got {args.name!r}); give --list alone")
         for name in EXPERIMENTS.names():
             console.print(f"[bold]{name}[/]  {EXPERIMENTS.get(name).summary}", highlight=False)
         return 0
     if not args.name:
         raise UsageError("reproduce: name an experiment (semsched reproduce --list shows them)")
     EXPERIMENTS.get(args.name)  # an unknown name fails before anything runs
+    check_seed(args.seed)
     if args.record is not None and args.quick:
         raise UsageError("--record: record full runs only (drop --quick)")
     out = args.out if args.out is not None else Path("runs/reproduce") / args.name

@@ -10,9 +10,11 @@ from typing import Any
 from rich.console import Console
 
 from semsched.cli.common import (
+    MAX_SERIES_BINS,
     UsageError,
     add_run_args,
     check_prompts_for_prediction,
+    check_swap_space,
     cluster_spec,
     policy_specs,
     prepared_out_dir,
@@ -90,11 +92,23 @@ def with_pd(args: argparse.Namespace, cluster: ClusterSpec) -> ClusterSpec:
     return dataclasses.replace(cluster, pd=pd)
 
 
+def check_series_bins(bin_s: float, span_s: float) -> None:
+    """``--series-bin`` gives at most :data:`MAX_SERIES_BINS` rows over the arrivals' span (a run that drains
+    long after it adds rows, a few times as many at most)."""
+    if span_s / bin_s > MAX_SERIES_BINS:
+        raise UsageError(
+            f"--series-bin: {bin_s:g} s gives {span_s / bin_s:.3g} rows of series.csv over {span_s:g} s of "
+            f"arrivals, more than the limit of {MAX_SERIES_BINS:,}; give at least {span_s / MAX_SERIES_BINS:.3g} s"
+        )
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     policies, cluster = policy_specs(args.policy), with_pd(args, cluster_spec(args))
     if not (math.isfinite(args.series_bin) and args.series_bin > 0):
         raise UsageError(f"--series-bin: must be a finite number > 0 (got {args.series_bin:g})")
+    check_swap_space(policies, args.cpu_blocks)
     workload = workload_for(args, args.rate)  # its size is checked first: a refused run leaves no --out behind
+    check_series_bins(args.series_bin, max(args.duration, float(workload.arrival_time_s[-1])))
     check_prompts_for_prediction(cluster, workload)
     if args.out is not None:
         prepared_out_dir(args.out)

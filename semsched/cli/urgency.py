@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from semsched.cli.common import UsageError
+from semsched.cli.common import UsageError, check_seed, out_path, prepared_out_dir
 from semsched.predict.ktas import TriageRecords, load_ktas
 from semsched.predict.urgency import (
     DEFAULT_THRESHOLD,
@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
     actions = parser.add_subparsers(dest="urgency_command", required=True)
     train = actions.add_parser("train", help="cross-validate on a KTAS file, then fit on all of it and save")
     train.add_argument("--data", type=Path, required=True, help="KTAS CSV (;-separated, as ../shared/data)")
-    train.add_argument("--out", type=Path, required=True, help="model directory to write")
+    train.add_argument("--out", type=out_path, required=True, help="model directory to write")
     train.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                        help="under-triage threshold the saved model predicts at: the most urgent level whose "
                             f"cumulative probability reaches it (0 < t <= 1; default {DEFAULT_THRESHOLD})")
@@ -72,8 +72,8 @@ def _settings(args: argparse.Namespace) -> None:
         raise UsageError(f"--folds: must be at least 2 (got {args.folds})")
     if not args.c > 0:
         raise UsageError(f"--c: must be > 0 (got {args.c})")
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out: {args.out} exists and is not a directory")
+    check_seed(args.seed)
+    prepared_out_dir(args.out)  # a path that cannot be written fails now, not after the training
 
 
 def train_command(args: argparse.Namespace, console: Console) -> int:
