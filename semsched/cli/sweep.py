@@ -25,6 +25,7 @@ from semsched.cli.common import (
 from semsched.cli.predictions import warn_about_missing_predictions
 from semsched.metrics import Summary, metric_names
 from semsched.metrics.plots import plot_latency_vs_rate
+from semsched.metrics.report import sweep_table
 from semsched.workloads import parse_workload_spec
 
 
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
         for policy, policy_run in runs.items():
             sweep[policy].append((rate, policy_run.summary))
+    console.print(sweep_table(sweep, args.metric))
     plot_latency_vs_rate(sweep, out / f"sweep_{args.metric}.png", metric=args.metric)
     meta = run_meta(args, None, cluster, rate=None) | {"rates": rates}
     results = {p: [{"rate": r, **s.to_dict()} for r, s in points] for p, points in sweep.items()}

@@ -278,3 +278,27 @@ def _class_metric(summary: ClassSummary | None, metric: str) -> float | None:
 def _class_header(summaries: Iterable[Summary], priority: int) -> str:
     tiers = sorted({t for s in summaries if priority in s.by_priority for t in s.by_priority[priority].tiers})
     return f"p{priority} ({', '.join(tiers)})" if tiers else f"p{priority}"
+
+
+def sweep_table(sweep: Mapping[str, Sequence[tuple[float, Summary]]], metric: str) -> Table:
+    """Policies as rows, request rates as columns, ``metric`` over all requests in the cells (one unit for the
+    whole table, named in the title), and beside each rate what did not finish: rejected and dropped requests
+    (``rejected/dropped``), so a policy cannot look fast by turning work away unseen."""
+    rates = sorted({rate for points in sweep.values() for rate, _ in points})
+    by_rate = {policy: dict(points) for policy, points in sweep.items()}
+    values = [_class_metric(by_rate[p][r].overall if r in by_rate[p] else None, metric)
+              for p in sweep for r in rates]
+    unit, cells = format_column(values, metric_kind(metric))
+    table = Table(title=f"{metric} ({unit}) by request rate" if unit else f"{metric} by request rate")
+    table.add_column("policy", style="bold", no_wrap=True)
+    for rate in rates:
+        table.add_column(f"{rate:g}/s", justify="right")
+        table.add_column("rejected/\ndropped", justify="right")
+    for row, policy in enumerate(sweep):
+        row_cells = []
+        for k, rate in enumerate(rates):
+            summary = by_rate[policy].get(rate)
+            lost = MISSING if summary is None else f"{summary.overall.num_rejected}/{summary.overall.num_dropped}"
+            row_cells += [cells[row * len(rates) + k], lost]
+        table.add_row(policy, *row_cells)
+    return table

@@ -61,6 +61,27 @@ def test_sweep_writes_plot(tmp_path: Path) -> None:
     assert [p["rate"] for p in json.loads((tmp_path / "sweep.json").read_text())["results"]["sjf"]] == [2.0, 3.0]
 
 
+def test_sweep_prints_the_metric_and_what_did_not_finish(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # 64 blocks of 16 tokens: the longer prompts cannot fit and are rejected
+    argv = ["sweep", "--policy", "fcfs,sjf", "--rates", "2,4", "--duration", "20", "--gpu-blocks", "64",
+            "--metric", "slo_attainment", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    results = json.loads((tmp_path / "sweep.json").read_text())["results"]
+    assert "slo_attainment by request rate" in out and "rejected/" in out
+    rejected = 0
+    for policy, points in results.items():
+        row = next(line for line in out.splitlines() if line.strip("│┃ ").startswith(f"{policy} "))
+        cells = [cell.strip() for cell in row.strip("│").split("│")[1:]]
+        for k, point in enumerate(points):
+            overall = point["overall"]
+            assert cells[2 * k] == f"{overall['slo_attainment'] * 100:.1f}%"
+            assert cells[2 * k + 1] == f"{overall['num_rejected']}/{overall['num_dropped']}"
+            rejected += overall["num_rejected"]
+    assert rejected > 0  # the case this test is about
+
+
 def test_sweep_says_when_the_workload_keeps_its_own_timing(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["sweep", "--workload", "spikes:gap_s=5", "--rates", "1,2", "--duration", "10", "--out", str(tmp_path)]
