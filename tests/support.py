@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from hypothesis import strategies as st
 
 from semsched.core.plan import BatchPlan, StepResult
 from semsched.core.request import Request
@@ -64,6 +65,34 @@ def random_requests(
         )
         for i in range(count)
     ]
+
+
+def near_capacity_shares(
+    *, max_count: int = 4, max_share: float = 0.9
+) -> st.SearchStrategy[list[tuple[float, int]]]:
+    """Hypothesis: 0 to ``max_count`` long-context requests as ``(share, output)``: each whole sequence is
+    ``share`` (from 0.5 to ``max_share``) of the KV cache's tokens, its output 1-64 tokens of it (see
+    :func:`with_long_requests`): requests that fit only alone or nearly, which no workload of
+    :func:`random_requests` holds (issue 28)."""
+    share = st.floats(0.5, max_share, allow_nan=False)
+    return st.lists(st.tuples(share, st.integers(1, 64)), max_size=max_count)
+
+
+def with_long_requests(
+    requests: list[Request], shares: Sequence[tuple[float, int]], capacity_tokens: int, seed: int
+) -> list[Request]:
+    """``requests`` plus one request per ``(share, output)`` of ``shares`` (:func:`near_capacity_shares`), its
+    whole sequence ``share`` of ``capacity_tokens`` (ids ``long0``, ...), arriving at random within the
+    workload's span, of random priority 0-2; in arrival order."""
+    rng = np.random.default_rng(seed)
+    span_s = max((r.arrival_time_s for r in requests), default=0.0)
+    longs = []
+    for i, (share, output) in enumerate(shares):
+        total = max(2, int(share * capacity_tokens))
+        output = min(output, total - 1)
+        longs.append(make_request(f"long{i}", prompt=total - output, output=output,
+                                  arrival=float(rng.uniform(0.0, span_s)), priority=int(rng.integers(0, 3))))
+    return sorted([*requests, *longs], key=lambda r: r.arrival_time_s)
 
 
 def make_scheduler(policy: str = "fcfs", **config: object) -> Scheduler:

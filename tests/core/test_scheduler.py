@@ -9,7 +9,14 @@ from semsched.core.plan import PreemptionMode, PreemptionReason, StepResult
 from semsched.core.request import InvalidRequestError, RequestState
 from semsched.core.scheduler import SchedulerConfig
 from semsched.policies import POLICIES
-from tests.support import make_request, make_scheduler, random_requests, run_checked
+from tests.support import (
+    make_request,
+    make_scheduler,
+    near_capacity_shares,
+    random_requests,
+    run_checked,
+    with_long_requests,
+)
 
 POLICY_SPECS = [
     *POLICIES.names(),
@@ -30,6 +37,7 @@ POLICY_SPECS = [
     cpu_blocks=st.sampled_from([0, 64]),
     reserve=st.booleans(),
     lookahead=st.sampled_from([0, 2]),
+    long_requests=near_capacity_shares(),
 )
 def test_invariants_on_random_workloads(
     seed: int,
@@ -41,8 +49,11 @@ def test_invariants_on_random_workloads(
     cpu_blocks: int,
     reserve: bool,
     lookahead: int,
+    long_requests: list[tuple[float, int]],
 ) -> None:
     requests = random_requests(seed, 25, rate=20.0, max_prompt=300, max_output=60)
+    # long-context requests up to 0.9 of the KV capacity among the short ones
+    requests = with_long_requests(requests, long_requests, num_gpu_blocks * block_size, seed)
     scheduler = make_scheduler(
         policy,
         block_size=block_size,

@@ -1,5 +1,6 @@
 import itertools
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -8,12 +9,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from semsched.core.request import LengthDistribution, Request, RequestState
+from semsched.core.scheduler import SchedulerConfig
 from semsched.latency import EngineOverheads
 from semsched.metrics import summarize
 from semsched.policies import POLICIES
 from semsched.sim.engine import Simulation
 from semsched.sim.executor import ModelExecutor
-from tests.support import make_request, random_requests, simulate
+from tests.support import make_request, near_capacity_shares, random_requests, simulate, with_long_requests
 
 SPECS = [
     *POLICIES.names(),
@@ -203,11 +205,17 @@ def _predict(requests: list[Request], seed: int) -> list[Request]:
 
 
 def _outcomes_of_both_modes(
-    seed: int, policy: str, *, predictions: bool, instances: int, **config: object
+    seed: int, policy: str, *, predictions: bool, instances: int, long_requests: Sequence[tuple[float, int]] = (),
+    **config: object,
 ) -> list[list[tuple[RequestState, int, list[float]]]]:
+    """Each request's (state, preemptions, token times) with fast-forward on, then off; ``long_requests``
+    (:func:`tests.support.near_capacity_shares`) adds requests near the KV capacity."""
     outcomes = []
     for fast_forward in (True, False):
         requests = random_requests(seed, 80, rate=10.0, max_prompt=400, max_output=120, with_slos=True)
+        engine = SchedulerConfig(**config)  # type: ignore[arg-type]
+        capacity_tokens = engine.num_gpu_blocks * engine.block_size
+        requests = with_long_requests(requests, long_requests, capacity_tokens, seed)
         if predictions:
             _predict(requests, seed)
         simulate(
@@ -232,22 +240,33 @@ def _outcomes_of_both_modes(
     block_size=st.sampled_from([4, 16]),
     max_seqs=st.integers(2, 64),
     instances=st.integers(1, 3),
+    long_requests=near_capacity_shares(),
 )
 # re-key times once depended on when the scheduler was called (tiered ages its queue)
-@example(seed=1278, policy="tiered", predictions=False, num_gpu_blocks=89, block_size=4, max_seqs=2, instances=2)
+@example(seed=1278, policy="tiered", predictions=False, num_gpu_blocks=89, block_size=4, max_seqs=2, instances=2,
+         long_requests=[])
+# issue 28: slide-batching left requests running at the end: 16 here, with two requests near the KV capacity (none
+# without them), and 2 on a tiny cache with none
+@example(seed=1, policy="slide-batching", predictions=False, num_gpu_blocks=600, block_size=16, max_seqs=16,
+         instances=1, long_requests=[(0.9, 30), (0.6, 5)])
+@example(seed=0, policy="slide-batching", predictions=False, num_gpu_blocks=60, block_size=4, max_seqs=2,
+         instances=1, long_requests=[])
 def test_fast_forward_is_exact_on_random_configs(
-    seed: int, policy: str, predictions: bool, num_gpu_blocks: int, block_size: int, max_seqs: int, instances: int
+    seed: int, policy: str, predictions: bool, num_gpu_blocks: int, block_size: int, max_seqs: int, instances: int,
+    long_requests: list[tuple[float, int]],
 ) -> None:
     fast, slow = _outcomes_of_both_modes(
         seed,
         policy,
         predictions=predictions,
         instances=instances,
+        long_requests=long_requests,
         num_gpu_blocks=num_gpu_blocks,
         block_size=block_size,
         max_num_seqs=max_seqs,
     )
     assert fast == slow
+    assert all(state.is_terminal for state, _, _ in fast)  # nothing stranded
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
