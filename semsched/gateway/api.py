@@ -9,6 +9,7 @@ whose message starts with its name (``max_tokens: ...``, ``vllm_xargs.ttft_slo_m
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +28,10 @@ class _Body(BaseModel):
     model: str = Field(min_length=1, max_length=512)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     stream: bool = False
+    n: int | None = Field(default=None, ge=1, le=PRIORITY_LIMIT,
+        description="sequences to return; the request weighs that many (admission.max_n at most)")
+    best_of: int | None = Field(default=None, ge=1, le=PRIORITY_LIMIT,
+        description="sequences to generate (vLLM); the request weighs the larger of n and best_of")
     priority: int | None = Field(default=None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT,
         description="lower is more important; a request may make itself less important than its tier, never more")
     vllm_xargs: dict[str, XargValue] | None = Field(default=None,
@@ -75,9 +80,38 @@ def prompt_text(body: CompletionBody | ChatBody) -> tuple[str, int | None]:
 
 
 def output_budget(body: CompletionBody | ChatBody, default: int) -> int:
+    return given_budget(body) or default
+
+
+def given_budget(body: CompletionBody | ChatBody) -> int | None:
+    """The output budget the body sets (``max_completion_tokens`` for chat, else ``max_tokens``), or None."""
     if isinstance(body, ChatBody) and body.max_completion_tokens is not None:
         return body.max_completion_tokens
-    return body.max_tokens if body.max_tokens is not None else default
+    return body.max_tokens
+
+
+def sequences(body: CompletionBody | ChatBody) -> int:
+    """How many sequences the request makes the engine generate: the larger of ``n`` and ``best_of`` (1)."""
+    return max(body.n or 1, body.best_of or 1)
+
+
+def non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+    """The path (``temperature``, ``vllm_xargs.ttft_slo_ms``, ``messages[0].x``) and value of the first number in
+    ``value`` that is not finite (JSON has no such numbers; Python's parser reads ``1e400`` as infinity), or
+    None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "body", value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite(item, f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = non_finite(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 class Identity(BaseModel):

@@ -64,6 +64,21 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+def _body_error(content_type: str | None, first: Any) -> tuple[str, str]:
+    """The message and ``param`` of a body FastAPI could not take: the field, or the body itself when it is not
+    JSON (a character offset is no field)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media and media != "application/json" and not media.endswith("+json"):  # FastAPI did not parse it
+        return f"body: JSON is expected (content-type: application/json; got {media})", "body"
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error")
+        position = next((p for p in first["loc"] if isinstance(p, int)), None)
+        where = f" at character {position}" if position is not None else ""
+        return f"body: not valid JSON{where}" + (f" ({detail})" if detail else ""), "body"
+    where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
+    return f"{where}: {first['msg']}", where
+
+
 def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI:
     """The ASGI app serving ``config`` (``gateway``: a prepared one, for tests)."""
     service = gateway if gateway is not None else Gateway(config)
@@ -86,9 +101,8 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
         tier = service.tier_label(request.headers.get("x-semsched-tier", config.default_tier))
         service.metrics.rejections.labels(tier, "invalid").inc()
         service.metrics.requests.labels(tier, "rejected").inc()
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-        return error_response(400, f"{where}: {first['msg']}", param=where)
+        message, where = _body_error(request.headers.get("content-type"), error.errors()[0])
+        return error_response(400, message, param=where)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: HttpRequest, error: StarletteHTTPException) -> Response:

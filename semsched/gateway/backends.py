@@ -48,6 +48,8 @@ class Backend:
     healthy: bool = True  # optimistic until a check fails: a fresh gateway serves at once
     failures: int = 0
     inflight: dict[str, Request] = field(default_factory=dict)
+    weights: dict[str, int] = field(default_factory=dict)  # of the in-flight requests: n (or best_of), else 1
+    load: int = 0  # their sum: what max_inflight bounds
     started: set[str] = field(default_factory=set)  # in flight and past their first token
     dispatched: int = 0  # requests dispatched here so far (tells whether a request stayed alone here)
     reported_running: int = 0
@@ -63,14 +65,14 @@ class Backend:
     def url(self) -> str:
         return self.config.url
 
-    @property
-    def has_slot(self) -> bool:
+    def fits(self, weight: int = 1) -> bool:
+        """Whether a request of ``weight`` (its ``n``) fits under ``max_inflight`` now; one heavier than the cap
+        runs alone."""
         limit = self.config.max_inflight
-        return limit is None or len(self.inflight) < limit
+        return limit is None or self.load == 0 or self.load + weight <= limit
 
-    @property
-    def available(self) -> bool:
-        return self.healthy and self.has_slot
+    def available(self, weight: int = 1) -> bool:
+        return self.healthy and self.fits(weight)
 
     def mark_failed(self, error: str, threshold: int) -> bool:
         """One failed check or refused connection; True when this takes the backend out of the pool."""

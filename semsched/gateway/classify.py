@@ -95,6 +95,19 @@ def compress(distribution: LengthDistribution, points: int = MAX_POINTS) -> Leng
     return LengthDistribution(tuple(int(n) for n in kept), tuple(float(p) for p in probs))
 
 
+def clip(distribution: LengthDistribution, limit: int) -> LengthDistribution:
+    """``distribution`` cut at ``limit`` (the request's ``max_tokens``): the probability of every longer length
+    moves to ``limit``, which no output exceeds."""
+    if distribution.lengths[-1] <= limit:
+        return distribution
+    kept = [(n, p) for n, p in zip(distribution.lengths, distribution.probs, strict=True) if n < limit]
+    cut = 1.0 - sum(p for _, p in kept)
+    lengths = tuple(n for n, _ in kept) + (limit,)
+    probs = [p for _, p in kept] + [cut]
+    total = sum(probs)
+    return LengthDistribution(lengths, tuple(p / total for p in probs))
+
+
 class _Urgency:
     def __init__(self, config: ClassifierConfig) -> None:
         self.kind = config.urgency

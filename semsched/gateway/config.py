@@ -109,6 +109,9 @@ class AdmissionConfig(_Strict):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1 << 30, description="larger bodies get 413")
     max_tokens_default: int = Field(default=256, ge=1, le=1 << 24,
                                     description="the output budget assumed for a request that sets none")
+    max_n: int = Field(default=16, ge=1, le=4096,
+                       description="most sequences one request may ask for (`n`, `best_of`); a request weighs "
+                                   "that many against max_inflight and the queue bounds")
 
 
 class RoutingConfig(_Strict):

@@ -6,11 +6,12 @@ what a gateway learns (first tokens, finishes). A choice that is out of the pool
 back to the next available backend after it (so round-robin still rotates); a cost-aware router's books are
 moved to the backend actually used.
 
-When no backend has a free slot (``backends[].max_inflight``), the request waits in a priority queue: most
-important tier first, then most urgent, then earliest; each tier's queue is bounded (``admission.max_queued``:
-429 beyond it), and a wait is bounded by ``admission.queue_timeout_s`` (503). A freed slot goes to the head of
-the queue at once. With no healthy backend at all the answer is 503 at once: nothing waits for a pool that is
-empty.
+A request weighs its ``n`` (or ``best_of``, the larger): that many sequences count against ``max_inflight``
+and the queue bounds. When no backend has room for it (``backends[].max_inflight``), the request waits in a
+priority queue: most important tier first, then most urgent, then earliest; each tier's queue is bounded
+(``admission.max_queued``: 429 beyond it), and a wait is bounded by ``admission.queue_timeout_s`` (503). A freed
+slot goes to the head of the queue at once. With no healthy backend at all the answer is 503 at once: nothing
+waits for a pool that is empty.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _Waiter:
     key: tuple[int, int, int]
     request: Request = field(compare=False)
     tier: str = field(compare=False)
+    weight: int = field(compare=False)
     exclude: frozenset[int] = field(compare=False)
     future: asyncio.Future[Backend] = field(compare=False)
 
@@ -70,9 +72,9 @@ class Dispatcher:
         self._limits = {tier.lower(): limit for tier, limit in admission.max_queued.items()}
 
     # ---- choosing --------------------------------------------------------------------------------------------
-    def _choose(self, request: Request, exclude: frozenset[int]) -> tuple[Backend, str] | None:
+    def _choose(self, request: Request, exclude: frozenset[int], weight: int) -> tuple[Backend, str] | None:
         backends = self.pool.backends
-        eligible = [b for b in backends if b.available and b.index not in exclude]
+        eligible = [b for b in backends if b.available(weight) and b.index not in exclude]
         if not eligible:
             return None
         views = cast(Any, self.pool.views())
@@ -95,33 +97,36 @@ class Dispatcher:
         self.router.on_finish(request, BackendView(chosen), self.now())
         record(request, used.index, self.now())
 
-    def _take(self, backend: Backend, request: Request, how: str) -> Backend:
+    def _take(self, backend: Backend, request: Request, how: str, weight: int) -> Backend:
         backend.inflight[request.request_id] = request
+        backend.weights[request.request_id] = weight
+        backend.load += weight
         backend.dispatched += 1
         self.metrics.child(self.metrics.routed, backend.name, self.router_name, how).inc()
         self.metrics.child(self.metrics.backend_inflight, backend.name).set(len(backend.inflight))
         return backend
 
     # ---- the public path -------------------------------------------------------------------------------------
-    async def acquire(self, request: Request, tier: str, exclude: frozenset[int] = frozenset()) -> Backend:
-        """A backend with a slot for ``request`` (taken: call :meth:`release`), now or after a wait.
+    async def acquire(self, request: Request, tier: str, exclude: frozenset[int] = frozenset(), *,
+                      weight: int = 1) -> Backend:
+        """A backend with room for ``request`` of ``weight`` (taken: call :meth:`release`), now or after a wait.
         Raises :class:`DispatchRefused`."""
         if not any(b.healthy and b.index not in exclude for b in self.pool.backends):
             raise DispatchRefused(503, "no_backend", "no healthy backend: every server behind the gateway is "
                                                      "out of the pool")
         key = (request.priority, request.urgency if request.urgency is not None else 1 << 30, next(self._seq))
         if not self._heap or self._heap[0].key > key:
-            chosen = self._choose(request, exclude)
+            chosen = self._choose(request, exclude, weight)
             if chosen is not None:
-                return self._take(chosen[0], request, chosen[1])
+                return self._take(chosen[0], request, chosen[1], weight)
         limit = self._limits.get(tier.lower(), self.admission.default_max_queued)
-        if self.queued[tier] >= limit:
-            raise DispatchRefused(429, "queue_full", f"queue full: {self.queued[tier]} {tier} requests wait "
-                                                     f"for a backend, its limit {limit}")
+        if self.queued[tier] + weight > limit:
+            raise DispatchRefused(429, "queue_full", f"queue full: {self.queued[tier]} {tier} sequences wait "
+                                                     f"for a backend, its limit {limit} (this request: {weight})")
         future: asyncio.Future[Backend] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(key, request, tier, exclude, future)
+        waiter = _Waiter(key, request, tier, weight, exclude, future)
         heapq.heappush(self._heap, waiter)
-        self._count(tier, +1)
+        self._count(tier, +weight)
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.admission.queue_timeout_s)
         except TimeoutError:
@@ -139,11 +144,12 @@ class Dispatcher:
             if waiter in self._heap:
                 self._heap.remove(waiter)
                 heapq.heapify(self._heap)
-                self._count(tier, -1)
+                self._count(tier, -weight)
 
     def release(self, backend: Backend, request: Request) -> None:
         """``request`` no longer occupies ``backend``; the freed slot goes to the queue's head."""
-        backend.inflight.pop(request.request_id, None)
+        if backend.inflight.pop(request.request_id, None) is not None:
+            backend.load -= backend.weights.pop(request.request_id, 1)
         backend.started.discard(request.request_id)
         self.metrics.child(self.metrics.backend_inflight, backend.name).set(len(backend.inflight))
         self.pump()
@@ -153,7 +159,7 @@ class Dispatcher:
         if self._heap and not self.pool.healthy():
             while self._heap:
                 waiter = heapq.heappop(self._heap)
-                self._count(waiter.tier, -1)
+                self._count(waiter.tier, -waiter.weight)
                 if not waiter.future.done():
                     waiter.future.set_exception(DispatchRefused(503, "no_backend", "no healthy backend"))
             return
@@ -161,14 +167,14 @@ class Dispatcher:
             head = self._heap[0]
             if head.future.done():
                 heapq.heappop(self._heap)
-                self._count(head.tier, -1)
+                self._count(head.tier, -head.weight)
                 continue
-            chosen = self._choose(head.request, head.exclude)
+            chosen = self._choose(head.request, head.exclude, head.weight)
             if chosen is None:
                 return
             heapq.heappop(self._heap)
-            self._count(head.tier, -1)
-            head.future.set_result(self._take(chosen[0], head.request, chosen[1]))
+            self._count(head.tier, -head.weight)
+            head.future.set_result(self._take(chosen[0], head.request, chosen[1], head.weight))
 
     def _count(self, tier: str, delta: int) -> None:
         self.queued[tier] += delta

@@ -48,12 +48,15 @@ from semsched.gateway.api import (
     CompletionBody,
     EdgeError,
     error_body,
+    given_budget,
     identify,
+    non_finite,
     output_budget,
     prompt_text,
+    sequences,
 )
 from semsched.gateway.backends import Backend, BackendPool
-from semsched.gateway.classify import Classifier
+from semsched.gateway.classify import Classifier, clip
 from semsched.gateway.config import GatewayConfig
 from semsched.gateway.dispatch import Dispatcher, DispatchRefused
 from semsched.gateway.metrics import GatewayMetrics
@@ -94,6 +97,7 @@ class Call:
     moved: bool = False  # its backend left the pool before its first token
     attempt: asyncio.Future[Any] | None = None
     alone_mark: int | None = None  # its backend's dispatch count while it was alone there (see _alone)
+    weight: int = 1  # sequences it asks for (n, best_of): what it counts for against max_inflight and the queue
 
 
 class Gateway:
@@ -199,7 +203,15 @@ class Gateway:
         if tier is None:
             raise EdgeError(400, f"x-semsched-tier: unknown tier {tier_name!r}; known: "
                                  f"{', '.join(t.name for t in self.tiers)}", param="x-semsched-tier")
-        raw = body.model_dump(mode="json", exclude_unset=True)  # the fields as sent, unknown ones included
+        raw = body.model_dump(exclude_unset=True)  # the fields as sent, unknown ones included
+        found = non_finite(raw)
+        if found is not None:  # Python's JSON parser reads 1e400 as infinity (and NaN); JSON has neither
+            raise EdgeError(400, f"{found[0]}: must be a finite number (got {found[1]})", param=found[0])
+        weight = sequences(body)
+        if weight > self.config.admission.max_n:
+            field = "n" if (body.n or 1) >= (body.best_of or 1) else "best_of"
+            raise EdgeError(400, f"{field}: at most {self.config.admission.max_n} sequences per request "
+                                 f"(admission.max_n; got {weight})", param=field)
         xargs = dict(body.vllm_xargs or {})
         if "tier" in xargs and str(xargs["tier"]).lower() != tier.name.lower():
             raise EdgeError(403, f"vllm_xargs.tier: the request's tier is {tier.name} (from its key or headers); "
@@ -219,13 +231,16 @@ class Gateway:
         priority = max(tier.priority, options.priority)
         prediction = await self.classifier.classify(text, counted, priority=priority)
         budget = output_budget(body, self.config.admission.max_tokens_default)
+        predicted = options.predicted_output or prediction.predicted_output
+        if predicted is not None and given_budget(body) is not None:
+            predicted = clip(predicted, budget)  # no output is longer than max_tokens
         request = Request(
             request_id=f"gw-{next(self._ids)}", prompt_tokens=prediction.prompt_tokens, max_output_tokens=budget,
             arrival_time_s=arrival_s, prompt_text=text or None, priority=priority,
             tier=tier.name, ttft_slo_s=options.ttft_slo_s, tpot_slo_s=options.tpot_slo_s,
             e2e_slo_s=options.e2e_slo_s,
             urgency=options.urgency if options.urgency is not None else prediction.urgency,
-            predicted_output=options.predicted_output or prediction.predicted_output, client=tenant)
+            predicted_output=predicted, client=tenant)
         stream_options = raw.get("stream_options")
         wants_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
         forwarded = dict(raw)
@@ -234,7 +249,7 @@ class Gateway:
             forwarded["stream_options"] = {**(stream_options if isinstance(stream_options, dict) else {}),
                                            "include_usage": True}
         return Call(request, tier.name, text, forwarded, body.stream, wants_usage,
-                    deadline=request.arrival_time_s + self.config.admission.request_timeout_s)
+                    deadline=request.arrival_time_s + self.config.admission.request_timeout_s, weight=weight)
 
     @staticmethod
     def _xargs(request: Request, given: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +328,8 @@ class Gateway:
             if remaining <= 0:
                 raise TimeoutError
             async with asyncio.timeout(remaining):
-                backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried))
+                backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried),
+                                                        weight=call.weight)
             call.backend = backend
             call.alone_mark = backend.dispatched if len(backend.inflight) == 1 else None
             self._unstarted[backend.index][call.request.request_id] = call

@@ -445,3 +445,32 @@ def test_classification_takes_a_premium_request_before_a_background_burst_queued
             assert [f.result() for f in futures] == [200] * 7
     assert order[:2] == ["bg0", "premium"], order
     assert [c["prompt"] for c in backend.state.calls].index("premium") <= 2
+
+
+def test_a_request_weighs_its_n_against_max_inflight() -> None:
+    """Issue 28: ``n=4`` counted as one request, so three more went to a server already generating four."""
+    backend = fake_openai_app(first_token_delay_s=1.0)
+    with running_app(backend) as url, ThreadPoolExecutor(2) as pool, \
+            serving(config_for([url], backend={"max_inflight": 4})) as gateway:
+        heavy = pool.submit(httpx.post, f"{gateway}/v1/completions", json={**BODY, "n": 4}, timeout=30)
+        wait_for(lambda: metric(gateway, "semsched_gateway_backend_inflight") == 1)
+        light = pool.submit(httpx.post, f"{gateway}/v1/completions", json=BODY, timeout=30)
+        wait_for(lambda: metric(gateway, "semsched_gateway_queue_depth", tier="STANDARD") == 1)
+        assert not heavy.done()  # the light request waits while the heavy one holds the 4 slots
+        assert heavy.result().status_code == light.result().status_code == 200
+    assert [c.get("n") for c in backend.state.calls] == [4, None]
+
+
+def test_a_predicted_length_distribution_is_cut_at_max_tokens() -> None:
+    """Issue 28: lengths above ``max_tokens`` (learnt from longer requests) reached the engine."""
+    backend = fake_openai_app()
+    with running_app(backend) as url, serving(config_for([url], classifier={"length": "input-length"})) as gateway:
+        assert httpx.post(f"{gateway}/v1/completions", json={**BODY, "max_tokens": 12}).status_code == 200
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total") == 1)
+        for _ in range(2):  # the first of these feeds the history; the second is predicted from it
+            assert httpx.post(f"{gateway}/v1/completions", json={**BODY, "max_tokens": 5}).status_code == 200
+    sent = backend.state.calls[-1]["vllm_xargs"]
+    assert sent["predicted_lengths"] and max(sent["predicted_lengths"]) == 5, sent
+    assert abs(sum(sent["predicted_probs"]) - 1) < 1e-9
+    options = parse_request_options(backend.state.calls[-1]["priority"], sent)
+    assert options.predicted_output is not None and max(options.predicted_output.lengths) <= 5
