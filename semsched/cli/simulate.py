@@ -26,6 +26,7 @@ from semsched.cli.common import (
 from semsched.cli.predictions import warn_about_missing_predictions
 from semsched.sim.disagg import DEFAULT_KV_LINK_GBPS, DEFAULT_MODEL_SHAPE, DisaggregationError, PDSpec
 from semsched.sim.runner import ClusterSpec
+from semsched.workloads import Workload, WorkloadError, parse_workload_spec
 
 
 def register(sub: Any) -> None:
@@ -102,6 +103,19 @@ def check_series_bins(bin_s: float, span_s: float) -> None:
         )
 
 
+def true_rate(spec: str, workload: Workload, rate_per_s: float) -> tuple[float | None, str]:
+    """The rate the workload's arrivals have and how the header says it: ``--rate`` for a workload it shapes;
+    for one that keeps its own timing (spikes with ``gap_s``, a trace with ``rescale=false``) its mean rate,
+    said to be its own (``None`` when every request arrives at one instant)."""
+    if parse_workload_spec(spec)[1].uses_rate:
+        return rate_per_s, f"at {rate_per_s:g}/s"
+    try:
+        mean = workload.mean_rate()
+    except WorkloadError:
+        return None, "all at once (the workload's own timing; --rate not used)"
+    return mean, f"at {mean:.3g}/s on average (the workload's own timing; --rate not used)"
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     policies, cluster = policy_specs(args.policy), with_pd(args, cluster_spec(args))
     if not (math.isfinite(args.series_bin) and args.series_bin > 0):
@@ -114,11 +128,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
         prepared_out_dir(args.out)
     if cluster.length_predictor is None:  # (with one, every request carries a prediction)
         warn_about_missing_predictions(console, policies, workload)
+    rate_per_s, rate_text = true_rate(args.workload, workload, args.rate)
+    if rate_per_s != args.rate:
+        console.print(f"[yellow]note:[/] workload {args.workload!r} keeps its own timing: --rate {args.rate:g} "
+                      "does not change its arrivals", highlight=False)
     runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
-    show(console, runs, f"{workload.name}: {len(workload)} requests at {args.rate:g}/s, profile {args.profile}")
+    show(console, runs, f"{workload.name}: {len(workload)} requests {rate_text}, profile {args.profile}")
     if args.out is not None:
         from semsched.cli.common import write_outputs
 
-        meta = run_meta(args, workload, cluster, rate=args.rate)
+        meta = run_meta(args, workload, cluster, rate=rate_per_s)
         write_outputs(console, args.out, runs, meta, series_bin_s=args.series_bin)
     return 0

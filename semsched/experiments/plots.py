@@ -110,6 +110,8 @@ def bar_chart_figure(
     ax.set_xticklabels(list(groups), fontsize="small")
     ax.set_xlim(-width, len(groups) - 1 + len(series) * width)  # room for every group, drawn or not
     log = log and spans_a_decade(v for values in series.values() for v in values)
+    if drawn and log:
+        log_scale(ax)
     if drawn:
         mark_bars(ax, series, positions, width, colours, zero=zero, missing=missing)
         if not log:

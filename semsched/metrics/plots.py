@@ -195,10 +195,13 @@ def mark_bars(
     missing: str = NOT_AVAILABLE,
 ) -> None:
     """Label the bars that cannot be seen: ``missing`` where a value is missing (one grey label over the group
-    when the whole group is, else one per bar in its series' colour) and ``zero`` where a value is 0, at the
-    foot of the bar (right on a log scale too)."""
+    when the whole group is, else one per bar in its series' colour) and ``zero`` where a value is 0 (``≈``
+    and ``zero`` where it is under 1 % of the largest, on a linear axis), at the foot of the bar with a stub of
+    the bar's colour (right on a log scale too)."""
     foot = ax.get_xaxis_transform()  # x in data, y in axes coordinates
     columns = list(values_by_series.values())
+    largest = max((abs(v) for series in columns for v in map(_finite, series) if not math.isnan(v)), default=0.0)
+    tiny = 0.01 * largest if ax.get_yscale() == "linear" else 0.0
     for group, position in enumerate(positions):
         values = [_finite(series[group]) for series in columns]
         if all(math.isnan(v) for v in values):
@@ -208,14 +211,22 @@ def mark_bars(
             continue
         for k, (series, value) in enumerate(zip(values_by_series, values, strict=True)):
             x = position + k * bar_width
-            label = missing if math.isnan(value) else zero if value == 0 else None
+            label = _bar_label(value, tiny, zero=zero, missing=missing)
             if label is None:
                 continue
-            if value == 0:  # a stub of the bar's colour on the axis: a bar of height zero, seen
+            if label != missing:  # a stub of the bar's colour on the axis: a bar of height zero, seen
                 ax.plot([x - 0.4 * bar_width, x + 0.4 * bar_width], [0.006, 0.006], transform=foot,
                         color=colours[series], linewidth=3, solid_capstyle="butt", clip_on=False, label="_zero")
             ax.text(x, 0.025, label, transform=foot, ha="center", va="bottom", color=colours[series],
                     fontsize="small", fontweight="bold", rotation=90)
+
+
+def _bar_label(value: float, tiny: float, *, zero: str, missing: str) -> str | None:
+    if math.isnan(value):
+        return missing
+    if value == 0:
+        return zero
+    return f"≈{zero}" if abs(value) < tiny else None
 
 
 def figure_legend(figure: Figure, axes: Sequence[Axes]) -> None:

@@ -82,6 +82,21 @@ def test_sweep_prints_the_metric_and_what_did_not_finish(tmp_path: Path,
     assert rejected > 0  # the case this test is about
 
 
+def test_simulate_says_the_rate_a_workload_with_its_own_timing_has(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--workload", "spikes:gap_s=5", "--rate", "4", "--duration", "20", "--policy", "fcfs",
+            "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rate = json.loads((tmp_path / "summary.json").read_text())["meta"]["rate_per_s"]
+    assert rate != 4.0 and "at 4/s" not in out  # --rate is not the spikes' rate
+    assert f"at {rate:.3g}/s on average (the workload's own timing; --rate not used)" in out
+    assert "keeps its own timing" in out
+    assert main([*argv[:2], "spikes", *argv[3:]]) == 0  # a gap from --rate: the header says --rate
+    out = capsys.readouterr().out
+    assert "at 4/s," in out and "keeps its own timing" not in out
+
+
 def test_sweep_says_when_the_workload_keeps_its_own_timing(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["sweep", "--workload", "spikes:gap_s=5", "--rates", "1,2", "--duration", "10", "--out", str(tmp_path)]

@@ -38,8 +38,8 @@ def test_bars_without_a_value_or_of_zero_are_labelled_and_the_legend_is_outside(
     assert _texts(figure) == ["0 %", NO_SLO, NO_SLO]  # one over SYSTEM, one on edf's STANDARD bar
     assert figure.axes[0].get_legend() is None and len(figure.legends) == 1
     assert figure.axes[0].get_xlim()[0] < 0  # the SYSTEM group is on the axes though nothing is drawn there
-    default = bar_chart_figure(["a"], {"fcfs": [None], "edf": [1.0]}, ylabel="y", title="t")
-    assert _texts(default) == [NOT_AVAILABLE]
+    default = bar_chart_figure(["a"], {"fcfs": [None], "edf": [1.0], "sjf": [0.001]}, ylabel="y", title="t")
+    assert _texts(default) == [NOT_AVAILABLE, "≈0"]  # a bar too short to see says it is about zero
 
 
 def test_log_bars_only_over_a_decade_with_plain_ticks(tmp_path: Path) -> None:
