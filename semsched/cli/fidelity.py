@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from semsched.cli.common import UsageError, command_line, policy_specs, progress_bars
+from semsched.cli.common import UsageError, check_seed, command_line, out_path, policy_specs, progress_bars
 from semsched.latency import load_profile_info
 from semsched.sim.engine import ProgressCallback
 from semsched.workloads import find_data_file
@@ -49,12 +49,13 @@ def register(sub: Any) -> None:
     fidelity.add_argument("--max-model-len", type=int, default=None, help="engine context; lengths scale to it")
     fidelity.add_argument("--no-prefix-caching", action="store_true", help="turn vLLM's prefix cache off")
     fidelity.add_argument("--threads", type=int, default=1, help="torch threads of the in-process engine (1)")
-    fidelity.add_argument("--out", type=Path, default=Path("runs/fidelity"), help="output directory")
+    fidelity.add_argument("--out", type=out_path, default=Path("runs/fidelity"), help="output directory")
     fidelity.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Real vLLM vs the simulator on one trace slice; see :mod:`semsched.calibrate.fidelity`."""
+    check_seed(args.seed)
     # before vLLM is imported: its INFO lines drown the table, and nothing may leave the machine
     for key, value in (("VLLM_LOGGING_LEVEL", "ERROR"), ("VLLM_NO_USAGE_STATS", "1"), ("HF_HUB_OFFLINE", "1")):
         os.environ.setdefault(key, value)

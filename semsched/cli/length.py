@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from semsched.cli.common import UsageError
+from semsched.cli.common import UsageError, check_seed
 from semsched.predict.length import (
     DATASETS,
     DEFAULT_BATCH_SIZES,
@@ -95,6 +95,7 @@ def _checked_buckets(args: argparse.Namespace) -> LengthBuckets:
 
 
 def run_eval(args: argparse.Namespace, console: Console) -> int:
+    check_seed(args.seed)
     buckets = _checked_buckets(args)
     batch_sizes = () if args.no_cost else _batch_sizes(args.cost_batches)
     data = load_answer_lengths(args.data)

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from semsched.cli.common import UsageError, command_line, progress_bars
+from semsched.cli.common import UsageError, check_seed, command_line, out_path, progress_bars
 from semsched.latency import user_profile_path
 
 # above this spread between a step's repeats, the noise is as large as the effects the fit has to resolve
@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
     profile.add_argument("--engine", default="vllm", help="engine to profile (only vllm for now)")
     profile.add_argument("--model", required=True, help="local model directory")
     profile.add_argument("--name", default=None, help="profile name (default: <model dir>-vllm-<device>)")
-    profile.add_argument("--out", type=Path, default=None, help="write here (.yaml/.yml/.json), not the user dir")
+    profile.add_argument("--out", type=out_path, default=None,
+                         help="write here (.yaml/.yml/.json), not the user dir")
     profile.add_argument("--force", action="store_true", help="replace an existing profile file")
     profile.add_argument("--grid", default="quick", help="quick (hundreds of steps, default) or full (thousands)")
     profile.add_argument("--repeats", type=int, default=None, help="rounds over the grid (quick 3, full 5)")
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     """Measure, fit, write. Everything that can be checked is checked before the engine starts."""
     if args.engine != "vllm":
         raise UsageError(f"--engine: only 'vllm' can be profiled (got {args.engine!r})")
+    check_seed(args.seed)
     if not Path(args.model).is_dir():
         raise UsageError(f"--model: {args.model} is not a directory")
     from semsched.calibrate import profiling  # plain Python; vLLM itself is imported when the engine starts

@@ -132,12 +132,17 @@ def _refused_by_argparse(argv: list[str], needles: list[str], capsys: pytest.Cap
         assert needle in err, err
 
 
-@pytest.mark.parametrize("command", [["simulate"], ["sweep", "--rates", "2"], ["reproduce", "demo", "--quick"]])
+@pytest.mark.parametrize("command", [["simulate"], ["sweep", "--rates", "2"], ["reproduce", "demo", "--quick"],
+                                     ["fidelity"], ["profile", "--model", "."]])
 def test_a_negative_seed_is_refused(command: list[str], tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     _fails_with([*command, "--seed", "-1", "--out", str(out)], ["--seed", ">= 0", "-1"], capsys)
     assert not out.exists()
+
+
+def test_a_negative_seed_is_refused_by_length_eval(capsys: pytest.CaptureFixture[str]) -> None:
+    _fails_with(["length", "eval", "--seed", "-1"], ["--seed", ">= 0"], capsys)
 
 
 @pytest.mark.parametrize("option", ["--gpu-blocks", "--cpu-blocks", "--block-size", "--instances"])
@@ -208,7 +213,8 @@ def test_swap_with_swap_space_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("command", [["simulate"], ["sweep", "--rates", "2"], ["reproduce", "demo", "--quick"],
-                                     ["demo"]])
+                                     ["demo"], ["fidelity"], ["profile", "--model", "."],
+                                     ["urgency", "train", "--data", "k.csv"], ["bench", "--url", "http://x"]])
 def test_an_empty_out_is_refused(command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
