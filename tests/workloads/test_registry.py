@@ -445,3 +445,27 @@ def test_clients_parameter_draws_clients_from_a_side_stream() -> None:
     assert again.client == drawn.client
     with pytest.raises(WorkloadError, match="clients: must be an integer from 1"):
         build_workload("azure-conv:clients=0", rate_per_s=5.0, num_requests=10, seed=3)
+
+
+# ---- messages that name what the user typed (issue 28, point 6) ----------------------------------------------
+def test_a_directory_is_named_as_one_not_an_unknown_workload(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="is a directory") as error:
+        parse_workload_spec(str(tmp_path))
+    assert str(tmp_path) in str(error.value) and "unknown workload" not in str(error.value)
+
+
+def test_a_trace_at_one_instant_names_its_file_and_rescale_false(tmp_path: Path) -> None:
+    trace = tmp_path / "one.csv"
+    trace.write_text(HEADER + "2023-11-16 18:15:46.6805900,374,44\n")
+    with pytest.raises(WorkloadError, match="rescale=false") as error:
+        build_workload(str(trace), rate_per_s=4, duration_s=60, seed=0)
+    assert str(trace) in str(error.value)
+    kept = build_workload(f"trace:path={trace};rescale=false", rate_per_s=4, duration_s=60, seed=0)
+    assert len(kept) == 1
+
+
+def test_an_astronomical_request_count_is_shown_in_g_format() -> None:
+    with pytest.raises(WorkloadError) as error:
+        build_workload("spikes:gap_s=1e-300", rate_per_s=4, duration_s=5, seed=0)
+    count = str(error.value).split("would give about ")[1].split(" requests")[0]
+    assert "e+" in count and len(count) < 12, error.value
