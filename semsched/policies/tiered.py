@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
-from semsched.core.kv import Reservation
+from semsched.core.kv import Reservation, blocks_for
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request, RequestState
@@ -393,10 +393,31 @@ class Tiered(Policy):
         """Under TPOT protection, while a protected request waits or is still in its prompt, less important
         requests in theirs compute nothing: the step's prefill budget, capped for the TPOT of protected decodes,
         goes to the protected prompt first (and waiting ones are admitted after the running requests are
-        served). Otherwise ``None``: every running request, most protected first."""
+        served). Otherwise ``None``: every running request, most protected first. Nothing is held back when the
+        held-back prompts are all that would run and no protected request can start now (no sequence slot or
+        blocks for its first chunk): the engine would idle with work it could run (e.g. when the slots hold
+        prompts of a class its fair share shields from displacement)."""
         if not self.config.protect_tpot or not self._pending_prompt_tokens(running, now_s):
             return None
-        return [r for r in sorted(running, key=self.victim_key) if self._protected(r) or not _in_prompt(r)]
+        served = [r for r in sorted(running, key=self.victim_key) if self._protected(r) or not _in_prompt(r)]
+        if not served and not self._protected_may_start(view):
+            return None
+        return served
+
+    def _protected_may_start(self, view: SchedulerView) -> bool:
+        """Whether a waiting protected request would get a sequence slot and the blocks of its first chunk
+        (priced at the engine's whole token budget, so the answer errs towards no) from what is free now."""
+        budget = view.budget
+        if view.num_running >= budget.max_num_seqs:
+            return False
+        for request in self._protected_waiting.values():
+            if request.state is RequestState.RUNNING or request.state.is_terminal:
+                continue
+            chunk = min(request.num_uncomputed_tokens, budget.max_num_batched_tokens)
+            if blocks_for(request.num_computed_tokens + chunk, view.block_size) \
+                    <= view.available_blocks(request, admission=True):
+                return True
+        return False
 
     def _pending_prompt_tokens(self, running: Sequence[Request], now_s: float) -> int:
         """Prompt tokens protected requests still need, waiting or running; counted once per step (the core

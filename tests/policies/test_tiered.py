@@ -508,3 +508,17 @@ def test_a_tier_table_is_checked_when_the_policy_is_built(tmp_path: Path) -> Non
     table.write_text("tiers:\n  - {name: GOLD, priority: 0, fair_share: 0.5}\n")
     with pytest.raises((PolicyError, ValueError), match="set them there, not also"):
         make_policy(f"tiered:tier_table={table};reserve_fraction=0.1")
+
+
+def test_a_prompt_is_not_held_back_for_protected_requests_that_cannot_start() -> None:
+    """TPOT protection holds less important prompts back while a protected request waits, so that its prompt gets
+    the step. When those prompts are all that would run and no protected request can start, holding them back
+    leaves the engine idle with work it could run: here the one sequence slot holds a BACKGROUND prompt that its
+    fair share shields from displacement. Found by tests/sim/test_stress.py's sustained stream (issue 28)."""
+    spec = "tiered:aging_per_s=0;fair_shares=0/0/0/0.1;share_window_s=4;rekey_s=1"
+    # PREMIUM is served first (so BACKGROUND is short of its share), then the long prompt takes the slot
+    premium = [make_request(f"p{i}", prompt=64, output=4, priority=PREMIUM, arrival=0.05 * i) for i in range(5)]
+    long = make_request("long", prompt=4000, output=20, priority=BACKGROUND, arrival=0.041)
+    scheduler = make_scheduler(spec, max_num_seqs=1, num_gpu_blocks=1000, watermark=0.0)
+    _run(scheduler, [long, *premium])  # asserts that no step comes out empty while work is left
+    assert all(r.state is RequestState.FINISHED for r in [long, *premium])

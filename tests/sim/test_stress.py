@@ -32,6 +32,7 @@ from semsched.core.scheduler import SchedulerConfig
 from semsched.latency import load_profile
 from semsched.policies import POLICIES
 from semsched.policies.fastserve import FastServe, FastServeConfig
+from semsched.policies.tiered import Tiered
 from semsched.policies.vtc import VTC, client_of
 from semsched.sim.disagg import PDSpec
 from semsched.sim.engine import Simulation
@@ -296,10 +297,28 @@ def check_vtc_bound(result: Run) -> None:
     assert len(passed) <= allowed, f"{len(passed)} short requests started while the long one waited ({allowed})"
 
 
+def check_tiered_fair_share_bound(result: Run) -> None:
+    """With a fair share for its class, the request at the head of its class's queue is first scheduled within
+    ``share_window_s + rekey_s + 2·L·t`` (``L`` the longest output a running request may produce, ``t`` the
+    longest step): the bound tiered's docstring states for ``fair_shares``."""
+    (policy,) = result.policies
+    assert isinstance(policy, Tiered) and policy.config.fair_shares is not None
+    long, shorts = _stream_parts(result)
+    longest_output = max(r.target_output_tokens for r in shorts)
+    longest_step_s = max(float(np.diff([r.first_scheduled_time_s, *r.token_times_s()]).max()) for r in shorts)
+    cfg = policy.config
+    bound_s = cfg.share_window_s + cfg.rekey_s + 2 * longest_output * longest_step_s
+    assert _wait_s(long) <= bound_s, f"the long request waited {_wait_s(long):.2f} s, bound {bound_s:.2f} s"
+
+
 #: the check of every policy whose docstring says ``starvation: bounded``, run on the sustained stream
 BOUND_CHECKS: dict[str, Callable[[Run], None]] = {
     "fastserve": check_fastserve_bound,
     "vtc": check_vtc_bound,
+}
+#: configurations that turn on a bound a docstring states for them (``possible ...; with X, bounded by ...``)
+CONFIGURED_BOUND_CHECKS: dict[str, Callable[[Run], None]] = {
+    "tiered:aging_per_s=0;fair_shares=0/0/0/0.1;share_window_s=4;rekey_s=1": check_tiered_fair_share_bound,
 }
 
 
@@ -316,6 +335,19 @@ def test_every_policy_ends_every_request_alike_in_both_modes(scenario: Scenario,
         check_arrival_order(fast)
     if claim == "bounded" and scenario.name == "sustained-stream":
         BOUND_CHECKS[policy](fast)
+
+
+@pytest.mark.parametrize("spec", sorted(CONFIGURED_BOUND_CHECKS))
+def test_a_configured_bound_holds_on_the_sustained_stream(spec: str) -> None:
+    """(tiered with fair shares once left its only slot idle: a BACKGROUND prompt its share shielded from
+    displacement, held back for PREMIUM requests that could not start.)"""
+    scenario = next(s for s in SCENARIOS if s.name == "sustained-stream")
+    fast = run(spec, scenario, fast_forward=True)
+    check_nothing_stranded(fast)
+    slow = run(spec, scenario, fast_forward=False)
+    check_nothing_stranded(slow)
+    assert fast.outcomes() == slow.outcomes()
+    CONFIGURED_BOUND_CHECKS[spec](fast)
 
 
 def test_the_sustained_stream_starves_the_long_request_without_a_guarantee() -> None:
