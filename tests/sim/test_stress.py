@@ -322,6 +322,7 @@ CONFIGURED_BOUND_CHECKS: dict[str, Callable[[Run], None]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_every_policy_ends_every_request_alike_in_both_modes(scenario: Scenario, policy: str) -> None:
