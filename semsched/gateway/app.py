@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from semsched.gateway.api import ChatBody, CompletionBody, error_response
 from semsched.gateway.config import GatewayConfig
-from semsched.gateway.service import Gateway
+from semsched.gateway.service import Gateway, log_access, request_id_for
 
 log = logging.getLogger("semsched.gateway")
 
@@ -102,7 +102,11 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
         service.metrics.rejections.labels(tier, "invalid").inc()
         service.metrics.requests.labels(tier, "rejected").inc()
         message, where = _body_error(request.headers.get("content-type"), error.errors()[0])
-        return error_response(400, message, param=where)
+        request_id = request_id_for(request.headers.get("x-request-id"))
+        log_access(request.url.path, 400, tier, "refused (invalid)", request_id)
+        response = error_response(400, message, param=where)
+        response.headers["x-request-id"] = request_id
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: HttpRequest, error: StarletteHTTPException) -> Response:

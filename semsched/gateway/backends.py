@@ -9,6 +9,8 @@ Routers see backends through :class:`BackendView`, which has the attributes of t
 :class:`~semsched.sim.router.InstanceView`, so the simulator's routers run here unchanged. The counts a view gives
 are the larger of the gateway's own accounting and the backend's last report: another gateway (or a client that
 bypasses this one) may load the same server.
+
+Polls are logged at DEBUG (a line per poll and backend); a backend leaving or rejoining the pool at WARNING.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import httpx
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from semsched.gateway.config import BackendConfig, RoutingConfig
@@ -164,7 +166,7 @@ class BackendPool:
         self.routing = routing
         self.on_change = on_change
         self._tasks: list[asyncio.Task[None]] = []
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
 
     def views(self) -> list[BackendView]:
         return [BackendView(b) for b in self.backends]
@@ -180,8 +182,8 @@ class BackendPool:
                 self.on_change(backend, False)
 
     async def start(self) -> None:
-        timeout = httpx.Timeout(self.routing.health_timeout_s)
-        self._client = httpx.AsyncClient(timeout=timeout)
+        # aiohttp, as the forwarding: httpx would log every poll at INFO
+        self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.routing.health_timeout_s))
         await asyncio.gather(*(self.check(b) for b in self.backends))
         self._tasks = [asyncio.create_task(self._every(self.routing.health_interval_s, self.check))]
         if self.routing.poll_metrics:
@@ -194,7 +196,7 @@ class BackendPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
 
     async def _every(self, interval_s: float, action: Callable[[Backend], Awaitable[None]]) -> None:
         while True:
@@ -205,10 +207,12 @@ class BackendPool:
         """Poll ``/health``; a 200 counts as healthy, anything else (or no answer) as a failure."""
         assert self._client is not None
         try:
-            response = await self._client.get(f"{backend.url}/health", headers=_auth(backend))
-            ok, error = response.status_code == 200, f"/health answered {response.status_code}"
-        except httpx.HTTPError as exc:
+            async with self._client.get(f"{backend.url}/health", headers=_auth(backend)) as response:
+                await response.read()
+                ok, error = response.status == 200, f"/health answered {response.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
             ok, error = False, f"/health: {type(exc).__name__}: {exc}"
+        log.debug("backend %s: %s", backend.name, "/health ok" if ok else error)
         if ok:
             if backend.mark_ok():
                 log.warning("backend %s is back in the pool", backend.name)
@@ -221,10 +225,14 @@ class BackendPool:
         """Read ``/metrics`` of a healthy backend; a page that cannot be read leaves the last values."""
         if not backend.healthy or self._client is None:
             return
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = await self._client.get(f"{backend.url}/metrics", headers=_auth(backend))
-            if response.status_code == 200:
-                backend.read_metrics(response.text)
+        try:
+            async with self._client.get(f"{backend.url}/metrics", headers=_auth(backend)) as response:
+                text = await response.text()
+                if response.status == 200:
+                    backend.read_metrics(text)
+                log.debug("backend %s: /metrics answered %d", backend.name, response.status)
+        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
+            log.debug("backend %s: /metrics: %s: %s", backend.name, type(exc).__name__, exc)
 
 
 def _auth(backend: Backend) -> dict[str, str]:

@@ -105,6 +105,9 @@ class AdmissionConfig(_Strict):
                                    description="longest wait for a backend slot; then 503 with Retry-After")
     request_timeout_s: float = Field(default=600.0, gt=0, le=86_400,
                                      description="longest a request may take end to end; then 504 / error event")
+    stream_idle_timeout_s: float | None = Field(default=300.0, gt=0, le=86_400,
+        description="longest a started stream may go without a byte from its backend; then an error event "
+                    "(504) ends it (None: no limit but request_timeout_s). A preempted request's pause counts")
     retry_after_s: int = Field(default=1, ge=0, le=3600, description="the Retry-After of a 429 or 503")
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1 << 30, description="larger bodies get 413")
     max_tokens_default: int = Field(default=256, ge=1, le=1 << 24,

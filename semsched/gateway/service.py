@@ -32,6 +32,7 @@ import itertools
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ from semsched.gateway.api import (
     CompletionBody,
     EdgeError,
     error_body,
+    error_response,
     given_budget,
     identify,
     non_finite,
@@ -63,6 +65,10 @@ from semsched.gateway.metrics import GatewayMetrics
 from semsched.vllm.xargs import parse_request_options
 
 log = logging.getLogger("semsched.gateway")
+#: one INFO line per request, however it ended (``semsched gateway`` turns uvicorn's own access log off)
+access_log = logging.getLogger("semsched.gateway.access")
+#: the longest ``x-request-id`` a client may send (printable ASCII)
+MAX_REQUEST_ID = 128
 
 #: backend answers after which an attempt is moved to another backend (the request has not started; a 500
 #: is what vLLM answers for requests it drops while it shuts down or when its engine died)
@@ -97,6 +103,9 @@ class Call:
     moved: bool = False  # its backend left the pool before its first token
     attempt: asyncio.Future[Any] | None = None
     alone_mark: int | None = None  # its backend's dispatch count while it was alone there (see _alone)
+    client_id: str = ""  # x-request-id: the client's, or one made up; sent to the backend and back
+    path: str = ""
+    status: int = 500  # the HTTP status the client got (for the access log); 500 until answered
     weight: int = 1  # sequences it asks for (n, best_of): what it counts for against max_inflight and the queue
 
 
@@ -175,10 +184,23 @@ class Gateway:
 
     # ---- the request path ------------------------------------------------------------------------------------
     async def handle(self, http_request: HttpRequest, body: CompletionBody | ChatBody | None) -> Response:
-        """Serve one ``completions`` or ``chat`` request whose body FastAPI parsed and checked (None: no body)."""
+        """Serve one ``completions`` or ``chat`` request whose body FastAPI parsed and checked (None: no body).
+        The answer carries the request's ``x-request-id`` (the client's, else a new one)."""
+        sent_id = http_request.headers.get("x-request-id")
+        request_id = request_id_for(sent_id)
+        response = await self._handle(http_request, body, request_id, sent_id)
+        response.headers["x-request-id"] = request_id
+        return response
+
+    async def _handle(self, http_request: HttpRequest, body: CompletionBody | ChatBody | None, request_id: str,
+                      sent_id: str | None) -> Response:
         tier = self.config.default_tier
         arrival_s = self.now()  # latencies and the request's deadline count from here, classification included
+        path = http_request.url.path
         try:
+            if sent_id is not None and sent_id != request_id:
+                raise EdgeError(400, f"x-request-id: at most {MAX_REQUEST_ID} printable ASCII characters "
+                                     f"(got {len(sent_id)} characters)", param="x-request-id")
             identity = identify(self.config, {k.lower(): v for k, v in http_request.headers.items()})
             tier = identity.tier
             if body is None:
@@ -186,13 +208,17 @@ class Gateway:
             call = await self._prepare(body, identity.tier, identity.tenant, arrival_s)
         except EdgeError as error:
             self._refused(self.tier_label(tier), error.reason)
+            log_access(path, error.status, self.tier_label(tier), f"refused ({error.reason})", request_id)
             return error.response()
+        call.client_id, call.path = request_id, path
         reason = self.admission.admit(call.request, self.now(), streamed=call.stream)
         self.metrics.shed_level.set(self.admission.shed_level)
         if reason is not None:
-            self._refused(call.tier, "shed" if reason.startswith("shed") else "queue_full")
+            kind = "shed" if reason.startswith("shed") else "queue_full"
+            self._refused(call.tier, kind)
             call.outcome = "rejected"
             self._judge_slos(call, None, None, None)
+            log_access(path, 429, call.tier, f"rejected ({kind})", request_id)
             return EdgeError(429, reason, reason="shed", retry_after_s=self.config.admission.retry_after_s
                              ).response()
         return await self._serve(call, http_request)
@@ -282,18 +308,18 @@ class Gateway:
         try:
             response = await self._until_disconnect(call, http_request)
             if response is None:
-                call.outcome = "cancelled"
+                call.outcome, call.status = "cancelled", 499
                 return Response(status_code=499)
             if isinstance(response, StreamingResponse):
                 streaming_handed_over = True
             return response
         except DispatchRefused as refused:
-            call.outcome = "rejected"
+            call.outcome, call.status = "rejected", refused.status
             self.metrics.child(self.metrics.rejections, call.tier, refused.reason).inc()
             return EdgeError(refused.status, refused.message, reason=refused.reason,
                              retry_after_s=self.config.admission.retry_after_s).response()
         except TimeoutError:
-            call.outcome = "timeout"
+            call.outcome, call.status = "timeout", 504
             return EdgeError(504, f"no answer within admission.request_timeout_s "
                                   f"({self.config.admission.request_timeout_s:g} s)").response()
         finally:
@@ -384,7 +410,7 @@ class Gateway:
             return result
         upstream, head = result
         self._started(call, backend)
-        call.outcome = "streaming"
+        call.outcome, call.status = "streaming", 200
         for line in head:
             self._count_line(call, line)
 
@@ -402,13 +428,13 @@ class Gateway:
         assert self._session is not None
         path = "/v1/chat/completions" if "messages" in call.body else "/v1/completions"
         upstream = await self._session.post(backend.url + path, json=self._body_for(call, backend),
-                                            headers=_auth(backend))
+                                            headers={**_auth(backend), "x-request-id": call.client_id})
         try:
             if upstream.status != 200:
                 content = await upstream.read()
                 if upstream.status in RETRY_STATUSES:
                     raise _RetryStatus(upstream.status)
-                call.outcome = "error"
+                call.outcome, call.status = "error", upstream.status
                 return Response(content, status_code=upstream.status,
                                 media_type=upstream.headers.get("content-type", "application/json"))
             if not call.stream:
@@ -416,7 +442,14 @@ class Gateway:
                 self._started(call, backend)
                 call.output_tokens = _completion_tokens(content)
                 call.outcome = "rejected" if _aborted(content) else "ok"
+                call.status = 200
                 return Response(content, media_type="application/json")
+            media = upstream.headers.get("content-type", "").split(";", 1)[0].strip()
+            if media != "text/event-stream":  # a malformed answer: this request's error, not the backend's health
+                await upstream.read()
+                call.outcome, call.status = "error", 502
+                return error_response(502, f"{backend.name} answered a streamed request with "
+                                           f"{media or 'no content-type'}, not an event stream")
             head: list[str] = []
             async for raw in upstream.content:  # buffer until the first token: until then the request may move
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -433,6 +466,7 @@ class Gateway:
                 if status in RETRY_STATUSES:
                     raise _RetryStatus(status)
                 call.outcome = "rejected" if status in (429, 503) else "error"
+                call.status = status
                 return JSONResponse(payload, status_code=status)
         except BaseException:
             upstream.close()
@@ -468,16 +502,26 @@ class Gateway:
                 if out:
                     yield out
             pending = b""
+            idle_s = self.config.admission.stream_idle_timeout_s
+            loop = asyncio.get_running_loop()
+            stall = asyncio.timeout(None if idle_s is None else loop.time() + idle_s)  # re-armed at each read
             async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
-                async for chunk in upstream.content.iter_any():  # whatever arrived: events go on in bulk
-                    pending += chunk
-                    end = pending.rfind(b"\n\n")
-                    if end < 0:
-                        continue
-                    block, pending = pending[:end + 2], pending[end + 2:]
-                    out = self._relay_block(call, block)
-                    if out:
-                        yield out
+                try:
+                    async with stall:
+                        async for chunk in upstream.content.iter_any():  # whatever arrived: events go on in bulk
+                            pending += chunk
+                            end = pending.rfind(b"\n\n")
+                            if end >= 0:
+                                block, pending = pending[:end + 2], pending[end + 2:]
+                                out = self._relay_block(call, block)
+                                if out:
+                                    yield out
+                            if idle_s is not None:
+                                stall.reschedule(loop.time() + idle_s)
+                except TimeoutError:
+                    if stall.expired():
+                        raise _Stalled() from None
+                    raise
             if pending.strip():
                 out = self._relay_block(call, pending)
                 if out:
@@ -488,6 +532,12 @@ class Gateway:
             call.outcome = "timeout"
             yield _error_event(504, f"no end of stream within admission.request_timeout_s "
                                     f"({self.config.admission.request_timeout_s:g} s)")
+        except _Stalled:
+            call.outcome = "timeout"
+            backend = call.backend.name if call.backend else "backend"
+            idle_s = self.config.admission.stream_idle_timeout_s or 0.0
+            yield _error_event(504, f"{backend} sent nothing for {idle_s:g} s after {call.output_tokens} tokens "
+                                    "(admission.stream_idle_timeout_s)")
         except (aiohttp.ClientError, OSError) as error:
             if call.outcome != "ok":
                 call.outcome = "error"
@@ -548,6 +598,7 @@ class Gateway:
         request, tier = call.request, call.tier
         ok = call.outcome == "ok"
         alone_since_s = None
+        backend_name = call.backend.name if call.backend is not None else "-"
         if call.backend is not None:
             if ok and call.first_token_s is not None and self._alone(call, call.backend):
                 alone_since_s = call.first_token_s
@@ -569,6 +620,8 @@ class Gateway:
         if e2e is not None:
             self.metrics.child(self.metrics.e2e, tier).observe(e2e)
         self._judge_slos(call, ttft, tpot, e2e)
+        log_access(call.path, call.status, tier, call.outcome, call.client_id, backend=backend_name,
+                    tokens=call.output_tokens, ttft_s=ttft, e2e_s=now - request.arrival_time_s)
         if ok and call.text:
             self.classifier.observe(call.text, request.prompt_tokens, call.output_tokens)
         self.metrics.shed_level.set(self.admission.shed_level)
@@ -619,6 +672,10 @@ class _Relay(StreamingResponse):
             await self.close()
 
 
+class _Stalled(Exception):
+    """A started stream's backend sent nothing for ``admission.stream_idle_timeout_s``."""
+
+
 class _RetryStatus(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(status)
@@ -629,6 +686,23 @@ async def _disconnected(http_request: HttpRequest) -> None:
     """Returns when the client hangs up (the body was read: the next ASGI message is the disconnect)."""
     while (await http_request.receive())["type"] != "http.disconnect":
         pass
+
+
+def request_id_for(sent: str | None) -> str:
+    """The request id of a request whose ``x-request-id`` header is ``sent``: that, unless it is missing or not
+    1 to :data:`MAX_REQUEST_ID` printable ASCII characters; else a new one."""
+    if sent is not None and 0 < len(sent) <= MAX_REQUEST_ID and sent.isascii() and sent.isprintable():
+        return sent
+    return uuid.uuid4().hex
+
+
+def log_access(path: str, status: int, tier: str, outcome: str, request_id: str, *, backend: str = "-",
+                tokens: int = 0, ttft_s: float | None = None, e2e_s: float | None = None) -> None:
+    if access_log.isEnabledFor(logging.INFO):
+        ttft = f"{ttft_s * 1000:.1f}" if ttft_s is not None else "-"
+        e2e = f"{e2e_s * 1000:.1f}" if e2e_s is not None else "-"
+        access_log.info("POST %s %d tier=%s outcome=%s backend=%s tokens=%d ttft_ms=%s e2e_ms=%s id=%s", path,
+                        status, tier, outcome, backend, tokens, ttft, e2e, request_id)
 
 
 def _auth(backend: Backend) -> dict[str, str]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -474,3 +476,72 @@ def test_a_predicted_length_distribution_is_cut_at_max_tokens() -> None:
     assert abs(sum(sent["predicted_probs"]) - 1) < 1e-9
     options = parse_request_options(backend.state.calls[-1]["priority"], sent)
     assert options.predicted_output is not None and max(options.predicted_output.lengths) <= 5
+
+
+def _plain_answers_to_streams() -> FastAPI:
+    """A server that answers a streamed request with a whole JSON answer (no event stream)."""
+    app = fake_openai_app()
+
+    @app.middleware("http")
+    async def plain(request: Request, call_next: Any) -> Response:
+        if request.url.path.startswith("/v1/") and request.method == "POST":
+            return JSONResponse({"choices": [{"index": 0, "text": " tok", "finish_reason": "length"}],
+                                 "usage": {"completion_tokens": 1}})
+        return await call_next(request)  # type: ignore[no-any-return]
+
+    return app
+
+
+def test_a_malformed_answer_is_that_requests_error_not_a_health_failure() -> None:
+    """Issue 28: a plain 200 to a streamed request counted as a failed health check, which ejected the backend
+    (``unhealthy_after: 1`` here)."""
+    with running_app(_plain_answers_to_streams()) as url, serving(config_for([url])) as gateway:
+        answer = httpx.post(f"{gateway}/v1/completions", json={**BODY, "stream": True})
+        assert answer.status_code == 502
+        assert "not an event stream" in answer.json()["error"]["message"]
+        assert httpx.get(f"{gateway}/health").json()["backends"]["b0"] == {"healthy": True, "inflight": 0,
+                                                                          "error": None}
+        assert metric(gateway, "semsched_gateway_backend_healthy", backend="b0") == 1
+        assert metric(gateway, "semsched_gateway_requests_total", outcome="error") == 1
+        assert httpx.post(f"{gateway}/v1/completions", json=BODY).status_code == 200  # still in the pool
+
+
+def test_a_stream_whose_backend_goes_silent_ends_with_an_error_event() -> None:
+    """Issue 28: a stream whose backend sent nothing more waited for request_timeout_s (600 s by default)."""
+    backend = fake_openai_app(token_delay_s=5.0)
+    with running_app(backend) as url, \
+            serving(config_for([url], admission={"stream_idle_timeout_s": 0.3})) as gateway:
+        with httpx.stream("POST", f"{gateway}/v1/completions", json={**BODY, "max_tokens": 3, "stream": True},
+                          timeout=30) as answer:
+            events = _events(answer)
+        assert answer.status_code == 200
+        error = json.loads(events[-2][5:])["error"]
+        assert error["code"] == 504 and "admission.stream_idle_timeout_s" in error["message"]
+        assert "after 1 tokens" in error["message"] and events[-1] == "data: [DONE]"
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", outcome="timeout") == 1)
+        assert httpx.get(f"{gateway}/health").json()["backends"]["b0"]["inflight"] == 0
+
+
+def test_request_ids_travel_to_the_backend_and_back_and_each_request_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 28: no request id, no access log, and the health and metrics polls logged at INFO."""
+    backend = fake_openai_app()
+    caplog.set_level(logging.INFO)
+    with running_app(backend) as url, serving(config_for([url])) as gateway:
+        kept = httpx.post(f"{gateway}/v1/completions", json=BODY, headers={"x-request-id": "client-7"})
+        made = httpx.post(f"{gateway}/v1/completions", json={**BODY, "stream": True})
+        refused = httpx.post(f"{gateway}/v1/completions", json={**BODY, "max_tokens": 0})
+        bad = httpx.post(f"{gateway}/v1/completions", json=BODY, headers={"x-request-id": "x" * 200})
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", outcome="ok") == 2)
+        time.sleep(0.3)  # a few health and metrics polls (every 0.1 s here)
+    assert kept.headers["x-request-id"] == "client-7"
+    assert len(made.headers["x-request-id"]) >= 16 and refused.headers["x-request-id"]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-request-id"
+    sent = [call["_headers"].get("x-request-id") for call in backend.state.calls]
+    assert sent == ["client-7", made.headers["x-request-id"]]
+    access = [r.getMessage() for r in caplog.records if r.name == "semsched.gateway.access"]
+    assert len(access) == 4, access  # the refused ones too
+    assert "id=client-7" in access[0] and " 200 " in access[0] and " 400 " in access[2]
+    polls = [r for r in caplog.records if r.levelno >= logging.INFO and not r.name.startswith("uvicorn")
+             and f"{url}/" in r.getMessage()]  # the gateway's calls to its backend (not the test's own)
+    assert polls == [], [r.getMessage() for r in polls]
