@@ -374,7 +374,7 @@ def write_outputs(
     series_bin_s: float = DEFAULT_BIN_S,
 ) -> None:
     """summary.json/.csv, requests.csv and comparison.png; series.csv and series.png (monitoring series per
-    ``series_bin_s`` of simulated time, each policy in its :func:`policy_colours` colour)."""
+    ``series_bin_s`` of simulated time); each policy in its :func:`policy_colours` colour in both plots."""
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Summary] = {p: r.summary for p, r in runs.items()}
     meta = meta | {"wall_s": {p: round(r.wall_s, 3) for p, r in runs.items()}}
@@ -382,10 +382,11 @@ def write_outputs(
     write_summary_csv(out / "summary.csv", results)
     for index, (policy, run) in enumerate(runs.items()):
         write_requests_csv(out / "requests.csv", [metrics_of(r) for r in run.requests], policy, append=index > 0)
-    plot_class_bars(results, out / "comparison.png")
+    colours = policy_colours(list(runs))
+    plot_class_bars(results, out / "comparison.png", colours=colours)
     series = {p: r.series(series_bin_s) for p, r in runs.items()}
     write_series_csv(out / "series.csv", series)
-    plot_series(series, out / "series.png", policy_colours(list(runs)))
+    plot_series(series, out / "series.png", colours)
     console.print(
         f"report: {out / 'summary.json'} (and summary.csv, requests.csv, series.csv)\n"
         f"plots:  {out / 'comparison.png'}, {out / 'series.png'}"

@@ -77,19 +77,27 @@ def metric_label(metric: str) -> str:
 
 
 def plot_class_bars(
-    results: Mapping[str, Summary], path: PathLike, metrics: Sequence[str] = DEFAULT_BAR_METRICS
+    results: Mapping[str, Summary],
+    path: PathLike,
+    metrics: Sequence[str] = DEFAULT_BAR_METRICS,
+    colours: Mapping[str, str] | None = None,
 ) -> None:
     """Write :func:`class_bars_figure` as a PNG."""
-    _save(class_bars_figure(results, metrics), path)
+    _save(class_bars_figure(results, metrics, colours), path)
 
 
-def class_bars_figure(results: Mapping[str, Summary], metrics: Sequence[str] = DEFAULT_BAR_METRICS) -> Figure:
-    """One panel per metric; bars grouped by class ("all", then each priority), one bar per policy. A missing
+def class_bars_figure(
+    results: Mapping[str, Summary],
+    metrics: Sequence[str] = DEFAULT_BAR_METRICS,
+    colours: Mapping[str, str] | None = None,
+) -> Figure:
+    """One panel per metric; bars grouped by class ("all", then each priority), one bar per policy (``colours``:
+    policy -> colour, as :func:`series_figure` takes them; default one of matplotlib's cycle each). A missing
     value leaves its bar out; a panel with no value at all (no request finished, no class with a target) says
     so instead of failing, and so does the figure when there are no metrics or no results."""
     summaries = list(results.values())
     classes: list[int | None] = [None, *_priorities(summaries)]
-    colours = _colours(results)
+    colours = dict(colours) if colours is not None else _colours(results)
     figure, axes = _panels(max(len(metrics), 1))
     bar_width = 0.8 / max(len(results), 1)
     positions = np.arange(len(classes), dtype=np.float64)

@@ -214,3 +214,11 @@ def test_an_all_zero_series_panel_starts_at_zero_and_says_none(make_request: Req
     assert swaps.has_data() and swaps.get_ylim() == (0.0, 1.0)  # not -0.04..0.04 around a flat line
     assert [t.get_text() for t in swaps.texts] == [NONE]
     assert panels["queue depth (mean) p1 (PREMIUM)"].get_ylim()[0] == 0.0
+
+
+def test_class_bars_take_the_colours_the_series_figure_takes(make_request: RequestFactory) -> None:
+    results = {"fcfs": summarize(_run(make_request, 1.0)), "tiered": summarize(_run(make_request, 2.0))}
+    colours = {"fcfs": "#1f77b4", "tiered": "#98df8a"}
+    figure = class_bars_figure(results, ["ttft_p90"], colours)
+    drawn = {bars.get_label(): to_hex(bars.patches[0].get_facecolor()) for bars in figure.axes[0].containers}
+    assert drawn == colours  # as in series.png of the same run
