@@ -35,9 +35,11 @@ class BackendConfig(_Strict):
         description="requests the gateway keeps in flight here at most; more wait in the gateway's priority "
                     "queue (None: no cap, every request is forwarded at once)")
     send_priority: bool = Field(default=True,
-        description="forward the request's priority in the body's `priority` field: for servers that "
-                          "schedule by priority (semsched.vllm.Scheduler, or --scheduling-policy priority); "
-                          "vLLM's FCFS server refuses a nonzero priority")
+        description="true: the body's `priority` field is set to the request's priority (its tier's, or the "
+                    "larger the client sent), which servers that schedule by priority order by "
+                    "(semsched.vllm.Scheduler, vLLM's --scheduling-policy priority); vLLM 0.32's default FCFS "
+                    "scheduler accepts and ignores it. false: the field is removed, whatever the client sent "
+                    "(for a server that refuses it)")
     api_key: str | None = Field(default=None, description="sent as `Authorization: Bearer ...` to this server")
 
     @field_validator("url")

@@ -12,6 +12,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+#: the label values the gateway uses, each set exported (at 0) from the start: a dashboard or an alert on a
+#: rate finds every series before its first event
+OUTCOMES = ("ok", "rejected", "error", "timeout", "cancelled")
+REJECTION_REASONS = ("shed", "queue_full", "queue_timeout", "no_backend", "invalid", "unauthorized", "too_large")
+SLO_METRICS = ("ttft", "tpot", "e2e")
+
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
                      15.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
@@ -56,6 +62,24 @@ class GatewayMetrics:
                                     ["stage"], buckets=CLASSIFIER_BUCKETS_S, registry=r)
         self.classifier_timeouts = Counter(p + "classifier_timeouts", "requests sent on without a "
                                            "classification (classifier too slow or failed)", registry=r)
+
+    def initialise(self, tiers: list[str], backends: list[str], router: str) -> None:
+        """Create every series the gateway's known labels give, at 0 (``unknown`` stands for tiers the table
+        does not have)."""
+        for tier in [*tiers, "unknown"]:
+            for outcome in OUTCOMES:
+                self.child(self.requests, tier, outcome)
+            for reason in REJECTION_REASONS:
+                self.child(self.rejections, tier, reason)
+            for metric in SLO_METRICS:
+                for outcome in ("met", "missed"):
+                    self.child(self.slo, tier, metric, outcome)
+            self.child(self.queue_depth, tier)
+        for backend in backends:
+            self.child(self.backend_inflight, backend)
+            for reason in ("chosen", "fallback", "retry"):
+                self.child(self.routed, backend, router, reason)
+        self.shed_level.set(0)
 
     def child(self, family: Any, *labels: str) -> Any:
         """``family.labels(*labels)``, cached: the labelled child is looked up once per label set."""

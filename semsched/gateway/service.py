@@ -127,6 +127,8 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.models: list[str] = list(config.models)
+        self.metrics.initialise([t.name for t in self.tiers], [b.name for b in self.pool.backends],
+                                self.dispatcher.router_name)
         for backend in self.pool.backends:
             self.metrics.child(self.metrics.backend_healthy, backend.name).set(1)
 

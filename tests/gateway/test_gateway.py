@@ -545,3 +545,22 @@ def test_request_ids_travel_to_the_backend_and_back_and_each_request_is_logged_o
     polls = [r for r in caplog.records if r.levelno >= logging.INFO and not r.name.startswith("uvicorn")
              and f"{url}/" in r.getMessage()]  # the gateway's calls to its backend (not the test's own)
     assert polls == [], [r.getMessage() for r in polls]
+
+
+def test_every_known_counter_series_is_exported_at_zero_before_its_first_event() -> None:
+    """Issue 28: the rejection (and other) counters appeared only after their first event."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with serving(config_for(["http://127.0.0.1:9"])) as gateway:
+        text = httpx.get(f"{gateway}/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    for tier in [t.name for t in DEFAULT_TIERS] + ["unknown"]:
+        for reason in ("shed", "queue_full", "queue_timeout", "no_backend", "invalid", "unauthorized", "too_large"):
+            assert samples[("semsched_gateway_rejections_total", (("reason", reason), ("tier", tier)))] == 0
+        for outcome in ("ok", "rejected", "error", "timeout", "cancelled"):
+            assert samples[("semsched_gateway_requests_total", (("outcome", outcome), ("tier", tier)))] == 0
+        assert samples[("semsched_gateway_slo_total", (("metric", "e2e"), ("outcome", "missed"), ("tier", tier)))] \
+            == 0
+    assert ("semsched_gateway_routed_total", (("backend", "b0"), ("reason", "chosen"),
+                                              ("router", "least-outstanding"))) in samples
