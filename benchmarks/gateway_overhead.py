@@ -21,7 +21,7 @@ the gateway's own cost separates the two paths; ``--url URL`` measures against a
 
 The gateway runs as a separate process, ``semsched gateway --config FILE`` (uvicorn, uvloop, httptools: as
 deployed), configured with one backend, no metrics polling, no classifier models (classification is timed on
-its own, below) and ``send_priority: false`` (vLLM's default FCFS server refuses a nonzero priority). A
+its own, below) and ``send_priority: false`` (the body forwarded as the client sent it, as on the direct path). A
 process rather than a thread of this one: in a thread the gateway and the client would share one GIL and each
 would be charged the other's Python time. The client, the gateway and the engine still share this machine's
 cores (2 here): at C = 8 and 64 the gateway's CPU time per request competes with the engine's and the client's,
@@ -37,6 +37,13 @@ to show the wait's share; ``predict`` is the models' own time per batch.
 
 Target: p50 added latency under 2 ms on this machine, excluding classification. Every number is measured in
 the run that prints it.
+
+A classification that takes longer than the classifier's ``timeout_ms`` (500 ms; a request then goes on without
+it, as in the gateway) is counted in the table's ``timed out`` column, and its latency (the timeout) kept in
+the quantiles: against a real server on 2 cores the engine can starve the classifier's thread.
+
+Needs ``psutil`` and, for ``--backend vllm``, vLLM: both come with ``./dev vllm`` (``./dev demo`` installs
+neither); the script says so and exits 2 when one is missing.
 
 Run: ``.venv/bin/python benchmarks/gateway_overhead.py`` (about 4 minutes on 2 cores, vLLM's start included;
 ``--backend fake``: about a minute; ``--quick``: a smoke run).
@@ -340,13 +347,13 @@ async def measure_http(args: argparse.Namespace, urls: dict[str, str], gateway_p
 
 # ---- classification ---------------------------------------------------------------------------------------------
 async def classify_case(label: str, batch: int, wait_ms: float | None, prompts: list[str], observed: int,
-                        calls: int) -> dict[str, Any]:
+                        calls: int, timeout_ms: float) -> dict[str, Any]:
     from semsched.gateway.classify import Classifier
     from semsched.gateway.config import ClassifierConfig
 
     rng = random.Random(1)
     settings: dict[str, Any] = {"urgency": "keywords", "keywords": {"chest pain": 0, "fever": 2},
-                                "length": "input-length"}
+                                "length": "input-length", "timeout_ms": timeout_ms}
     if wait_ms is not None:
         settings["max_wait_ms"] = wait_ms
     classifier = Classifier(ClassifierConfig(**settings))
@@ -364,12 +371,14 @@ async def classify_case(label: str, batch: int, wait_ms: float | None, prompts: 
 
     classifier._predict = timed  # type: ignore[method-assign]
     latencies: list[float] = []
+    timed_out = 0
 
     async def call(text: str) -> None:
+        nonlocal timed_out
         start = time.perf_counter()
         prediction = await classifier.classify(text)
         latencies.append(time.perf_counter() - start)
-        assert prediction.predicted_output is not None, "classification timed out"
+        timed_out += prediction.predicted_output is None  # went on without it after timeout_ms, as in the gateway
 
     await classifier.start()
     try:
@@ -381,8 +390,9 @@ async def classify_case(label: str, batch: int, wait_ms: float | None, prompts: 
         await classifier.stop()
     p50, p99 = quantiles_ms(latencies)
     predict = np.asarray(predict_s) * 1000
-    return {"case": label, "batch": batch, "calls": len(latencies), "p50_ms": p50, "p99_ms": p99,
-            "batches": len(predict_s), "predict_p50_ms": float(np.median(predict)),
+    return {"case": label, "batch": batch, "calls": len(latencies), "timed_out": timed_out,
+            "timeout_ms": classifier.config.timeout_ms, "p50_ms": p50, "p99_ms": p99,
+            "batches": len(predict_s), "predict_p50_ms": float(np.median(predict)) if predict.size else math.nan,
             "predict_per_request_ms": float(predict.sum() / max(len(latencies), 1))}
 
 
@@ -392,8 +402,8 @@ async def measure_classifier(args: argparse.Namespace) -> list[dict[str, Any]]:
              "swelling", "bleeding"]
     prompts = [" ".join(rng.choices(words, k=rng.randint(3, 40))) for _ in range(512)]
     cases = (("batch 1", 1, None), ("batch 1, max_wait_ms 0", 1, 0.0), ("batch 32", 32, None))
-    return [await classify_case(label, batch, wait_ms, prompts, args.observed, args.classify_calls)
-            for label, batch, wait_ms in cases]
+    return [await classify_case(label, batch, wait_ms, prompts, args.observed, args.classify_calls,
+                                args.classify_timeout_ms) for label, batch, wait_ms in cases]
 
 
 # ---- output -----------------------------------------------------------------------------------------------------
@@ -414,6 +424,14 @@ def print_profile(path: Path, console: Any, top: int = 25) -> None:
     console.print(buffer.getvalue(), markup=False, highlight=False, soft_wrap=True)
 
 
+def missing_modules(args: argparse.Namespace) -> list[str]:
+    """What this run needs and cannot import: psutil (the gateway's CPU time), vLLM for ``--backend vllm``."""
+    import importlib.util
+
+    needed = ["psutil"] + (["vllm"] if args.backend == "vllm" and not args.url else [])
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--backend", choices=("vllm", "fake"), default="vllm")
@@ -427,10 +445,18 @@ def main() -> int:
     parser.add_argument("--observed", type=at_least(0), default=300, 
                         help="finished requests fed to the classifier")
     parser.add_argument("--classify-calls", type=at_least(32), default=640)
+    parser.add_argument("--classify-timeout-ms", type=float, default=500.0,
+                        help="the classifier's timeout_ms (the gateway's default: 500)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few requests, 2 rounds")
     parser.add_argument("--profile", type=Path, help="run the gateway under cProfile, write its stats here")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    missing = missing_modules(args)
+    if missing:
+        print(f"error: benchmarks/gateway_overhead.py needs {' and '.join(missing)}: run `./dev vllm` (which "
+              f"installs both; `./dev demo` does not)" + ("" if "vllm" in missing else
+                                                            ", or `pip install psutil`"), file=sys.stderr)
+        return 2
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     if args.quick:
         args.requests, args.min_per_worker, args.rounds, args.classify_calls = 40, 2, 2, 64
@@ -459,9 +485,11 @@ def main() -> int:
                   fmt(row["gateway_cpu_ms_per_request"]), str(row["errors"]))
     table.print(console)
     ctable = ResultTable("Classification per request (keywords + input-length), ms",
-                         ["case", "calls", "p50", "p99", "batches", "predict p50 / batch", "predict / request"])
+                         ["case", "calls", "timed out", "p50", "p99", "batches", "predict p50 / batch",
+                          "predict / request"])
     for row in classify:
-        ctable.add(row["case"], str(row["calls"]), fmt(row["p50_ms"], 3), fmt(row["p99_ms"], 3),
+        ctable.add(row["case"], str(row["calls"]), f"{row['timed_out']} (> {row['timeout_ms']:g} ms)",
+                   fmt(row["p50_ms"], 3), fmt(row["p99_ms"], 3),
                    str(row["batches"]), fmt(row["predict_p50_ms"], 3), fmt(row["predict_per_request_ms"], 3))
     ctable.print(console)
     for workers in args.concurrency:
