@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import SchedulerConfig
@@ -35,7 +36,7 @@ from semsched.policies.fastserve import FastServe, FastServeConfig
 from semsched.policies.tiered import Tiered
 from semsched.policies.vtc import VTC, client_of
 from semsched.sim.disagg import PDSpec
-from semsched.sim.engine import Simulation
+from semsched.sim.engine import SimResult, Simulation
 from semsched.sim.runner import ClusterSpec, build_simulation
 from semsched.sim.speculative import speculation_preset
 from tests.policies.predicted import with_predictions
@@ -83,9 +84,11 @@ def _poisson(rng: np.random.Generator, count: int, rate: float) -> np.ndarray:
 
 
 def long_context(capacity_tokens: int, seed: int = 0) -> list[Request]:
-    """Eight requests whose whole sequence is 50-90 % of the KV capacity, among sixteen short ones, at 2/s."""
+    """Eight requests whose whole sequence is 50-90 % of the KV capacity (one 90 %), among sixteen short ones, at
+    2/s."""
     rng = np.random.default_rng(seed)
     totals = rng.integers(capacity_tokens // 2, int(0.9 * capacity_tokens) + 1, 8)
+    totals[0] = int(0.9 * capacity_tokens)
     long_outputs = rng.integers(8, 65, 8)
     prompts = np.concatenate([totals - long_outputs, rng.integers(16, 257, 16)])
     outputs = np.concatenate([long_outputs, rng.integers(8, 129, 16)])
@@ -187,6 +190,7 @@ Outcome = tuple[str, RequestState, str | None, int, list[float]]
 class Run:
     simulation: Simulation
     requests: list[Request]
+    result: SimResult
 
     @property
     def policies(self) -> list[Policy]:
@@ -200,8 +204,7 @@ class Run:
 def run(policy: str, scenario: Scenario, *, fast_forward: bool) -> Run:
     simulation = build_simulation(policy, scenario.cluster, fast_forward=fast_forward)
     requests = scenario.requests()
-    simulation.run(requests)
-    return Run(simulation, requests)
+    return Run(simulation, requests, simulation.run(requests))
 
 
 def check_nothing_stranded(result: Run) -> None:
@@ -336,6 +339,35 @@ def test_every_policy_ends_every_request_alike_in_both_modes(scenario: Scenario,
         check_arrival_order(fast)
     if claim == "bounded" and scenario.name == "sustained-stream":
         BOUND_CHECKS[policy](fast)
+
+
+def test_the_scenarios_do_to_the_engine_what_they_are_named_after() -> None:
+    """The matrix is only as strong as its workloads: near-capacity prompts, preemptions (by swap where there is
+    swap space), 500 arrivals at once, a heavy tail, several tokens per speculative round, hand-offs to the decode
+    pool, rejections for a too small cache."""
+    scenarios = {s.name: s for s in SCENARIOS}
+
+    def fcfs(name: str) -> Run:
+        return run("fcfs", scenarios[name], fast_forward=True)
+
+    engine = scenarios["long-context"].cluster.scheduler
+    longest = max(r.prompt_tokens + r.target_output_tokens for r in fcfs("long-context").requests)
+    assert longest == int(0.9 * engine.num_gpu_blocks * engine.block_size)
+    for name in ("kv-exhaustion", "kv-exhaustion-swap", "tiny-kv"):
+        assert fcfs(name).result.monitor.preemptions, name
+    modes = {name: {p.mode for p in run("las", scenarios[name], fast_forward=True).result.monitor.preemptions}
+             for name in ("kv-exhaustion", "kv-exhaustion-swap")}  # las swaps its victims out where it can
+    assert PreemptionMode.SWAP in modes["kv-exhaustion-swap"] and PreemptionMode.SWAP not in modes["kv-exhaustion"]
+    burst = fcfs("burst-500").requests
+    assert len(burst) == 500 and {r.arrival_time_s for r in burst} == {0.0}
+    outputs = [r.target_output_tokens for r in fcfs("heavy-tail").requests]
+    assert max(outputs) > 20 * float(np.median(outputs))
+    speculative = fcfs("speculative").requests
+    assert all(len(set(r.token_times_s().tolist())) < r.target_output_tokens for r in speculative)
+    pd = fcfs("pd-2+2")
+    assert all(instance.num_steps > 0 for instance in pd.simulation.instances)
+    rejected = [r for r in fcfs("tiny-kv").requests if r.state is RequestState.REJECTED]
+    assert len(rejected) == 2 and all("KV" in (r.finish_reason or "") for r in rejected)
 
 
 @pytest.mark.parametrize("spec", sorted(CONFIGURED_BOUND_CHECKS))
