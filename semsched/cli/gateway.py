@@ -39,12 +39,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     app = create_app(config)  # builds every part: a bad model or router fails here, before serving
     if args.check:
-        settings = config.model_dump(mode="json")
-        settings["api_keys"] = {_redact(key): entry for key, entry in settings["api_keys"].items()}
-        for backend in settings["backends"]:
-            if backend.get("api_key"):
-                backend["api_key"] = _redact(backend["api_key"])
-        console.print_json(json.dumps(settings))
+        from semsched.gateway.config import shown_settings
+
+        console.print_json(json.dumps(shown_settings(config)))
         return 0
     import uvicorn
 
@@ -53,8 +50,3 @@ def run(args: argparse.Namespace, console: Console) -> int:
                   f"{len(config.backends)} backend(s), router {config.routing.router}", highlight=False)
     uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level, access_log=False)
     return 0
-
-
-def _redact(secret: str) -> str:
-    """A key as ``--check`` shows it: enough to recognise, not to use."""
-    return secret[:3] + "..." if len(secret) > 6 else "..."

@@ -7,6 +7,7 @@ with every field and its default is ``docs/gateway.md``; :func:`example_config` 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -23,7 +24,8 @@ class GatewayConfigError(SemschedError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `.nan` or `.inf` in the file is an error naming the field, not a limit it "exceeds"
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class BackendConfig(_Strict):
@@ -229,6 +231,23 @@ def load_config(path: str | Path) -> GatewayConfig:
     except yaml.YAMLError as error:
         raise GatewayConfigError(f"{path}: not valid YAML ({error})") from None
     return parse_config(document, source=str(path))
+
+
+def redact_key(secret: str) -> str:
+    """A key as ``--check`` shows it: its first three characters and a short hash of the whole, so that distinct
+    keys stay distinct (``sk-...#1a2b3c4d``) and none can be read back."""
+    digest = hashlib.sha256(secret.encode()).hexdigest()[:8]
+    return f"{secret[:3]}...#{digest}" if len(secret) > 6 else f"...#{digest}"
+
+
+def shown_settings(config: GatewayConfig) -> dict[str, Any]:
+    """The settings in force as ``--check`` prints them, every key redacted (:func:`redact_key`)."""
+    settings = config.model_dump(mode="json")
+    settings["api_keys"] = {redact_key(key): entry for key, entry in settings["api_keys"].items()}
+    for backend in settings["backends"]:
+        if backend.get("api_key"):
+            backend["api_key"] = redact_key(backend["api_key"])
+    return settings
 
 
 def example_config(urls: list[str]) -> dict[str, Any]:

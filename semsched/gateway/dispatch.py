@@ -57,12 +57,16 @@ class Dispatcher:
         from semsched.sim.router import RouterContext, make_router
 
         self.pool, self.routing, self.admission, self.metrics, self.now = pool, routing, admission, metrics, now
+        from semsched.latency.profiles import load_profile
+
+        try:  # loaded whatever the router: a profile that does not load is an error at --check, not later
+            latency = load_profile(routing.profile)
+        except SemschedError as error:
+            raise GatewayConfigError(f"routing.profile: {error}") from None
         try:
             self.router: Any = make_router(routing.router)
             if hasattr(self.router, "bind"):
-                from semsched.latency.profiles import load_profile
-
-                self.router.bind(RouterContext(latency=load_profile(routing.profile)))
+                self.router.bind(RouterContext(latency=latency))
         except SemschedError as error:
             raise GatewayConfigError(f"routing: {error}") from None
         self.router_name = routing.router.split(":", 1)[0]

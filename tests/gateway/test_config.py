@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +83,52 @@ def test_cli_check_reads_the_file_and_bad_files_are_one_error_line(
     assert err.startswith("error:") and "teleport" in err
     assert main(["gateway", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "--config" in capsys.readouterr().err
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "gateway.yaml"
+
+
+def test_the_shipped_example_loads_and_passes_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: the README's `semsched gateway --config gateway.yaml` named a file the repository did not have."""
+    config = load_config(EXAMPLE)
+    assert [b.url for b in config.backends] == ["http://127.0.0.1:8000", "http://127.0.0.1:8001"]
+    assert main(["gateway", "--config", str(EXAMPLE), "--check"]) == 0
+    assert "least-outstanding" in capsys.readouterr().out
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    assert "semsched gateway --config examples/gateway.yaml" in readme
+
+
+def test_a_routing_profile_that_does_not_load_fails_check_under_any_router(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("backends:\n  - {name: a, url: 'http://127.0.0.1:8000'}\nrouting: {profile: nosuch}\n")
+    assert main(["gateway", "--config", str(path), "--check"]) == 2  # the default router needs no profile
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "routing.profile" in err and "nosuch" in err
+
+
+@pytest.mark.parametrize(("setting", "field"), [
+    ("admission: {queue_timeout_s: .nan}", "admission.queue_timeout_s"),
+    ("routing: {health_interval_s: .inf}", "routing.health_interval_s"),
+    ("classifier: {max_wait_ms: -.inf}", "classifier.max_wait_ms"),
+])
+def test_a_number_that_is_not_finite_names_its_field(tmp_path: Path, setting: str, field: str) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"backends:\n  - {{name: a, url: 'http://127.0.0.1:8000'}}\n{setting}\n")
+    with pytest.raises(GatewayConfigError, match=f"{field}: Input should be a finite number"):
+        load_config(path)
+
+
+def test_check_shows_distinct_keys_distinctly_without_showing_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keys = ["sk-ops-7f3a", "sk-acme-prod-91c2", "sk-free-5d0e", "sk-batch-e44b"]
+    path = tmp_path / "gateway.yaml"
+    path.write_text("backends:\n  - {name: a, url: 'http://127.0.0.1:8000', api_key: sk-backend-secret}\n"
+                    "api_keys:\n" + "".join(f"  {key}: {{tier: PREMIUM}}\n" for key in keys))
+    assert main(["gateway", "--config", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    shown = json.loads(out)
+    assert len(shown["api_keys"]) == 4  # four keys, four entries (cut to 3 characters they were one)
+    for key in [*keys, "sk-backend-secret"]:
+        assert key not in out and key[3:] not in out
+    assert shown["backends"][0]["api_key"].startswith("sk-...#")

@@ -555,12 +555,13 @@ def test_every_known_counter_series_is_exported_at_zero_before_its_first_event()
         text = httpx.get(f"{gateway}/metrics").text
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
+    reasons = ("shed", "queue_full", "queue_timeout", "no_backend", "invalid", "unauthorized", "too_large")
     for tier in [t.name for t in DEFAULT_TIERS] + ["unknown"]:
-        for reason in ("shed", "queue_full", "queue_timeout", "no_backend", "invalid", "unauthorized", "too_large"):
+        for reason in reasons:
             assert samples[("semsched_gateway_rejections_total", (("reason", reason), ("tier", tier)))] == 0
         for outcome in ("ok", "rejected", "error", "timeout", "cancelled"):
             assert samples[("semsched_gateway_requests_total", (("outcome", outcome), ("tier", tier)))] == 0
-        assert samples[("semsched_gateway_slo_total", (("metric", "e2e"), ("outcome", "missed"), ("tier", tier)))] \
-            == 0
+        missed = ("semsched_gateway_slo_total", (("metric", "e2e"), ("outcome", "missed"), ("tier", tier)))
+        assert samples[missed] == 0
     assert ("semsched_gateway_routed_total", (("backend", "b0"), ("reason", "chosen"),
                                               ("router", "least-outstanding"))) in samples
