@@ -43,7 +43,8 @@ class Gittins(CostIndexPolicy):
     """Smallest Gittins index of the remaining cost first (SageSched).
 
     starvation: possible for requests with a large index (a long or uncertain remaining cost) while requests with
-    smaller ones keep arriving; a request that outlives its prediction gets the floor index and is not starved.
+    smaller ones keep arriving; a request that outlives its prediction gets the floor index, ahead of every
+    request still within its own.
     """
 
     name: ClassVar[str] = "gittins"

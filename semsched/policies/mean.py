@@ -20,7 +20,8 @@ class Mean(CostIndexPolicy):
     """Smallest expected remaining cost first (SageSched Fig. 11's "Mean").
 
     starvation: possible for requests with a large expected remaining cost while requests with smaller ones keep
-    arriving; a request that outlives its prediction gets the floor index and is not starved.
+    arriving; a request that outlives its prediction gets the floor index, ahead of every request still within
+    its own.
     """
 
     name: ClassVar[str] = "mean"
