@@ -66,21 +66,26 @@ class IdleFloors:
         self._targets = {(t.priority, "ttft"): t.ttft_slo_s for t in tiers} | {
             (t.priority, "tpot"): t.tpot_slo_s for t in tiers}
         self._samples: dict[tuple[int, Metric], deque[tuple[float, float]]] = {}
+        self._floors: dict[tuple[int, Metric], float | None] = {}  # computed once per change of the samples
 
     def record(self, priority: int, metric: Metric, value_s: float, now_s: float) -> None:
         samples = self._samples.setdefault((priority, metric), deque(maxlen=self.config.max_samples))
         samples.append((now_s, value_s))
+        self._floors.pop((priority, metric), None)
 
     def floor_s(self, priority: int, metric: Metric, now_s: float) -> float | None:
         """The guard's quantile of the tier's idle observations in the window; None with too few."""
-        samples = self._samples.get((priority, metric))
+        key = (priority, metric)
+        samples = self._samples.get(key)
         if samples is None:
             return None
         while samples and samples[0][0] < now_s - self.config.window_s:
             samples.popleft()
-        if len(samples) < IDLE_MIN_SAMPLES:
-            return None
-        return float(np.quantile([v for _, v in samples], self.config.quantile))
+            self._floors.pop(key, None)
+        if key not in self._floors:
+            self._floors[key] = None if len(samples) < IDLE_MIN_SAMPLES else float(
+                np.quantile([v for _, v in samples], self.config.quantile))
+        return self._floors[key]
 
     def feasible(self, priority: int, metric: Metric, now_s: float) -> bool:
         """False when an idle server misses the tier's target for ``metric`` (its quantile over the idle
