@@ -39,6 +39,8 @@ from semsched.policies.slo_guard import Metric, SLOGuard, SLOGuardConfig
 
 #: observations of requests alone on their server a tier needs before its targets are judged feasible or not
 IDLE_MIN_SAMPLES = 3
+#: the most of them kept per tier and metric (the latest)
+IDLE_MAX_SAMPLES = 1024
 
 
 def guard_config(config: AdmissionConfig) -> SLOGuardConfig:
@@ -58,20 +60,21 @@ def guard_config(config: AdmissionConfig) -> SLOGuardConfig:
 
 
 class IdleFloors:
-    """TTFT and TPOT of requests that had their server to themselves, per tier (priority), over ``window_s``: what
-    an idle server gives a tier, so whether its targets can be met at all (:meth:`feasible`)."""
+    """TTFT and TPOT of requests that had their server to themselves, per tier (priority), over ``window_s`` (the
+    last :data:`IDLE_MAX_SAMPLES`): what an idle server gives a tier, so whether its targets can be met at all
+    (:meth:`feasible`). A tier's quantile is recomputed at most once per ``evaluate_every_s``: feasibility changes
+    slowly, and the quantile of a few thousand values would cost every request a sort."""
 
     def __init__(self, config: SLOGuardConfig, tiers: Sequence[TierSpec]) -> None:
         self.config = config
         self._targets = {(t.priority, "ttft"): t.ttft_slo_s for t in tiers} | {
             (t.priority, "tpot"): t.tpot_slo_s for t in tiers}
         self._samples: dict[tuple[int, Metric], deque[tuple[float, float]]] = {}
-        self._floors: dict[tuple[int, Metric], float | None] = {}  # computed once per change of the samples
+        self._floors: dict[tuple[int, Metric], tuple[float, float | None]] = {}  # (computed at, floor)
 
     def record(self, priority: int, metric: Metric, value_s: float, now_s: float) -> None:
-        samples = self._samples.setdefault((priority, metric), deque(maxlen=self.config.max_samples))
+        samples = self._samples.setdefault((priority, metric), deque(maxlen=IDLE_MAX_SAMPLES))
         samples.append((now_s, value_s))
-        self._floors.pop((priority, metric), None)
 
     def floor_s(self, priority: int, metric: Metric, now_s: float) -> float | None:
         """The guard's quantile of the tier's idle observations in the window; None with too few."""
@@ -79,13 +82,15 @@ class IdleFloors:
         samples = self._samples.get(key)
         if samples is None:
             return None
+        cached = self._floors.get(key)
+        if cached is not None and now_s - cached[0] < self.config.evaluate_every_s:
+            return cached[1]
         while samples and samples[0][0] < now_s - self.config.window_s:
             samples.popleft()
-            self._floors.pop(key, None)
-        if key not in self._floors:
-            self._floors[key] = None if len(samples) < IDLE_MIN_SAMPLES else float(
-                np.quantile([v for _, v in samples], self.config.quantile))
-        return self._floors[key]
+        floor_s = None if len(samples) < IDLE_MIN_SAMPLES else float(
+            np.quantile([v for _, v in samples], self.config.quantile))
+        self._floors[key] = (now_s, floor_s)
+        return floor_s
 
     def feasible(self, priority: int, metric: Metric, now_s: float) -> bool:
         """False when an idle server misses the tier's target for ``metric`` (its quantile over the idle

@@ -11,7 +11,7 @@ TARGET_S = PREMIUM.ttft_slo_s or 0.0
 
 
 def test_a_target_is_infeasible_once_enough_requests_alone_miss_it_and_feasible_again_after_the_window() -> None:
-    config = SLOGuardConfig(window_s=10.0)
+    config = SLOGuardConfig(window_s=10.0, evaluate_every_s=0.0)  # the quantile recomputed at every call
     floors = IdleFloors(config, DEFAULT_TIERS)
     for i in range(IDLE_MIN_SAMPLES - 1):
         floors.record(PREMIUM.priority, "ttft", 2 * TARGET_S, now_s=float(i))
