@@ -154,6 +154,11 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         "from it. Default: off",
     )
     parser.add_argument("--per-iteration", action="store_true", help="disable fast-forward (same metrics)")
+    parser.add_argument(
+        "--allow-stalls", action="store_true",
+        help="a policy that leaves an engine idle with work it could run (a defect) ends those requests "
+        "'stalled', counted in red, instead of stopping the run with an error",
+    )
     parser.add_argument("--out", type=out_path, default=None, help="write JSON/CSV/PNG here")
 
 
@@ -228,7 +233,7 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
     speculation = speculation_spec(args.speculation, args.seed) if getattr(args, "speculation", None) else None
     try:
         return ClusterSpec(args.profile, args.instances, args.router, scheduler, cost, length,
-                           speculation=speculation)
+                           speculation=speculation, allow_stalls=getattr(args, "allow_stalls", False))
     except LengthPredictionError as error:
         raise UsageError(f"--predictor: {error}") from None
 

@@ -24,7 +24,8 @@ MAX_CLIENT_CHARS = 256
 
 
 class RequestState(enum.Enum):
-    """Where a request is in its life. Terminal states: FINISHED, REJECTED, DROPPED."""
+    """Where a request is in its life. Terminal states: FINISHED, REJECTED, DROPPED, STALLED (only a simulation run
+    with ``allow_stalls`` ends a request so: its engine sat idle while it could have run, a scheduler defect)."""
 
     WAITING = "waiting"
     RUNNING = "running"
@@ -33,13 +34,16 @@ class RequestState(enum.Enum):
     FINISHED = "finished"
     REJECTED = "rejected"
     DROPPED = "dropped"
+    STALLED = "stalled"
 
     @property
     def is_terminal(self) -> bool:
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset({RequestState.FINISHED, RequestState.REJECTED, RequestState.DROPPED})
+_TERMINAL = frozenset(
+    {RequestState.FINISHED, RequestState.REJECTED, RequestState.DROPPED, RequestState.STALLED}
+)
 
 
 class InvalidRequestError(SemschedError):

@@ -196,6 +196,35 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
+    def could_start_now(self, request: Request) -> bool:
+        """Whether waiting ``request`` would get a sequence slot and the KV blocks of its first chunk (its whole
+        sequence with ``reserve_full_prompt``) from what is free now. On an instance with nothing running, False
+        means it never will: nothing can free a block for it (it is shut out by reservations or too large)."""
+        room = Room(self.kv.available_for(request, admission=True), self._default_budget.max_num_seqs
+                    - len(self._running), self._default_budget.max_num_batched_tokens)
+        return fits(self._need(request), room)
+
+    def block_need(self, request: Request) -> tuple[int, int]:
+        """(blocks ``request`` needs to start now, blocks it may ever take): the numbers that prove a request
+        that cannot start on an idle instance never will."""
+        need = self._need(request).blocks(self._default_budget.max_num_batched_tokens)
+        return need, self.kv.available_for(request, admission=True)
+
+    def describe_state(self) -> str:
+        """One line of engine state for error messages: free blocks, running, waiting, swapped."""
+        swapped = sum(r.state is RequestState.PREEMPTED_SWAPPED for r in self._waiting)
+        return (f"{self.kv.num_free_gpu_blocks} of {self.kv.num_gpu_blocks} GPU blocks free, "
+                f"{self.kv.num_free_cpu_blocks} CPU blocks free, {len(self._running)} running, "
+                f"{len(self._waiting)} waiting ({swapped} swapped out)")
+
+    def strand(self, request_id: str, now_s: float, reason: str) -> Request | None:
+        """End a request that its instance left stranded (state STALLED, with ``reason``): a simulation run with
+        ``allow_stalls`` counts such requests instead of raising. Returns it, or None if unknown."""
+        request = self.abort(request_id, now_s, reason)
+        if request is not None:
+            request.state = RequestState.STALLED
+        return request
+
     # ---- arrivals and aborts -----------------------------------------------------------------------------
     def add_request(self, request: Request, now_s: float) -> Admission:
         """Admit ``request`` into the waiting queue, or reject it with a reason (state REJECTED)."""
@@ -593,6 +622,7 @@ class Scheduler:
         requests = plan.decode
         if len(requests) != len(self._running):
             return 1  # a running request left out of this step (held back, out of budget) may run in the next
+
         # requests may finish only in the last step of a stretch (update_steady finishes them then)
         steps = min(limit, min(r.target_output_tokens - r.num_output_tokens for r in requests))
         if steps <= 1:

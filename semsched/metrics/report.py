@@ -154,6 +154,16 @@ COMPARISON_COLUMNS: tuple[Column, ...] = (
 )
 
 
+#: requests a run with ``allow_stalls`` ended STALLED; shown (in red) only when some run has them
+STALLED_COLUMN = Column("stalled", "num_stalled", ColumnKind.COUNT)
+
+
+def _comparison_columns(results: Mapping[str, Summary]) -> tuple[Column, ...]:
+    if any(summary.overall.num_stalled for summary in results.values()):
+        return (STALLED_COLUMN, *COMPARISON_COLUMNS)
+    return COMPARISON_COLUMNS
+
+
 def format_column(values: Sequence[float | None], kind: ColumnKind) -> tuple[str | None, list[str]]:
     """The unit the cells are in (``"ms"``, ``"s/tok"``, ...; ``None`` where the header names it or there is
     none) and one cell per value; missing values show as :data:`~semsched.metrics.units.MISSING`."""
@@ -222,9 +232,12 @@ def comparison_table(results: Mapping[str, Summary], *, title: str = "Policy com
     table = Table(title=title)
     table.add_column("policy", style="bold", no_wrap=True)
     overall = [summary.overall for summary in results.values()]
-    values = [[one.metric(column.metric) for one in overall] for column in COMPARISON_COLUMNS]
+    columns = _comparison_columns(results)
+    values = [[one.metric(column.metric) for one in overall] for column in columns]
     cells_by_column = []
-    for column, (unit, cells) in zip(COMPARISON_COLUMNS, format_columns(COMPARISON_COLUMNS, values), strict=True):
+    for column, column_values, (unit, cells) in zip(columns, values, format_columns(columns, values), strict=True):
+        if column is STALLED_COLUMN:  # a scheduler defect, never a normal outcome: red wherever it happened
+            cells = [f"[bold red]{c}[/]" if v else c for c, v in zip(cells, column_values, strict=True)]
         # the unit on a line of its own keeps the columns narrow enough for one screen
         table.add_column(column.header if unit is None else f"{column.header}\n({unit})", justify="right")
         cells_by_column.append(cells)

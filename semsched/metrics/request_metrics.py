@@ -48,7 +48,7 @@ REQUEST_ATTRIBUTES: Mapping[str, Callable[[Request], AttributeValue]] = {
         sum(r.accept_lengths) / len(r.accept_lengths)),
 }
 
-_ENDED_WITHOUT_FINISHING = frozenset({RequestState.REJECTED, RequestState.DROPPED})
+_ENDED_WITHOUT_FINISHING = frozenset({RequestState.REJECTED, RequestState.DROPPED, RequestState.STALLED})
 
 
 @dataclass(frozen=True, eq=False)

@@ -92,6 +92,8 @@ class ClassSummary:
     num_finished: int
     num_rejected: int
     num_dropped: int
+    #: ended STALLED: left stranded by a scheduler defect (counted only in a run with ``allow_stalls``)
+    num_stalled: int
     num_unfinished: int
     num_with_slo: int
     output_tokens: int
@@ -168,6 +170,7 @@ SCALAR_METRICS: dict[str, Callable[[ClassSummary], float | None]] = {
     "num_finished": lambda c: c.num_finished,
     "num_rejected": lambda c: c.num_rejected,
     "num_dropped": lambda c: c.num_dropped,
+    "num_stalled": lambda c: c.num_stalled,
     "num_unfinished": lambda c: c.num_unfinished,
     "num_with_slo": lambda c: c.num_with_slo,
     "output_tokens": lambda c: c.output_tokens,
@@ -309,6 +312,7 @@ def _class_summary(
         num_finished=len(finished),
         num_rejected=_count_state(metrics, RequestState.REJECTED),
         num_dropped=_count_state(metrics, RequestState.DROPPED),
+        num_stalled=_count_state(metrics, RequestState.STALLED),
         num_unfinished=sum(not m.state.is_terminal for m in metrics),
         num_with_slo=num_with_slo,
         output_tokens=output_tokens,

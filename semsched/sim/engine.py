@@ -40,6 +40,13 @@ event (:meth:`Executor.execute_repeated`), with the step end times accumulated l
 per-step loop adds them, so both modes produce bit-identical metrics. In a PD cluster a stretch also ends before
 the end of any prefill step in flight (a hand-off reads the decode instances' free blocks) and before any KV
 transfer in flight lands.
+
+Nothing is lost: an instance may go idle only when it holds no work it could run. When a step's plan is empty
+while requests are running, or while a waiting request would fit the idle engine, the run stops at that moment
+with :class:`~semsched.sim.executor.SimulationError` (``allow_stalls``: those requests end STALLED, counted). A
+waiting request that an idle engine cannot take (a reservation shuts it out, or its first chunk exceeds every
+block it may hold) never will be: it is dropped then, its reason naming the blocks. The run ends only when every
+instance is empty.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ from semsched.core.scheduler import Scheduler
 from semsched.latency.base import LatencyModel
 from semsched.latency.profiles import EngineOverheads
 from semsched.sim.disagg import Disaggregation
-from semsched.sim.executor import Executor, ModelExecutor
+from semsched.sim.executor import Executor, ModelExecutor, SimulationError
 from semsched.sim.monitor import DEFAULT_SAMPLE_INTERVAL_S, Monitor, MonitorLog
 from semsched.sim.router import InstanceView, Router, RouterError, most_free_blocks
 from semsched.sim.speed import SpeedTrace
@@ -166,6 +173,7 @@ class Simulation:
         on_handover: HandoverHook | None = None,
         on_finish: FinishHook | None = None,
         disaggregation: Disaggregation | None = None,
+        allow_stalls: bool = False,
     ) -> None:
         if not instances:
             raise ValueError("instances: need at least one")
@@ -183,6 +191,10 @@ class Simulation:
         self.sample_interval_s = sample_interval_s
         self.on_handover = on_handover
         self.on_finish = on_finish
+        #: a stall (an instance idle while it holds work it could run) ends its requests STALLED, counted in
+        #: ``num_stalled``, instead of raising :class:`SimulationError`
+        self.allow_stalls = allow_stalls
+        self.num_stalled = 0
         self._monitor = Monitor([i.scheduler for i in self.instances], sample_interval_s)  # checks the interval
         self._views = self._make_views()
         # what route() and route_decode() see: the cluster, or the prefill and the decode pool of a PD cluster
@@ -245,7 +257,7 @@ class Simulation:
         if self.progress is not None:
             self.progress(total, total)
         monitor_log = monitor.finish(now_s)
-        self._drop_stuck(now_s)
+        self._check_nothing_left(now_s)
         return SimResult(
             requests=list(requests),
             end_time_s=now_s,
@@ -337,14 +349,12 @@ class Simulation:
     def _step(self, index: int, now_s: float) -> None:
         """Schedule and execute one step (or a fast-forwarded stretch); its update waits for its end."""
         instance = self.instances[index]
-        plan = instance.scheduler.schedule(now_s)
-        if plan.prefill or plan.preempted or plan.swapped_in:  # (a plan of decodes changes no queue)
-            self._monitor.record_plan(index, plan, now_s)
-            for preemption in plan.preempted:
-                if preemption.mode is PreemptionMode.DROP:
-                    self._notify_finish(preemption.request, index, now_s)
+        plan = self._schedule(index, now_s)
+        if plan.is_empty and plan.preempted:  # it only moved work (preempted or dropped): the queue changed
+            plan = self._schedule(index, now_s)
         if plan.is_empty:
-            return  # idle until the next arrival
+            self._go_idle(index, now_s)  # idle until the next arrival, if it holds no work it could run
+            return
         stretch = self._execute_repeated(instance, plan, now_s)
         if stretch is None:
             result = instance.executor.execute(plan, now_s)
@@ -358,6 +368,54 @@ class Simulation:
         heapq.heappush(self._heap, _StepDone(end_s, next(self._seq), index, plan, outcome))
         if self._is_prefill(index):
             heapq.heappush(self._pd_marks, end_s)
+
+    def _schedule(self, index: int, now_s: float) -> BatchPlan:
+        plan = self.instances[index].scheduler.schedule(now_s)
+        if plan.prefill or plan.preempted or plan.swapped_in:  # (a plan of decodes changes no queue)
+            self._monitor.record_plan(index, plan, now_s)
+            for preemption in plan.preempted:
+                if preemption.mode is PreemptionMode.DROP:
+                    self._notify_finish(preemption.request, index, now_s)
+        return plan
+
+    def _go_idle(self, index: int, now_s: float) -> None:
+        """Instance ``index`` scheduled nothing at ``now_s``. Idle is right only when it holds no work it could
+        run: nothing running, and every waiting request shut out of an idle engine's KV cache, which no later
+        event can change (such requests are dropped here, the reason naming the blocks). Anything else is a
+        stall, found now rather than at the end of the run: :class:`SimulationError` naming the policy, the
+        requests and the engine's state, or with ``allow_stalls`` the requests end STALLED (counted)."""
+        scheduler = self.instances[index].scheduler
+        if not scheduler.has_unfinished():
+            return
+        stranded = list(scheduler.running_requests())
+        if not stranded:
+            for request in scheduler.waiting_requests():
+                if scheduler.could_start_now(request):
+                    stranded.append(request)
+                else:
+                    need, available = scheduler.block_need(request)
+                    scheduler.abort(request.request_id, now_s, (
+                        f"never schedulable: needs {need} KV blocks to start, at most {available} can be "
+                        f"free for priority {request.priority}"))
+                    self._notify_finish(request, index, now_s)
+        if stranded:
+            self._stall(index, stranded, now_s)
+
+    def _stall(self, index: int, stranded: Sequence[Request], now_s: float) -> None:
+        scheduler = self.instances[index].scheduler
+        named = ", ".join(f"{r.request_id} ({r.state.value}, {r.num_computed_tokens}/{r.num_tokens} tokens "
+                          f"computed)" for r in stranded[:5])
+        more = f" and {len(stranded) - 5} more" if len(stranded) > 5 else ""
+        message = (f"policy {scheduler.policy.name!r} left instance {index} idle at t={now_s:.6g} s with "
+                   f"{len(stranded)} request(s) it could run: {named}{more}; {scheduler.describe_state()}")
+        if not self.allow_stalls:
+            raise SimulationError(f"stall: {message} (allow_stalls, --allow-stalls: count them as stalled)")
+        self.num_stalled += len(stranded)
+        for request in list(stranded):
+            scheduler.strand(request.request_id, now_s, f"stalled: {message}")
+            self._notify_finish(request, index, now_s)
+        if scheduler.has_unfinished():
+            self._step(index, now_s)  # what is left (now that the stranded requests are gone) may run
 
     def _execute_repeated(self, instance: Instance, plan: BatchPlan, now_s: float) -> np.ndarray | None:
         """End times of a fast-forwardable stretch of >= 2 repetitions of ``plan``, else None: the scheduler
@@ -381,12 +439,14 @@ class Simulation:
             heapq.heappop(marks)
         return marks[0] if marks else math.inf
 
-    def _drop_stuck(self, now_s: float) -> None:
-        """Requests that can never be scheduled (e.g. behind a reservation) are dropped explicitly."""
-        for instance in self.instances:
+    def _check_nothing_left(self, now_s: float) -> None:
+        """The last event is done: every instance must be empty (an idle instance with work was caught when it
+        went idle; this is the backstop)."""
+        for index, instance in enumerate(self.instances):
             scheduler = instance.scheduler
-            for request in scheduler.waiting_requests():
-                scheduler.abort(request.request_id, now_s, "never schedulable")
+            if scheduler.has_unfinished():
+                left = [*scheduler.running_requests(), *scheduler.waiting_requests()]
+                self._stall(index, left, now_s)
 
 
 def _most_free_blocks(request: Request, instances: Sequence[InstanceView], now_s: float) -> int:

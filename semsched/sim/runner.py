@@ -65,6 +65,9 @@ class ClusterSpec:
     #: speculative decoding on every instance (seed 004: the drafting method, its costs, the acceptance model of
     #: requests without a log); the scheduler reserves ``draft_tokens`` lookahead slots per decode. None: off
     speculation: SpeculationSpec | None = None
+    #: an instance left idle while it holds work it could run (a scheduler defect) ends those requests STALLED,
+    #: counted and shown in red, instead of stopping the run with a SimulationError (``--allow-stalls``)
+    allow_stalls: bool = False
 
     def __post_init__(self) -> None:
         if self.num_instances < 1:
@@ -143,6 +146,7 @@ def build_simulation(
         on_handover=None if prediction is None else prediction.handed_over,
         on_finish=None if prediction is None else prediction.finished,
         disaggregation=None if cluster.pd is None else cluster.pd.disaggregation(),
+        allow_stalls=cluster.allow_stalls,
     )
 
 
