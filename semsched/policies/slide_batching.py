@@ -157,6 +157,7 @@ class SlideBatching(Policy):
         self._live: dict[str, Request] = {}
         self._plan: SlidePlan | None = None
         self._engine_budget: StepBudget | None = None  # the last one a hook was given (waiting_key has none)
+        self._view: SchedulerView | None = None  # the engine's state, from the last hook that gave it
         self._prompt_tokens_seen = 0
         self._arrivals_seen = 0
         self._output_tokens_finished = 0
@@ -201,13 +202,13 @@ class SlideBatching(Policy):
         return (math.inf if rank is None else float(rank), request.arrival_time_s)
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
-        plan = self.plan(now_s, view.budget)
+        plan = self.plan(now_s, view.budget, view)
         if not self.config.latency_aware or not plan.rank:
             return None
         return StepBudget(max(1, plan.tokens), view.budget.max_num_seqs)
 
     def running_order(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> Sequence[Request]:
-        plan = self.plan(now_s, view.budget)
+        plan = self.plan(now_s, view.budget, view)
         if not self.config.latency_aware:  # no time budget: every running request, in plan order
             return sorted(running, key=lambda r: plan.rank.get(r.request_id, len(plan.rank)))
         here = {id(r) for r in running}
@@ -225,11 +226,13 @@ class SlideBatching(Policy):
         """The plan of the latest step (None before the first)."""
         return self._plan
 
-    def plan(self, now_s: float, budget: StepBudget | None = None) -> SlidePlan:
+    def plan(self, now_s: float, budget: StepBudget | None = None, view: SchedulerView | None = None) -> SlidePlan:
         """The plan at ``now_s`` (computed once per instant; ``budget`` is the engine's token budget and
-        sequence cap, remembered from the last call that gave one)."""
+        sequence cap, ``view`` its KV state, each remembered from the last call that gave one)."""
         if budget is not None:
             self._engine_budget = budget
+        if view is not None:
+            self._view = view
         if self._plan is None or self._plan.time_s != now_s:
             self._plan = self._make_plan(now_s)
         return self._plan
@@ -327,14 +330,18 @@ class SlideBatching(Policy):
             budget_s = math.inf
         estimated_s = self.estimator.t_c
         chosen: list[tuple[int, int]] = []
+        room = _StartRoom(queue, self._view, seqs_left)
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         for i in order.tolist():
             if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
                 break
+            if not queue.started[i] and not room.admits(i, requests[i]):
+                continue  # the KV cache could not hold its whole prompt beside the prompts already started
             left_s = budget_s - estimated_s
             if not queue.prefill[i]:
                 if queue.exec_s[i] > left_s:
                     continue
+                room.take(i)
                 chosen.append((i, 1))
                 estimated_s += float(queue.exec_s[i])
                 tokens_left -= 1
@@ -345,19 +352,31 @@ class SlideBatching(Policy):
             if tokens == 0:
                 continue
             cut = tokens < request.num_uncomputed_tokens
+            room.take(i)
             chosen.append((i, tokens))
             estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
             tokens_left -= tokens
             seqs_left -= 1
-        if not chosen and queue.size:  # progress: the first request in order, even past the budget
-            i = int(order[0])
+        if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
+            i = next((j for j in order.tolist() if queue.started[j] or room.admits(j, requests[j])), int(order[0]))
             request = requests[i]
-            tokens = 1 if not queue.prefill[i] else min(request.num_uncomputed_tokens, max(1, tokens_left),
-                                                        self.config.min_chunk_tokens)
+            tokens = 1 if not queue.prefill[i] else self._overrun_chunk(request, queue, tokens_left)
             chosen.append((i, tokens))
             estimated_s += float(queue.exec_s[i]) if not queue.prefill[i] else \
                 self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
         return chosen, estimated_s
+
+    def _overrun_chunk(self, request: Request, queue: _Queue, tokens_left: int) -> int:
+        """The chunk of a prompt that must run although no chunk fits the time budget (its smallest chunk costs
+        more than the budget at its context). While a decode waits, ``min_chunk_tokens`` (the least delay for it);
+        with none, the step only delays first tokens, so the chunk may take up to the tightest TTFT SLO queued
+        (the engine's token budget when none has one): a long prompt then needs tens of steps, not thousands."""
+        smallest = min(request.num_uncomputed_tokens, max(1, tokens_left), self.config.min_chunk_tokens)
+        if not queue.prefill.all():
+            return smallest
+        ttft_s = float(queue.ttft_s.min())
+        limit_s = ttft_s if math.isfinite(ttft_s) else math.inf
+        return max(smallest, self._max_chunk(request, limit_s - self.estimator.t_c, tokens_left))
 
     def _max_chunk(self, request: Request, left_s: float, tokens_left: int) -> int:
         """GETMAXCHUNK: the most prompt tokens whose estimated chunk time fits ``left_s`` (0 when fewer than
@@ -366,6 +385,29 @@ class SlideBatching(Policy):
         chunk_s = self.estimator.chunk_time_s
         if math.isinf(left_s) or chunk_s(most, cached) <= left_s:
             return most
+        low = self._chunk_within(left_s, cached, most)
+        return low if low >= min(self.config.min_chunk_tokens, most) else 0
+
+    def _chunk_within(self, left_s: float, cached: int, most: int) -> int:
+        """The largest chunk c < ``most`` with ``chunk_time_s(c, cached) <= left_s`` (0 if none), where
+        ``chunk_time_s(most)`` does not fit: eq. 5 is a quadratic in c, solved, then the root's neighbours checked
+        with the estimator itself, so the answer is the one a search with it would find. A model that is not
+        increasing in c (a negative fitted coefficient) is searched."""
+        chunk_s = self.estimator.chunk_time_s
+        config, beta = self.estimator.model.config, self.estimator.beta
+        quad, lin = config.a_p, config.b_p * cached + config.c_p
+        if quad >= 0 and lin >= 0 and quad + lin > 0 and beta > 0:
+            const = config.d_p - left_s / beta
+            if quad > 0:
+                root = (-lin + math.sqrt(max(lin * lin - 4 * quad * const, 0.0))) / (2 * quad)
+            else:
+                root = -const / lin
+            low = min(max(int(root), 0), most - 1)
+            while low > 0 and chunk_s(low, cached) > left_s:
+                low -= 1
+            while low + 1 < most and chunk_s(low + 1, cached) <= left_s:
+                low += 1
+            return low if low > 0 or chunk_s(0, cached) <= left_s else 0
         low, high = 0, most  # chunk_s(low) fits, chunk_s(high) does not
         while high - low > 1:
             mid = (low + high) // 2
@@ -373,7 +415,7 @@ class SlideBatching(Policy):
                 low = mid
             else:
                 high = mid
-        return low if low >= min(self.config.min_chunk_tokens, most) else 0
+        return low
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +429,10 @@ class _Queue:
     density: np.ndarray
     arrival_s: np.ndarray
     tpot_s: np.ndarray
+    ttft_s: np.ndarray
+    started: np.ndarray  # bool: running, so it holds KV blocks
+    num_tokens: np.ndarray  # prompt + output tokens so far
+    computed: np.ndarray
 
     @classmethod
     def of(cls, requests: list[Request], policy: SlideBatching, now_s: float) -> _Queue:
@@ -412,7 +458,49 @@ class _Queue:
         priority_weight = np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n)
         token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
         density = token_weight * priority_weight / exec_s
-        return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s)
+        started = np.fromiter((r.state is RequestState.RUNNING for r in requests), bool, n)
+        return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s, ttft_s, started, prompt + outputs,
+                   computed)
+
+
+class _StartRoom:
+    """Which requests may start without stranding the ones that have. A request not yet running is planned
+    only if (1) a sequence slot is free beside the running requests, which keep theirs whether or not the plan
+    serves them, and (2) its whole sequence fits the KV blocks left once every started prompt has the blocks to
+    complete (vLLM 0.32's ``scheduler_reserve_full_isl`` rule, applied to the plan). Without (1) a plan can
+    choose only waiting requests that the engine cannot admit, and the step is empty; without (2) a plan that
+    keeps starting prompts whose first chunks fit the time budget fills the KV cache with half-computed prompts
+    none of which can finish, and long-context traffic stops the engine. Without a view of the engine (a plan
+    made before any hook gave one) only the slots are checked."""
+
+    def __init__(self, queue: _Queue, view: SchedulerView | None, max_num_seqs: int) -> None:
+        self._view = view
+        self._started = queue.started
+        self._free_slots = max_num_seqs - int(queue.started.sum())
+        self._whole_blocks = np.zeros(queue.size, dtype=np.int64)
+        self._committed = 0
+        if view is None:
+            return
+        size = view.block_size
+        self._whole_blocks = -(-queue.num_tokens.astype(np.int64) // size)  # ceil
+        held = -(-queue.computed.astype(np.int64) // size)
+        still_needed = np.where(queue.started & queue.prefill, self._whole_blocks - held, 0)
+        self._committed = int(np.maximum(still_needed, 0).sum())
+
+    def admits(self, index: int, request: Request) -> bool:
+        """Whether request ``index`` (not running) may start now."""
+        if self._free_slots <= 0:
+            return False
+        if self._view is None:
+            return True
+        available = self._view.available_blocks(request, admission=True)
+        return int(self._whole_blocks[index]) <= available - self._committed
+
+    def take(self, index: int) -> None:
+        """Request ``index`` is in the plan: one not yet running takes a slot and commits its whole sequence."""
+        if not self._started[index]:
+            self._free_slots -= 1
+            self._committed += int(self._whole_blocks[index])
 
 
 def _sorted(queue: _Queue, urgent: np.ndarray) -> np.ndarray:

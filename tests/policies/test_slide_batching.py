@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from semsched.core.errors import SemschedError
 from semsched.core.plan import BatchPlan, StepResult
+from semsched.core.policy import StepBudget
 from semsched.core.request import Request, RequestState
 from semsched.latency import load_profile
 from semsched.policies import make_policy
@@ -205,3 +206,49 @@ def test_runs_on_both_pools_of_a_pd_cluster() -> None:
     result = simulation.run(requests)
     assert all(r.state is RequestState.FINISHED for r in result.requests)
     assert all(r.num_output_tokens == r.target_output_tokens for r in result.requests)
+
+
+class _View:
+    """The engine as a plan sees it: free blocks (watermark included) and sequence slots."""
+
+    def __init__(self, free_blocks: int, *, max_num_seqs: int = 256, block_size: int = 16) -> None:
+        self.free_blocks, self.block_size = free_blocks, block_size
+        self.budget = StepBudget(2048, max_num_seqs)
+
+    def available_blocks(self, request: Request, *, admission: bool) -> int:
+        return self.free_blocks
+
+
+def _started(request: Request, computed: int) -> Request:
+    request.state = RequestState.RUNNING
+    request.num_computed_tokens = computed
+    return request
+
+
+def test_a_prompt_starts_only_if_its_whole_sequence_fits_beside_the_started_prompts() -> None:
+    """A prompt half computed holds its blocks and needs more to finish: a new prompt whose whole sequence does
+    not fit in what is left is not planned (it would strand both), one that fits is."""
+    half = _started(_request(0, prompt=1600, output=10, ttft=0.1), computed=800)  # 50 held, 51 more to finish
+    big = _request(1, prompt=1000, output=10, ttft=0.1)  # 64 blocks whole
+    small = _request(2, prompt=300, output=10, ttft=0.1)  # 20 blocks whole
+    policy = _policy("slide-batching:max_budget_ms=100000;eta_ms=100000")
+    _planned(policy, [half, big, small], now_s=1.0)
+    plan = policy.plan(2.0, StepBudget(4096, 256), _View(free_blocks=51 + 40))
+    chosen = {request_id for request_id, _ in plan.chosen}
+    assert chosen == {"r0", "r2"}
+    roomy = _policy("slide-batching:max_budget_ms=100000;eta_ms=100000")
+    _planned(roomy, [half, big, small], now_s=1.0)
+    plan = roomy.plan(2.0, StepBudget(4096, 256), _View(free_blocks=51 + 64 + 20))
+    assert {request_id for request_id, _ in plan.chosen} == {"r0", "r1", "r2"}
+
+
+def test_a_waiting_request_is_not_planned_without_a_sequence_slot() -> None:
+    """Running requests keep their slots whether or not the plan serves them: with every slot taken, the plan
+    serves the running requests, not waiting ones the engine could not admit (an empty step, and a stall)."""
+    running = [_started(_request(i, prompt=100, output=10, ttft=50.0), computed=100) for i in range(2)]
+    waiting = _request(2, prompt=100, output=10, ttft=0.01)  # the most urgent by far
+    policy = _policy()
+    _planned(policy, [*running, waiting], now_s=0.0)
+    plan = policy.plan(0.5, StepBudget(2048, 2), _View(free_blocks=1000, max_num_seqs=2))
+    assert "r2" not in {request_id for request_id, _ in plan.chosen}
+    assert plan.running  # the running requests get the step
