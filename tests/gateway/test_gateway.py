@@ -129,6 +129,10 @@ def test_full_queue_answers_429_with_retry_after() -> None:
             assert refused.headers["retry-after"] == "2"
             assert "queue full" in refused.json()["error"]["message"]
             assert metric(gateway, "semsched_gateway_rejections_total", reason="queue_full") == statuses.count(429)
+            # one SLO rule for every refusal (a shed 429 too): a request not served misses its targets
+            wait_for(lambda: metric(gateway, "semsched_gateway_requests_total", tier="BACKGROUND") == 4)
+            assert metric(gateway, "semsched_gateway_slo_total", tier="BACKGROUND", metric="e2e",
+                          outcome="missed") == statuses.count(429)
 
 
 def _tier_table(tmp_path: Path, premium_ttft_ms: float) -> str:
