@@ -368,6 +368,11 @@ def progress_bars(console: Console) -> Iterator[ProgressBars]:
 def show(console: Console, runs: dict[str, PolicyRun], title: str) -> None:
     console.print(f"[dim]{title}[/]")
     print_comparison(console, {p: r.summary for p, r in runs.items()})
+    for policy, run in runs.items():
+        if run.summary.overall.num_stalled:
+            console.print(f"[bold red]stalled:[/] {policy} left {run.summary.overall.num_stalled} request(s) "
+                          "stranded on an idle engine (a scheduler defect; requests.csv has them as 'stalled')",
+                          highlight=False)
 
 
 def write_outputs(

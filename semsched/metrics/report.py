@@ -296,7 +296,8 @@ def _class_header(summaries: Iterable[Summary], priority: int) -> str:
 def sweep_table(sweep: Mapping[str, Sequence[tuple[float, Summary]]], metric: str) -> Table:
     """Policies as rows, request rates as columns, ``metric`` over all requests in the cells (one unit for the
     whole table, named in the title), and beside each rate what did not finish: rejected and dropped requests
-    (``rejected/dropped``), so a policy cannot look fast by turning work away unseen."""
+    (``rejected/dropped``, and in red any requests a run with ``allow_stalls`` ended STALLED), so a policy cannot
+    look fast by turning work away unseen."""
     rates = sorted({rate for points in sweep.values() for rate, _ in points})
     by_rate = {policy: dict(points) for policy, points in sweep.items()}
     values = [_class_metric(by_rate[p][r].overall if r in by_rate[p] else None, metric)
@@ -312,6 +313,8 @@ def sweep_table(sweep: Mapping[str, Sequence[tuple[float, Summary]]], metric: st
         for k, rate in enumerate(rates):
             summary = by_rate[policy].get(rate)
             lost = MISSING if summary is None else f"{summary.overall.num_rejected}/{summary.overall.num_dropped}"
+            if summary is not None and summary.overall.num_stalled:  # a defect (--allow-stalls): red
+                lost += f" [bold red]+{summary.overall.num_stalled} stalled[/]"
             row_cells += [cells[row * len(rates) + k], lost]
         table.add_row(policy, *row_cells)
     return table

@@ -9,13 +9,15 @@ from collections.abc import Sequence
 import pytest
 from rich.console import Console
 
+from semsched.cli import main
 from semsched.core.policy import SchedulerView
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency import load_profile
 from semsched.metrics import summarize
-from semsched.metrics.report import comparison_table
+from semsched.metrics.report import comparison_table, sweep_table
 from semsched.policies.fcfs import FCFS
+from semsched.sim import runner
 from semsched.sim.engine import Instance, Simulation
 from semsched.sim.executor import SimulationError
 from semsched.sim.router import make_router
@@ -71,6 +73,8 @@ def test_with_allow_stalls_stranded_requests_end_stalled_and_are_counted_in_red(
     assert "stalled" in console.export_text(clear=False)
     html = console.export_html()
     assert "color: #800000" in html or "color: #ff0000" in html  # the count is red
+    console.print(sweep_table({"strands": [(1.0, summary)]}, "ttft_mean"))
+    assert "+2 stalled" in console.export_text()
 
 
 def test_a_normal_run_shows_no_stalled_column() -> None:
@@ -98,3 +102,20 @@ def test_a_request_an_idle_engine_cannot_take_is_dropped_with_a_true_reason(
     assert too_big.state is RequestState.DROPPED
     assert too_big.finish_reason is not None
     assert too_big.finish_reason.startswith("never schedulable: needs 63 KV blocks to start")
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_cli_stops_at_a_stall_or_counts_it_in_red(
+    allow: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runner, "make_policy", lambda spec: _Strands())  # a defective fcfs, in the simulator only
+    argv = ["simulate", "--policy", "fcfs", "--duration", "5", "--rate", "2", "--seed", "0"]
+    code = main([*argv, "--allow-stalls"] if allow else argv)
+    out, err = capsys.readouterr()
+    if allow:
+        assert code == 0
+        assert "stalled:" in out and "strands" not in err
+    else:
+        assert code == 2
+        assert err.startswith("error: stall: policy 'strands-running-work' left instance 0 idle")
+        assert "--allow-stalls" in err
