@@ -25,7 +25,7 @@ from semsched.bench.client import Outcome
 from semsched.bench.replay import ReplayResult
 from semsched.core.request import Request, RequestState, TokenTimeline
 from semsched.metrics import Distribution, Summary, request_metrics, summarize, write_json, write_requests_csv
-from semsched.metrics.report import Column, ColumnKind, format_column
+from semsched.metrics.report import Column, ColumnKind, format_columns
 
 #: the name of the run in ``bench.json``'s results and ``requests.csv``'s policy column
 LABEL = "bench"
@@ -128,13 +128,14 @@ def token_times_s(chunk_times_s: list[float], completion_tokens: int | None) -> 
 
 # ---- output ---------------------------------------------------------------------------------------------------
 def bench_table(summary: Summary, *, title: str = "Benchmark (per priority class)") -> Table:
-    """Classes as rows (``all``, then each priority with its tiers), :data:`BENCH_COLUMNS` as columns."""
+    """Classes as rows (``all``, then each priority with its tiers), :data:`BENCH_COLUMNS` as columns; durations
+    of one kind in one unit (:func:`~semsched.metrics.report.format_columns`)."""
     classes = summary.classes()
     table = Table(title=title)
     table.add_column("class", style="bold", no_wrap=True)
     cells_by_column = []
-    for column in BENCH_COLUMNS:
-        unit, cells = format_column([c.metric(column.metric) for c in classes], column.kind)
+    values = [[c.metric(column.metric) for c in classes] for column in BENCH_COLUMNS]
+    for column, (unit, cells) in zip(BENCH_COLUMNS, format_columns(BENCH_COLUMNS, values), strict=True):
         table.add_column(column.header if unit is None else f"{column.header}\n({unit})", justify="right")
         cells_by_column.append(cells)
     for row, summary_class in enumerate(classes):
