@@ -369,13 +369,14 @@ class SlideBatching(Policy):
     def _overrun_chunk(self, request: Request, queue: _Queue, tokens_left: int) -> int:
         """The chunk of a prompt that must run although no chunk fits the time budget (its smallest chunk costs
         more than the budget at its context). While a decode waits, ``min_chunk_tokens`` (the least delay for it);
-        with none, the step only delays first tokens, so the chunk may take up to the tightest TTFT SLO queued
-        (the engine's token budget when none has one): a long prompt then needs tens of steps, not thousands."""
+        with none, the step delays only first tokens, so the chunk may last until the nearest first-token deadline
+        still ahead (the engine's token budget when every one has passed): a long prompt then needs a few steps,
+        not thousands of ``min_chunk_tokens`` each."""
         smallest = min(request.num_uncomputed_tokens, max(1, tokens_left), self.config.min_chunk_tokens)
         if not queue.prefill.all():
             return smallest
-        ttft_s = float(queue.ttft_s.min())
-        limit_s = ttft_s if math.isfinite(ttft_s) else math.inf
+        ahead = queue.remain[queue.remain > 0]
+        limit_s = float(ahead.min()) if ahead.size else math.inf
         return max(smallest, self._max_chunk(request, limit_s - self.estimator.t_c, tokens_left))
 
     def _max_chunk(self, request: Request, left_s: float, tokens_left: int) -> int:
@@ -429,7 +430,6 @@ class _Queue:
     density: np.ndarray
     arrival_s: np.ndarray
     tpot_s: np.ndarray
-    ttft_s: np.ndarray
     started: np.ndarray  # bool: running, so it holds KV blocks
     num_tokens: np.ndarray  # prompt + output tokens so far
     computed: np.ndarray
@@ -459,8 +459,7 @@ class _Queue:
         token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
         density = token_weight * priority_weight / exec_s
         started = np.fromiter((r.state is RequestState.RUNNING for r in requests), bool, n)
-        return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s, ttft_s, started, prompt + outputs,
-                   computed)
+        return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s, started, prompt + outputs, computed)
 
 
 class _StartRoom:

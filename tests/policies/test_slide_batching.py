@@ -277,3 +277,21 @@ def test_serves_long_context_traffic_that_the_baselines_serve() -> None:
     tdg = {p: run.summary.overall.tdg_ratio for p, run in runs.items()}
     assert all(value is not None for value in tdg.values())
     assert tdg["slide-batching"] >= max(tdg["vllm-fcfs"], tdg["sarathi-fcfs"])  # type: ignore[operator]
+
+
+def test_a_prompt_too_costly_for_any_budget_runs_in_large_chunks_unless_a_decode_waits() -> None:
+    """At a long context no chunk of this prompt fits η: it runs past the budget anyway. With every deadline
+    passed and no decode waiting, nobody is served sooner by a short step, so it takes the engine's token budget;
+    beside a waiting decode it takes only ``min_chunk_tokens``."""
+    prompt = _started(_request(0, prompt=30_000, output=10, ttft=0.1, tpot=0.03), computed=20_000)
+    alone = _policy()
+    _planned(alone, [prompt], now_s=100.0)
+    plan = alone.plan(101.0, StepBudget(2048, 256), _View(free_blocks=10_000))
+    assert plan.estimated_s > plan.budget_s  # past the budget
+    assert plan.chosen == (("r0", 2048),)
+    decode = _started(_request(1, prompt=100, output=10, arrival=100.0, ttft=5.0, tpot=0.03), computed=100)
+    decode.num_output_tokens = 1
+    beside = _policy("slide-batching:order=deadline;eta_ms=1")  # nothing fits; the prompt is first in order
+    _planned(beside, [prompt, decode], now_s=100.0)
+    plan = beside.plan(101.0, StepBudget(2048, 256), _View(free_blocks=10_000))
+    assert plan.chosen == (("r0", 32),)
