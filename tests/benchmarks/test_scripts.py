@@ -61,6 +61,17 @@ def test_sim_throughput_smoke(tmp_path: Path) -> None:
     assert results[0]["identical"] is True
 
 
+@pytest.mark.data
+def test_long_context_smoke(tmp_path: Path) -> None:
+    payload = run_script(
+        "long_context.py", "--policies", "fcfs,slide-batching", "--rates", "0.05", "--seeds", "0",
+        "--duration", "120", json_path=tmp_path / "long.json",
+    )
+    results = payload["results"]
+    assert isinstance(results, list) and [r["policy"] for r in results] == ["fcfs", "slide-batching"]
+    assert all(r["finished"] + r["rejected"] + r["dropped"] == r["requests"] for r in results)
+
+
 def run_engine_script(name: str, *args: str, json_path: Path, table: str) -> dict[str, Any]:
     """Run a benchmark that starts vLLM engines (a few minutes at most) and return its JSON dump."""
     completed = subprocess.run(
