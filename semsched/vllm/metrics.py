@@ -56,8 +56,20 @@ def unexported_metrics_note(environ: Mapping[str, str] | None = None) -> str | N
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+#: every (reason, mode) a preemption is counted under: KV pressure, displacement by a more important request, class
+#: exclusivity; recomputed (vLLM has no swap space) or ended by the policy (``drop``)
+PREEMPTION_LABELS: tuple[tuple[str, str], ...] = tuple(
+    (reason, mode) for reason in ("kv_pressure", "priority", "exclusive") for mode in ("recompute", "drop")
+)
+#: every reason a request is counted as rejected under (the SLO guard's kinds, another policy refusal, a bad
+#: request, a request the policy ended when it would have been preempted)
+REJECTION_LABELS: tuple[str, ...] = ("invalid_request", "shed", "queue_full", "hopeless", "policy", "dropped")
+
+
 class AdapterMetrics:
-    """The adapter's metric families on one registry (one instance per registry per process)."""
+    """The adapter's metric families on one registry (one instance per registry per process). The preemption and
+    rejection counters export every known label set at 0 from the start, so a dashboard's rate() has a series
+    before the first event."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.preemptions = Counter(
@@ -68,6 +80,10 @@ class AdapterMetrics:
         self.rejections = Counter(
             "semsched_rejections", "Requests rejected at admission, by reason", ["reason"], registry=registry
         )
+        for reason, mode in PREEMPTION_LABELS:
+            self.preemptions.labels(reason, mode)
+        for reason in REJECTION_LABELS:
+            self.rejections.labels(reason)
         self.queue_depth = Gauge(
             "semsched_queue_depth", "Waiting requests per priority class", ["priority"], registry=registry,
             multiprocess_mode="livesum",
