@@ -68,10 +68,18 @@ def _request(i: int, tier: str, arrival_s: float) -> Request:
                    prompt_text=f"Request {i} of tier {tier}: summarise the history of the printing press.")
 
 
-def _burst() -> list[Request]:
-    background = [_request(i, "BACKGROUND", 0.0) for i in range(NUM_BACKGROUND)]
-    system = [_request(i, "SYSTEM", SYSTEM_DELAY_S) for i in range(NUM_SYSTEM)]
+def _burst(num_background: int = NUM_BACKGROUND, num_system: int = NUM_SYSTEM, first: int = 0) -> list[Request]:
+    background = [_request(first + i, "BACKGROUND", 0.0) for i in range(num_background)]
+    system = [_request(first + i, "SYSTEM", SYSTEM_DELAY_S) for i in range(num_system)]
     return background + system
+
+
+#: the same burst sent through the gateway, untimed, before the measured one. On a cold machine (a fresh CI
+#: machine, or a dropped page cache) the first burst through the gateway was 3-7 s slower than every later one,
+#: with the code before and after issue 28 alike, and a warm-up of 10 requests did not help; most likely the
+#: servers first meet the step shapes of a slot-capped stream (a prompt beside a few decodes) then, which the
+#: direct run's large batches do not give them. Measured warm, the comparison is the scheduling one it means.
+WARMUP = _burst(first=10_000)
 
 
 def _replay(requests: Sequence[Request], targets: Sequence[BenchOptions]) -> list[Outcome]:
@@ -108,10 +116,12 @@ def test_urgent_requests_meet_under_overload_a_ttft_target_plain_round_robin_mis
     config = config_for(servers.urls, backend={"max_inflight": SLOTS_PER_SERVER, "send_priority": False},
                         routing={"router": "least-outstanding"})
     with serving(config) as gateway:
+        assert all(o.error is None for o in _replay(WARMUP, [BenchOptions(url=gateway, tier_fields="xargs")]))
         routed = _replay(_burst(), [BenchOptions(url=gateway, tier_fields="xargs")])
         # a stream's accounting ends just after its client read [DONE]
-        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total") == NUM_BACKGROUND + NUM_SYSTEM)
-        assert metric(gateway, "semsched_gateway_requests_total", outcome="ok") == NUM_BACKGROUND + NUM_SYSTEM
+        total = len(WARMUP) + NUM_BACKGROUND + NUM_SYSTEM
+        wait_for(lambda: metric(gateway, "semsched_gateway_requests_total") == total)
+        assert metric(gateway, "semsched_gateway_requests_total", outcome="ok") == total
 
     target_s = float(np.median([_ttft_s(o) for o in direct]))
     direct_system = np.quantile([_ttft_s(o) for o in _of(direct, "SYSTEM")], 0.9)
