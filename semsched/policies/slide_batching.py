@@ -478,6 +478,7 @@ class _StartRoom:
         self._free_slots = max_num_seqs - int(queue.started.sum())
         self._whole_blocks = np.zeros(queue.size, dtype=np.int64)
         self._committed = 0
+        self._available: dict[int, int] = {}  # free blocks per priority (reservations differ), asked once a plan
         if view is None:
             return
         size = view.block_size
@@ -492,7 +493,9 @@ class _StartRoom:
             return False
         if self._view is None:
             return True
-        available = self._view.available_blocks(request, admission=True)
+        available = self._available.get(request.priority)
+        if available is None:
+            available = self._available[request.priority] = self._view.available_blocks(request, admission=True)
         return int(self._whole_blocks[index]) <= available - self._committed
 
     def take(self, index: int) -> None:
