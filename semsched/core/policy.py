@@ -9,6 +9,8 @@ Hook summary (all times are arguments; a policy never reads a clock):
 =====================  ==============================================================================
 ``waiting_key``        order of the waiting queue (smallest first); computed when a request is enqueued, and
                        again for every waiting request each ``rekey_interval_s`` if the policy sets it
+``waiting_order``      optional: the waiting requests in admission order, made afresh at each step (replaces
+                       the core's keyed queue for a policy whose order is a per-step plan)
 ``admit``              accept or reject an arriving request (explicit rejection, never a silent drop)
 ``victims_for``        which running requests a waiting request may displace when it does not fit
 ``victim_key``         victim order under KV-memory pressure (largest key is preempted first)
@@ -30,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -149,6 +151,14 @@ class Policy:
     def victim_key(self, request: Request) -> SortKey:
         """Under KV pressure the running request with the LARGEST key is preempted first."""
         return (request.arrival_time_s,)
+
+    def waiting_order(self, view: SchedulerView, now_s: float) -> Iterable[Request] | None:
+        """For a policy whose waiting order is a plan made afresh each step: the requests waiting in ``view``,
+        in the order to admit them at ``now_s``. The core scheduler then tries them in this order instead of
+        its keyed queue's (it calls no ``waiting_key`` and re-keys nothing, so a step costs what it admits, not
+        a walk over the queue); it stops at the first that does not fit, so a lazy iterator suffices. A policy
+        that overrides it returns an iterable every time. ``None`` (the default): the keyed queue's order."""
+        return None
 
     # ---- admission and preemption ------------------------------------------------------------------------
     def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:

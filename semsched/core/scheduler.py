@@ -63,6 +63,9 @@ class SchedulerConfig:
                 raise InvalidRequestError(f"{name}: must be an integer >= 1 (got {value!r})")
 
 
+_UNKEYED: tuple[float, ...] = ()
+
+
 def drop_reason(policy_name: str, request: Request, reason: PreemptionReason) -> str:
     """What a request ended by ``PreemptionMode.DROP`` is told (the core and the vLLM adapter say the same)."""
     cause = "KV cache full" if reason is PreemptionReason.KV_PRESSURE else "displaced by a more important request"
@@ -102,6 +105,8 @@ class _WaitingQueue:
         if seq is None:
             return False
         self._removed.add(seq)
+        if len(self._removed) > 64 + len(self._ids):  # (a queue never peeked at drops nothing lazily)
+            self._compact()
         return True
 
     def __iter__(self) -> Iterator[Request]:
@@ -113,6 +118,12 @@ class _WaitingQueue:
         heapq.heapify(live)
         self._heap = live
         self._removed.clear()
+
+    def _compact(self) -> None:
+        removed = self._removed
+        self._heap = [entry for entry in self._heap if entry[1] not in removed]
+        heapq.heapify(self._heap)
+        removed.clear()
 
     def _drop_removed(self) -> None:
         heap = self._heap
@@ -151,6 +162,7 @@ class Scheduler:
         self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
         self._step_budget = policy.step_budget if policy.uses_hook("step_budget") else None
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
+        self._waiting_order = policy.waiting_order if policy.uses_hook("waiting_order") else None
         self._next_rekey_s = -math.inf
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
@@ -353,8 +365,9 @@ class Scheduler:
 
     def _schedule_waiting(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
         min_class = self._min_class()
+        order = None if self._waiting_order is None else iter(self._waiting_order(self, now_s) or ())
         while step.tokens > 0:
-            candidate = self._waiting.peek()
+            candidate = self._waiting.peek() if order is None else next(order, None)
             if candidate is None:
                 return
             if id(candidate) in step.preempted:
@@ -491,11 +504,13 @@ class Scheduler:
 
     def _enqueue(self, request: Request, state: RequestState, now_s: float) -> None:
         request.state = state
-        self._waiting.push(self.policy.waiting_key(request, now_s), request)
+        # a policy that orders the waiting requests itself needs no key: the queue keeps them in enqueue order
+        key = _UNKEYED if self._waiting_order is not None else self.policy.waiting_key(request, now_s)
+        self._waiting.push(key, request)
 
     def _maybe_rekey(self, now_s: float) -> None:
         interval = self.policy.rekey_interval_s
-        if interval is None or now_s < self._next_rekey_s:
+        if interval is None or self._waiting_order is not None or now_s < self._next_rekey_s:
             return
         self._next_rekey_s = next_rekey_s(now_s, interval)
         self._waiting.rekey(lambda request: self.policy.waiting_key(request, now_s))
