@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -54,6 +54,7 @@ from semsched.latency.correction import CorrectedEstimator, CorrectionConfig
 from semsched.latency.derive_profiles import derive_batch_profile
 from semsched.policies.params import check_float, check_int, param
 from semsched.policies.registry import register_policy
+from semsched.policies.vllm_fcfs import is_waiting
 
 #: η when neither the configuration nor any queued request's TPOT SLO gives one (ms)
 DEFAULT_ETA_MS = 25.0
@@ -119,6 +120,7 @@ class SlidePlan:
     running: tuple[Request, ...]  # the chosen running requests, in plan order
     chosen: tuple[tuple[str, int], ...]  # (request id, tokens) of every chosen request, in plan order
     rank: dict[str, int]  # each unfinished request's position in the sorted queue
+    ranked: tuple[Request, ...]  # the unfinished requests in that order
     num_urgent: int
     num_normal: int
 
@@ -201,6 +203,12 @@ class SlideBatching(Policy):
         rank = self.plan(now_s).rank.get(request.request_id)
         return (math.inf if rank is None else float(rank), request.arrival_time_s)
 
+    def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
+        """The waiting requests in plan order (those chosen first): the order ``waiting_key`` gives, without
+        re-keying the queue every step."""
+        plan = self.plan(now_s, view.budget, view)
+        return (r for r in plan.ranked if is_waiting(r))
+
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         plan = self.plan(now_s, view.budget, view)
         if not self.config.latency_aware or not plan.rank:
@@ -247,7 +255,7 @@ class SlideBatching(Policy):
     def _make_plan(self, now_s: float) -> SlidePlan:
         requests = self._unfinished()
         if not requests:
-            return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, 0, 0)
+            return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
         queue = _Queue.of(requests, self, now_s)
         budget_s = self._budget_s(queue)
         urgent = self._urgent(queue, budget_s)
@@ -265,6 +273,7 @@ class SlideBatching(Policy):
         return SlidePlan(
             time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
             running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen), rank=rank,
+            ranked=tuple(requests[i] for i in ranked),
             num_urgent=int(urgent.sum()), num_normal=int(len(requests) - urgent.sum()),
         )
 
