@@ -34,6 +34,7 @@ from semsched.predict.cost import PredictorCost, PredictorCostError, parse_predi
 from semsched.sim.acceptance import fit_acceptance
 from semsched.sim.disagg import MAX_POOL_INSTANCES
 from semsched.sim.engine import ProgressCallback
+from semsched.sim.parallel import PointRunner, default_workers, point_runner
 from semsched.sim.prediction import (
     DEFAULT_LATENCY_S,
     LengthPredictionError,
@@ -84,8 +85,27 @@ def out_path(text: str) -> Path:
     return Path(text)
 
 
+#: options that decide how a command runs, never what it computes: left out of the command a report records
+_RUN_ONLY_OPTIONS = ("--workers", "--ray", "--progress")
+
+
 def command_line() -> str:
-    return " ".join(["semsched", *sys.argv[1:]])
+    """The command as typed, for a report: without the options that only decide how it runs (``--workers N``,
+    ``--ray [ADDRESS]``, ``--progress``), so that a report is the same byte for byte whatever ran it. (A bare word
+    after ``--ray`` is its address, as argparse reads it.)"""
+    words: list[str] = []
+    value_follows = False
+    for word in sys.argv[1:]:
+        if value_follows:
+            value_follows = False
+            if not word.startswith("-"):
+                continue
+        name = word.split("=", 1)[0]
+        if name in _RUN_ONLY_OPTIONS:
+            value_follows = "=" not in word and name != "--progress"
+            continue
+        words.append(word)
+    return " ".join(["semsched", *words])
 
 
 # ---- options -----------------------------------------------------------------------------------------------
@@ -321,6 +341,65 @@ def prepared_out_dir(out: Path, option: str = "--out") -> Path:
     if not os.access(out, os.W_OK):
         raise UsageError(f"{option}: cannot write to {out}")
     return out
+
+
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+    """``--workers``, ``--ray`` and ``--progress``: how a command's independent simulations run (never what they
+    compute: the output is the same byte for byte)."""
+    parser.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help=f"simulations at once, in a pool of N processes (default: all cores, {default_workers()} here; "
+        "1: one after another in this process)",
+    )
+    parser.add_argument(
+        "--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+        help="run the simulations as Ray tasks on the Ray cluster at ADDRESS (e.g. ray://head:10001 or auto), or "
+        "on a local Ray of --workers CPUs when no ADDRESS is given (pip install 'semsched[ray]')",
+    )
+    parser.add_argument("--progress", action="store_true",
+                        help="draw the progress bar on stderr even when it is not a terminal")
+
+
+@contextmanager
+def parallel_runner(args: argparse.Namespace) -> Iterator[PointRunner]:
+    """The runner of ``--workers``/``--ray`` (checked here), shut down when the command ends. Make it before any
+    progress bar: a pool forks its workers when it is made, and no thread of ours should be running then."""
+    workers = default_workers() if args.workers is None else check_int("--workers", args.workers, 1)
+    with point_runner(workers, ray=args.ray is not None, ray_address=args.ray or None) as runner:
+        yield runner
+
+
+class PointsBar:
+    """One rich progress bar over a command's simulations (the :class:`semsched.sim.parallel.PointProgress`
+    protocol): its total grows with each batch; its text names the last one finished."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task = progress.add_task("simulations", total=0)
+
+    def planned(self, count: int) -> None:
+        total = self._progress.tasks[0].total or 0
+        self._progress.update(self._task, total=total + count)
+
+    def finished(self, label: str) -> None:
+        self._progress.update(self._task, advance=1, description=label if len(label) <= 48 else label[:45] + "...")
+
+
+@contextmanager
+def points_bar(show: bool = False) -> Iterator[PointsBar]:
+    """A :class:`PointsBar` drawn on stderr when it is a terminal, or when ``show`` (``--progress``)."""
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("{task.description:>48}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} simulations"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not (show or console.is_terminal),
+    )
+    with progress:
+        yield PointsBar(progress)
 
 
 # ---- running and showing -------------------------------------------------------------------------------------

@@ -8,9 +8,18 @@ from typing import Any
 
 from rich.console import Console
 
-from semsched.cli.common import UsageError, check_seed, command_line, out_path, progress_bars
+from semsched.cli.common import (
+    UsageError,
+    add_parallel_args,
+    check_seed,
+    command_line,
+    out_path,
+    parallel_runner,
+    points_bar,
+)
 from semsched.experiments import EXPERIMENTS, run_experiment
 from semsched.experiments.framework import ExperimentOutcome
+from semsched.sim.parallel import PointRunner
 
 
 def register(sub: Any) -> None:
@@ -34,6 +43,7 @@ def register(sub: Any) -> None:
         metavar="DOCS_DIR",
         help="also copy the report to DOCS_DIR/NAME.md with its PNGs under DOCS_DIR/img (docs/reproductions)",
     )
+    add_parallel_args(parser)
     parser.set_defaults(handler=run)
 
 
@@ -51,7 +61,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.record is not None and args.quick:
         raise UsageError("--record: record full runs only (drop --quick)")
     out = args.out if args.out is not None else Path("runs/reproduce") / args.name
-    outcome = reproduce(console, args.name, out, quick=args.quick, seed=args.seed, workload=args.workload)
+    with parallel_runner(args) as runner:
+        outcome = reproduce(console, args.name, out, quick=args.quick, seed=args.seed, workload=args.workload,
+                            runner=runner, show_progress=args.progress)
     if args.record is not None:
         from semsched.experiments.report import record
 
@@ -60,11 +72,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def reproduce(console: Console, name: str, out: Path, *, quick: bool, seed: int,
-              workload: str | None = None) -> ExperimentOutcome:
-    """Run one experiment with progress bars, then print where the report is and its headlines."""
-    with progress_bars(console) as bars:
-        outcome = run_experiment(name, out, quick=quick, seed=seed, progress=bars, command=command_line(),
-                                 workload=workload)
+              workload: str | None = None, runner: PointRunner | None = None,
+              show_progress: bool = False) -> ExperimentOutcome:
+    """Run one experiment on ``runner`` (default: here) with a progress bar over its simulations, then print where
+    the report is and its headlines."""
+    with points_bar(show_progress) as bar:
+        outcome = run_experiment(name, out, quick=quick, seed=seed, progress=bar, command=command_line(),
+                                 workload=workload, runner=runner)
     console.print(f"report: {outcome.report} (and results.json, requests.csv, one PNG per figure)")
     for line in outcome.headlines:
         console.print(f"  {line}", highlight=False)

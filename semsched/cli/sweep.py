@@ -11,14 +11,16 @@ from rich.console import Console
 
 from semsched.cli.common import (
     UsageError,
+    add_parallel_args,
     add_run_args,
     check_prompts_for_prediction,
     check_swap_space,
     cluster_spec,
     float_list,
+    parallel_runner,
+    points_bar,
     policy_specs,
     prepared_out_dir,
-    run_all,
     run_meta,
     workload_for,
 )
@@ -26,6 +28,8 @@ from semsched.cli.predictions import warn_about_missing_predictions
 from semsched.metrics import Summary, metric_names
 from semsched.metrics.plots import plot_latency_vs_rate
 from semsched.metrics.report import sweep_table
+from semsched.sim.parallel import SimPoint
+from semsched.sim.runner import PolicyRun
 from semsched.workloads import parse_workload_spec
 
 
@@ -34,6 +38,7 @@ def register(sub: Any) -> None:
     add_run_args(parser)
     parser.add_argument("--rates", default="2,3,4,5,6", help="comma-separated request rates (default 2,3,4,5,6)")
     parser.add_argument("--metric", default="e2e_mean", help="metric to plot (e.g. e2e_mean, ttft_p90, tdg_ratio)")
+    add_parallel_args(parser)
     parser.set_defaults(handler=run)
 
 
@@ -52,11 +57,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     out = prepared_out_dir(args.out or Path("runs/sweep"))
     if cluster.length_predictor is None:  # (with one, every request carries a prediction)
         warn_about_missing_predictions(console, policies, workloads[0])
-    sweep: dict[str, list[tuple[float, Summary]]] = {p: [] for p in policies}
     for rate, workload in zip(rates, workloads, strict=True):
         console.print(f"rate {rate:g}/s: {len(workload)} requests")
-        runs = run_all(console, workload, policies, cluster, fast_forward=not args.per_iteration)
-        for policy, policy_run in runs.items():
+    # every (rate, policy) pair is one independent simulation; the runs come back in this order
+    points = [SimPoint(f"rate {rate:g}/s {policy}", workload, policy, cluster, fast_forward=not args.per_iteration)
+              for rate, workload in zip(rates, workloads, strict=True) for policy in policies]
+    with parallel_runner(args) as runner, points_bar(args.progress) as bar:
+        runs = runner.run(points, bar)
+    sweep: dict[str, list[tuple[float, Summary]]] = {p: [] for p in policies}
+    for rate_runs, rate in zip(_per_rate(runs, len(policies)), rates, strict=True):
+        for policy, policy_run in zip(policies, rate_runs, strict=True):
             sweep[policy].append((rate, policy_run.summary))
     console.print(sweep_table(sweep, args.metric))
     plot_latency_vs_rate(sweep, out / f"sweep_{args.metric}.png", metric=args.metric)
@@ -65,3 +75,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     (out / "sweep.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str))
     console.print(f"plot: {out / f'sweep_{args.metric}.png'}\nreport: {out / 'sweep.json'}")
     return 0
+
+
+def _per_rate(runs: list[PolicyRun], num_policies: int) -> list[list[PolicyRun]]:
+    return [runs[start:start + num_policies] for start in range(0, len(runs), num_policies)]

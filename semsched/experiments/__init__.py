@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from semsched.experiments.framework import ExperimentContext, Figure, RunProgress, run_experiment
+from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, run_experiment
 from semsched.experiments.registry import EXPERIMENTS, Experiment, ExperimentError, register_experiment
 
 _INFRASTRUCTURE = {"framework", "registry", "report", "plots", "numbers"}
@@ -25,7 +25,7 @@ __all__ = [
     "ExperimentContext",
     "ExperimentError",
     "Figure",
-    "RunProgress",
+    "GridPoint",
     "register_experiment",
     "run_experiment",
 ]

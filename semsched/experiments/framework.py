@@ -2,9 +2,13 @@
 :func:`run_experiment`, which runs one registered experiment and writes its report.
 
 Every policy of a figure runs on the same requests: :meth:`ExperimentContext.run_policies` takes one
-:class:`~semsched.workloads.Workload` and gives each policy fresh requests from it, on the same cluster, in the
-same process (:func:`semsched.sim.runner.compare_policies`). The requests are kept, with the figure's id, for
-``requests.csv``.
+:class:`~semsched.workloads.Workload` and gives each policy fresh requests from it, on the same cluster
+(:func:`semsched.sim.runner.run_policy`). The requests are kept, with the figure's id, for ``requests.csv``.
+
+A figure's grid runs in parallel when the experiment hands it over whole: :meth:`ExperimentContext.run_grid`
+takes its :class:`GridPoint` list and runs every (point, policy) pair on the context's runner
+(:mod:`semsched.sim.parallel`: here, a process pool or Ray), gathering the runs in the grid's order, so the
+report is the same byte for byte whatever runs them.
 """
 
 from __future__ import annotations
@@ -15,23 +19,17 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from semsched.core.request import Request
 from semsched.experiments.registry import EXPERIMENTS, ExperimentError
-from semsched.sim.engine import ProgressCallback
-from semsched.sim.runner import ClusterSpec, PolicyRun, compare_policies
+from semsched.sim.parallel import InProcess, PointProgress, PointRunner, SimPoint
+from semsched.sim.runner import ClusterSpec, PolicyRun
 from semsched.workloads import Workload
 
 _FIGURE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 REPORT_MARKER = "results.json"
 """A directory holding this file is a report directory: ``reproduce`` may replace it."""
-
-
-class RunProgress(Protocol):
-    """Told when each simulation of an experiment starts; returns the callback the simulation advances."""
-
-    def start(self, label: str, total: int) -> ProgressCallback: ...
 
 
 @dataclass(frozen=True)
@@ -85,6 +83,22 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class GridPoint:
+    """One point of a figure's grid: every policy of ``policies`` on fresh requests from ``workload`` (the same
+    for all), recorded under ``figure_id`` with the constant ``columns`` (e.g. ``{"seed": 1, "load": 0.8}``)."""
+
+    figure_id: str
+    workload: Workload
+    policies: Sequence[str]
+    cluster: ClusterSpec | None = None
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+    def label(self, policy: str) -> str:
+        """How a progress bar or an error names one of its runs: ``"fig10 vtc setting=... seed=1 load=0.8"``."""
+        return " ".join([self.figure_id, policy, *(f"{key}={value}" for key, value in self.columns.items())])
+
+
+@dataclass(frozen=True)
 class RecordedRun:
     """One policy's simulation for one figure: its requests and the per-request columns it groups by."""
 
@@ -101,14 +115,15 @@ class RecordedRun:
 class ExperimentContext:
     """The state of one experiment run: its settings, the simulations it made and the figures it recorded."""
 
-    def __init__(self, name: str, *, quick: bool, seed: int, progress: RunProgress | None = None,
-                 workload: str | None = None) -> None:
+    def __init__(self, name: str, *, quick: bool, seed: int, progress: PointProgress | None = None,
+                 workload: str | None = None, runner: PointRunner | None = None) -> None:
         self.name = name
         self.quick = quick
         self.seed = seed
         #: a workload spec of the user's (``--workload``), for experiments with a ``workload_help``
         self.workload = workload
         self._progress = progress
+        self._runner: PointRunner = runner or InProcess()
         self.figures: list[Figure] = []
         self.runs: list[RecordedRun] = []
 
@@ -122,13 +137,27 @@ class ExperimentContext:
         columns: Mapping[str, Any] | None = None,
     ) -> dict[str, PolicyRun]:
         """Every policy on fresh requests from ``workload`` (the same for all), recorded for ``requests.csv``
-        under ``figure_id``; ``columns`` adds constant columns to those rows (e.g. ``{"rate_per_s": 4}``)."""
-        runs: dict[str, PolicyRun] = {}
-        for policy in policies:
-            callback = self._progress.start(f"{figure_id} {policy}", len(workload)) if self._progress else None
-            runs |= compare_policies(workload, [policy], cluster, progress=callback)
-            self.runs.append(RecordedRun(figure_id, policy, runs[policy], dict(columns or {})))
-        return runs
+        under ``figure_id``; ``columns`` adds constant columns to those rows (e.g. ``{"rate_per_s": 4}``). The
+        policies run in parallel on the context's runner; a whole grid at once is :meth:`run_grid`."""
+        return self.run_grid([GridPoint(figure_id, workload, policies, cluster, dict(columns or {}))])[0]
+
+    def run_grid(self, points: Sequence[GridPoint]) -> list[dict[str, PolicyRun]]:
+        """Every point's policies, all pairs at once on the context's runner (a pool runs them in parallel); the
+        runs per point (by policy) in the points' order, recorded in that order for ``requests.csv``.
+
+        A point must not depend on another's result: a figure that picks its next point from a run (a search)
+        hands over one point, or one batch, at a time."""
+        pairs = [(point, policy) for point in points for policy in point.policies]
+        sims = [SimPoint(point.label(policy), point.workload, policy, point.cluster or ClusterSpec())
+                for point, policy in pairs]
+        runs = iter(self._runner.run(sims, self._progress))
+        results: list[dict[str, PolicyRun]] = []
+        for point in points:
+            per_policy = {policy: next(runs) for policy in point.policies}
+            for policy, run in per_policy.items():
+                self.runs.append(RecordedRun(point.figure_id, policy, run, dict(point.columns)))
+            results.append(per_policy)
+        return results
 
     def add_figure(self, figure: Figure) -> None:
         if any(existing.id == figure.id for existing in self.figures):
@@ -166,11 +195,13 @@ def run_experiment(
     *,
     quick: bool = False,
     seed: int = 0,
-    progress: RunProgress | None = None,
+    progress: PointProgress | None = None,
     command: str = "",
     workload: str | None = None,
+    runner: PointRunner | None = None,
 ) -> ExperimentOutcome:
-    """Run experiment ``name`` and write its report to ``out`` (replacing an earlier report there).
+    """Run experiment ``name`` and write its report to ``out`` (replacing an earlier report there); its
+    simulations run on ``runner`` (default: here, one after another), told to ``progress``.
 
     The report is written to a scratch directory beside ``out`` and moved into place only when complete, so a
     failed run never leaves half a report."""
@@ -180,7 +211,7 @@ def run_experiment(
     if workload is not None and not experiment.workload_help:
         raise ExperimentError(f"--workload: experiment {name!r} takes no workload of yours")
     check_out_dir(out)
-    ctx = ExperimentContext(name, quick=quick, seed=seed, progress=progress, workload=workload)
+    ctx = ExperimentContext(name, quick=quick, seed=seed, progress=progress, workload=workload, runner=runner)
     experiment.run(ctx)
     if not ctx.figures:
         raise ExperimentError(f"experiment {name!r} recorded no figure")

@@ -32,7 +32,7 @@ import numpy as np
 
 from semsched.core.scheduler import SchedulerConfig
 from semsched.core.tiers import UNTIERED
-from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, Table
 from semsched.experiments.numbers import median as _median
 from semsched.experiments.numbers import num as _num
 from semsched.experiments.numbers import pct as _pct
@@ -175,15 +175,19 @@ class _Base:
                 predictor: str | None = None) -> dict[str, list[PolicyRun]]:
         """Every contender on the same requests, for each seed (the runs, per contender label); with a
         ``predictor`` (a length predictor spec) lengths are predicted online instead of by the oracle."""
-        out: dict[str, list[PolicyRun]] = {label: [] for label in contenders}
         cluster = self.cluster(method, engine, predictor)
+        points = []
         for seed in self.grid.seeds:
             workload = self.workload(spec, count, seed, burst=burst, rate=rate, tiers=tiers,
                                      oracle=predictor is None)
+            points += [GridPoint(figure_id, workload, [policy], cluster,
+                                 {"contender": label, "seed": seed, "method": method.method, **columns})
+                       for label, policy in contenders.items()]
+        runs = iter(self.ctx.run_grid(points))  # seeds x contenders, in that order
+        out: dict[str, list[PolicyRun]] = {label: [] for label in contenders}
+        for _seed in self.grid.seeds:
             for label, policy in contenders.items():
-                row = {"contender": label, "seed": seed, "method": method.method, **columns}
-                run = self.ctx.run_policies(figure_id, workload, [policy], cluster, columns=row)[policy]
-                out[label].append(run)
+                out[label].append(next(runs)[policy])
         return out
 
     def command(self, figure_id: str) -> str:

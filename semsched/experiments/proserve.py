@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from semsched.core.tiers import DEFAULT_TIERS, TierSpec
-from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, Table
 from semsched.experiments.numbers import Numbers, medians, num, pct, ratio
 from semsched.experiments.plots import bar_chart, line_chart
 from semsched.experiments.registry import Experiment, register_experiment
@@ -244,17 +244,31 @@ class _Base:
                 capacity: float | None = None) -> dict[str, Numbers]:
         """Every policy on the same requests, for each seed; the median over seeds of each number. ``load`` is a
         fraction of ``capacity`` (default: the setting's single-instance capacity)."""
-        per_seed: dict[str, list[Numbers]] = {label: [] for label in policies}
+        return self.compare_loads(figure_id, setting, [load], policies, numbers, cluster, columns, capacity)[load]
+
+    def compare_loads(self, figure_id: str, setting: Setting, loads: Sequence[float], policies: Mapping[str, str],
+                      numbers: Callable[[PolicyRun], Numbers] = run_numbers,
+                      cluster: ClusterSpec | None = None, columns: Mapping[str, Any] | None = None,
+                      capacity: float | None = None) -> dict[float, dict[str, Numbers]]:
+        """:meth:`compare` at each of ``loads``, every run of them handed to the context's runner at once."""
         cluster = cluster or ClusterSpec(profile=setting.profile)
-        for seed in self.grid.seeds:
-            workload = self.at_load(setting, seed, load, capacity)
-            row = {"setting": setting.label, "load": load, "rate_per_s": workload.mean_rate(), "seed": seed,
-                   **(columns or {})}
-            for label, policy in policies.items():
-                run = self.ctx.run_policies(figure_id, workload, [policy], cluster,
-                                            columns={"contender": label, **row})[policy]
-                per_seed[label].append(numbers(run))
-        return {label: medians(values) for label, values in per_seed.items()}
+        points = []
+        for load in loads:
+            for seed in self.grid.seeds:
+                workload = self.at_load(setting, seed, load, capacity)
+                row = {"setting": setting.label, "load": load, "rate_per_s": workload.mean_rate(), "seed": seed,
+                       **(columns or {})}
+                points += [GridPoint(figure_id, workload, [policy], cluster, {"contender": label, **row})
+                           for label, policy in policies.items()]
+        runs = iter(self.ctx.run_grid(points))
+        out: dict[float, dict[str, Numbers]] = {}
+        for load in loads:
+            per_seed: dict[str, list[Numbers]] = {label: [] for label in policies}
+            for _seed in self.grid.seeds:
+                for label, policy in policies.items():
+                    per_seed[label].append(numbers(next(runs)[policy]))
+            out[load] = {label: medians(values) for label, values in per_seed.items()}
+        return out
 
     def config(self, setting: Setting, **extra: Any) -> dict[str, Any]:
         workload = self.base_workload(setting, self.grid.seeds[0])
@@ -292,8 +306,8 @@ def _single_instance(base: _Base) -> SingleInstance:
     for setting in base.grid.settings:
         policies = contenders(setting.profile, base.first_token_weight(setting))
         ours: dict[str, dict[str, Numbers]] = {label: {} for label in policies}
-        for load in base.grid.loads:
-            for label, numbers in base.compare("fig10", setting, load, policies).items():
+        for load, per_label in base.compare_loads("fig10", setting, base.grid.loads, policies).items():
+            for label, numbers in per_label.items():
                 ours[label][f"{load:g}"] = numbers
         per_setting[setting.label] = ours
         headline[setting.label] = _headline_load(ours, base.grid.loads)
@@ -430,8 +444,8 @@ def _ablation_figure(base: _Base) -> Figure:
         OURS: slide_batching(weight, MAIN.profile),
     }
     ours: dict[str, dict[str, Numbers]] = {label: {} for label in variants}
-    for load in base.grid.ablation_loads:
-        for label, numbers in base.compare("fig15", MAIN, load, variants).items():
+    for load, per_label in base.compare_loads("fig15", MAIN, base.grid.ablation_loads, variants).items():
+        for label, numbers in per_label.items():
             ours[label][f"{load:g}"] = numbers
     normalized = {label: {load: ratio(_miss(n), _miss(ours[OURS][load])) for load, n in per_load.items()}
                   for label, per_load in ours.items()}
@@ -582,9 +596,9 @@ def _cluster_figure(base: _Base, case: ClusterCase) -> Figure:
     metric = "first_token_tdg_ratio" if case.first_token_only else "tdg_ratio"
     ours: dict[str, dict[str, Numbers]] = {}
     for router, cluster in case.clusters.items():
-        for load in base.grid.cluster_loads:
-            per_policy = base.compare(case.figure_id, MAIN, load, case.locals, numbers=numbers, cluster=cluster,
-                                      columns={"router": router}, capacity=capacity)
+        per_load = base.compare_loads(case.figure_id, MAIN, base.grid.cluster_loads, case.locals, numbers=numbers,
+                                      cluster=cluster, columns={"router": router}, capacity=capacity)
+        for load, per_policy in per_load.items():
             for label, n in per_policy.items():
                 ours.setdefault(f"{label} + {router}", {})[f"{load:g}"] = n
     keys = [f"{load:g}" for load in base.grid.cluster_loads]
@@ -637,15 +651,20 @@ def _tiers_figure(base: _Base) -> Figure:
         "sarathi-priority": f"sarathi-priority:profile={setting.profile}",
         "vllm-fcfs": "vllm-fcfs",
     }
-    per_seed: dict[str, list[Numbers]] = {label: [] for label in policies}
+    cluster = ClusterSpec(profile=setting.profile)
+    points = []
     for seed in base.grid.seeds:
         workload = build_workload(base.spec(setting), rate_per_s=1.0, num_requests=base.grid.num_requests,
                                   seed=seed)
         workload = at_rate(workload, load * base.capacity(setting))
+        row = {"seed": seed, "load": load}
+        points += [GridPoint("beyond-tiers", workload, [policy], cluster, {"contender": label, **row})
+                   for label, policy in policies.items()]
+    runs = iter(base.ctx.run_grid(points))
+    per_seed: dict[str, list[Numbers]] = {label: [] for label in policies}
+    for _seed in base.grid.seeds:
         for label, policy in policies.items():
-            run = base.ctx.run_policies("beyond-tiers", workload, [policy], ClusterSpec(profile=setting.profile),
-                                        columns={"contender": label, "seed": seed, "load": load})[policy]
-            per_seed[label].append(_tier_numbers(run))
+            per_seed[label].append(_tier_numbers(next(runs)[policy]))
     ours = {label: medians(values) for label, values in per_seed.items()}
     names = [t.name for t in DEFAULT_TIERS]
     rows = tuple((label, *(pct(n[name]) for name in names), pct(n["all"])) for label, n in ours.items())
@@ -678,8 +697,8 @@ def _trace_figure(base: _Base) -> Figure:
     setting = Setting("your trace", spec, PROFILE)
     policies = contenders(setting.profile, base.first_token_weight(setting))
     ours: dict[str, dict[str, Numbers]] = {label: {} for label in policies}
-    for load in base.grid.cluster_loads:
-        for label, numbers in base.compare("beyond-trace", setting, load, policies).items():
+    for load, per_label in base.compare_loads("beyond-trace", setting, base.grid.cluster_loads, policies).items():
+        for label, numbers in per_label.items():
             ours[label][f"{load:g}"] = numbers
     gains = {f"{load:g}": _gain(ours, f"{load:g}", "tdg_ratio") for load in base.grid.cluster_loads}
     rows = tuple((label, load, num(n["tdg_ratio"]), pct(n["attainment"])) for label, per in ours.items()

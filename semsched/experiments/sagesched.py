@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, Table
 from semsched.experiments.numbers import medians as _medians
 from semsched.experiments.numbers import num as _num
 from semsched.experiments.numbers import pct as _pct
@@ -190,21 +190,29 @@ class _Base:
 
     def run(self, figure_id: str, workload: Workload, contender: Contender,
             columns: Mapping[str, Any] | None = None, profile: str = PROFILE, instances: int = 1) -> PolicyRun:
+        point = self.point(figure_id, workload, contender, columns, profile, instances)
+        return self.ctx.run_grid([point])[0][contender.policy]
+
+    def point(self, figure_id: str, workload: Workload, contender: Contender,
+              columns: Mapping[str, Any] | None = None, profile: str = PROFILE, instances: int = 1) -> GridPoint:
         length = parse_length_spec(contender.predictor) if contender.predictor is not None else None
         cluster = ClusterSpec(profile=profile, num_instances=instances, length_predictor=length)
         extra = {"contender": contender.label, "predictor": contender.predictor or "", **(columns or {})}
-        return self.ctx.run_policies(figure_id, workload, [contender.policy], cluster, columns=extra)[
-            contender.policy]
+        return GridPoint(figure_id, workload, [contender.policy], cluster, extra)
 
     def compare(self, figure_id: str, spec: str, rate: float, entries: Sequence[Contender],
                 columns: Mapping[str, Any] | None = None, num_requests: int | None = None) -> dict[str, Numbers]:
         """Every contender on the same requests, for each seed; the median over seeds of each number."""
-        per_seed: dict[str, list[Numbers]] = {c.label: [] for c in entries}
+        points = []
         for seed in self.grid.seeds:
             workload = self.workload(spec, rate, seed, num_requests)
+            row = {"rate_per_s": rate, "seed": seed, **(columns or {})}
+            points += [self.point(figure_id, workload, contender, row) for contender in entries]
+        runs = iter(self.ctx.run_grid(points))  # seeds x contenders, in that order
+        per_seed: dict[str, list[Numbers]] = {c.label: [] for c in entries}
+        for _seed in self.grid.seeds:
             for contender in entries:
-                row = {"rate_per_s": rate, "seed": seed, **(columns or {})}
-                run = self.run(figure_id, workload, contender, row)
+                run = next(runs)[contender.policy]
                 per_seed[contender.label].append(run_numbers(run))
                 self.last_runs[contender.label] = run
         return {label: _medians(values) for label, values in per_seed.items()}

@@ -32,7 +32,7 @@ import numpy as np
 from semsched.core.request import Request
 from semsched.core.scheduler import SchedulerConfig
 from semsched.core.tiers import DEFAULT_TIERS
-from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, Table
 from semsched.experiments.numbers import median as _median
 from semsched.experiments.numbers import num as _num
 from semsched.experiments.numbers import pct as _pct
@@ -220,10 +220,11 @@ def run_seeds(
     columns: Mapping[str, Any],
 ) -> Runs:
     """Every policy on each seed's workload, recorded under ``figure_id`` with ``columns`` and the seed."""
+    points = [GridPoint(figure_id, workload, policies, cluster, {**columns, "seed": seed})
+              for seed, workload in workloads.items()]
     runs: Runs = {policy: [] for policy in policies}
-    for seed, workload in workloads.items():
-        recorded = {**columns, "seed": seed}
-        for policy, run in ctx.run_policies(figure_id, workload, policies, cluster, columns=recorded).items():
+    for per_policy in ctx.run_grid(points):
+        for policy, run in per_policy.items():
             runs[policy].append(run)
     return runs
 

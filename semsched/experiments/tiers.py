@@ -32,7 +32,7 @@ from matplotlib.figure import Figure as PlotFigure
 
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS
-from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, Table
 from semsched.experiments.numbers import median as _median
 from semsched.experiments.numbers import ratio as _ratio
 from semsched.experiments.plots import bar_chart, policy_colours
@@ -219,11 +219,14 @@ def run_point(
 ) -> Point:
     """Every policy on each seed's workload, recorded under ``figure_id`` with the seed, rate and load."""
     point = Point({}, {policy: [] for policy in policies})
+    grid = []
     for seed, workload in workloads.items():
         rate = workload.mean_rate()
         point.rate_per_s[seed] = rate
         columns = {"workload": spec, "seed": seed, "rate_per_s": rate, "load_of_capacity": load}
-        for policy, run in ctx.run_policies(figure_id, workload, policies, cluster, columns=columns).items():
+        grid.append(GridPoint(figure_id, workload, policies, cluster, columns))
+    for per_policy in ctx.run_grid(grid):
+        for policy, run in per_policy.items():
             point.runs[policy].append(run)
     return point
 
