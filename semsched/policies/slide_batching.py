@@ -38,9 +38,10 @@ length over the mean output length of the requests seen so far (the paper's w_p:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -49,7 +50,7 @@ import numpy as np
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request, RequestState
 from semsched.latency import AnalyticLatencyModel, load_profile
-from semsched.latency.batch import BatchLatencyModel
+from semsched.latency.batch import BatchConfig, BatchLatencyModel
 from semsched.latency.correction import CorrectedEstimator, CorrectionConfig
 from semsched.latency.derive_profiles import derive_batch_profile
 from semsched.policies.params import check_float, check_int, param
@@ -119,10 +120,14 @@ class SlidePlan:
     tokens: int  # planned tokens (a decode counts one)
     running: tuple[Request, ...]  # the chosen running requests, in plan order
     chosen: tuple[tuple[str, int], ...]  # (request id, tokens) of every chosen request, in plan order
-    rank: dict[str, int]  # each unfinished request's position in the sorted queue
-    ranked: tuple[Request, ...]  # the unfinished requests in that order
+    rank: dict[str, int]  # each unfinished request's position in the sorted queue (complete: every one)
+    ranked: tuple[Request, ...]  # those requests in that order
     num_urgent: int
     num_normal: int
+    #: False for a plan made on the running requests alone (none waiting could start): ``rank`` and ``ranked``
+    #: then hold only the running ones, and ``waiting`` gives the waiting ones in order, when asked
+    complete: bool = True
+    waiting: Callable[[], Iterator[Request]] | None = None
 
 
 @functools.cache
@@ -157,6 +162,13 @@ class SlideBatching(Policy):
         cfg = self.config
         self.estimator = CorrectedEstimator(batch_model(cfg.profile), cfg.correction_config())
         self._live: dict[str, Request] = {}
+        self._seq: dict[str, int] = {}  # each live request's arrival order at this policy (the sort's last tie)
+        self._next_seq = 0
+        #: the live requests not running as far as the policy knows (arrived or preempted; those the engine has
+        #: admitted since leave at the next plan, which reads the running ones from the engine's view)
+        self._waiting: dict[str, Request] = {}
+        self._waiting_version = 0
+        self._waiting_stats: _WaitingStats | None = None
         self._plan: SlidePlan | None = None
         self._engine_budget: StepBudget | None = None  # the last one a hook was given (waiting_key has none)
         self._view: SchedulerView | None = None  # the engine's state, from the last hook that gave it
@@ -168,18 +180,33 @@ class SlideBatching(Policy):
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._live[request.request_id] = request
+        self._seq[request.request_id] = self._next_seq
+        self._next_seq += 1
+        self._waiting[request.request_id] = request
+        self._waiting_version += 1
         self._plan = None  # (several arrivals may share an instant: the next hook plans with all of them)
         self._prompt_tokens_seen += request.prompt_tokens
         self._arrivals_seen += 1
 
     def on_finish(self, request: Request, now_s: float) -> None:
-        self._live.pop(request.request_id, None)
+        self._forget(request.request_id)
         self._output_tokens_finished += request.num_output_tokens
         self._finished_seen += 1
 
     def on_leave(self, request: Request) -> None:
-        self._live.pop(request.request_id, None)
+        self._forget(request.request_id)
         self._plan = None
+
+    def on_preempt(self, request: Request, now_s: float) -> None:
+        if request.request_id in self._live:
+            self._waiting[request.request_id] = request
+            self._waiting_version += 1
+
+    def _forget(self, request_id: str) -> None:
+        self._live.pop(request_id, None)
+        self._seq.pop(request_id, None)
+        if self._waiting.pop(request_id, None) is not None:
+            self._waiting_version += 1
 
     def on_step(self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
                 duration_s: float, now_s: float) -> None:
@@ -200,13 +227,15 @@ class SlideBatching(Policy):
 
     # ---- hooks -------------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        rank = self.plan(now_s).rank.get(request.request_id)
+        rank = self._complete_plan(now_s).rank.get(request.request_id)
         return (math.inf if rank is None else float(rank), request.arrival_time_s)
 
     def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
         """The waiting requests in plan order (those chosen first): the order ``waiting_key`` gives, without
         re-keying the queue every step."""
         plan = self.plan(now_s, view.budget, view)
+        if plan.waiting is not None:
+            return plan.waiting()
         return (r for r in plan.ranked if is_waiting(r))
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
@@ -226,6 +255,8 @@ class SlideBatching(Policy):
         """Under KV pressure the request that ranks last in the current plan goes first."""
         plan = self._plan
         rank = plan.rank.get(request.request_id) if plan is not None else None
+        if rank is None and plan is not None and not plan.complete:
+            rank = self._complete_plan(plan.time_s).rank.get(request.request_id)
         return (math.inf if rank is None else float(rank), request.arrival_time_s)
 
     # ---- Algorithm 1 -------------------------------------------------------------------------------------
@@ -245,14 +276,33 @@ class SlideBatching(Policy):
             self._plan = self._make_plan(now_s)
         return self._plan
 
+    def _complete_plan(self, now_s: float) -> SlidePlan:
+        """The plan at ``now_s`` with every unfinished request ranked (a plan made on the running requests
+        alone is made again on all of them: the same choice, the waiting requests' ranks added)."""
+        plan = self.plan(now_s)
+        if not plan.complete:
+            plan = self._plan = self._full_plan(now_s)
+        return plan
+
     def _unfinished(self) -> list[Request]:
         live = self._live
         ended = [i for i, r in live.items() if r.state.is_terminal]
         for request_id in ended:  # rejected, dropped or aborted requests end without on_finish
-            del live[request_id]
+            self._forget(request_id)
         return list(live.values())
 
     def _make_plan(self, now_s: float) -> SlidePlan:
+        view = self._view
+        if view is not None:
+            try:
+                plan = self._running_plan(now_s, view)
+            except _NeedsFullPlan:
+                plan = None
+            if plan is not None:
+                return plan
+        return self._full_plan(now_s)
+
+    def _full_plan(self, now_s: float) -> SlidePlan:
         requests = self._unfinished()
         if not requests:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
@@ -276,6 +326,141 @@ class SlideBatching(Policy):
             ranked=tuple(requests[i] for i in ranked),
             num_urgent=int(urgent.sum()), num_normal=int(len(requests) - urgent.sum()),
         )
+
+    def _running_plan(self, now_s: float, view: SchedulerView) -> SlidePlan | None:
+        """The plan of :meth:`_full_plan`, made on the running requests alone when no waiting request can be in
+        it (no sequence slot is free, or none's whole sequence fits the blocks it may take), so a step costs
+        O(running + log waiting), not a walk over the queue. What the waiting requests add to it comes from
+        :class:`_WaitingStats` (kept while the waiting set does not change): the nearest deadline and smallest
+        TPOT SLO exactly, and the URGENT threshold's sum of costs within a bound on its rounding; when a request's
+        ``remain`` lies within that bound of the threshold (or a case only the full plan covers comes up), None
+        or :class:`_NeedsFullPlan`: the full plan decides. None when this shortcut does not apply."""
+        cfg = self.config
+        if cfg.order == "slide" and cfg.phi != "aggressive":
+            return None
+        if not hasattr(view, "running_requests"):
+            return None  # a partial view (a test's): only the full plan, which reads each request's state
+        running = view.running_requests()
+        if not running or not self._sync_waiting(running, view):
+            return None
+        stats = self._current_waiting_stats(view.block_size)
+        seq = self._seq
+        requests = sorted(running, key=lambda r: seq[r.request_id])  # the full plan's index order, restricted
+        queue = _Queue.of(requests, self, now_s)
+        budget_s = self._budget_s_with(queue, stats, now_s)
+        beta = self.estimator.beta
+        if stats.size and not beta * stats.min_cost_s >= 1e-9:
+            return None  # a waiting cost floored at 1e-9: the sum below would not be beta times theirs
+        urgent, threshold_s, num_urgent_waiting = self._urgent_with(queue, stats, budget_s, now_s)
+        order = _sorted(queue, urgent)
+        engine = self._engine_budget
+        seqs_left = engine.max_num_seqs if engine is not None else 2**31
+        room = _StartRoom(queue, view, seqs_left)
+        if stats.size and not room.shuts_out(stats):
+            return None
+        chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
+        chosen = self._cut_last(requests, chosen)
+        running_chosen = [requests[i] for i, _ in chosen]  # (all running: a cut prompt takes no waiting tokens)
+        first = [i for i, _ in chosen]
+        taken = set(first)
+        ranked = first + [i for i in order.tolist() if i not in taken]
+        rank = {requests[i].request_id: position for position, i in enumerate(ranked)}
+        num_urgent = int(urgent.sum()) + num_urgent_waiting
+        size = queue.size + stats.size
+        return SlidePlan(
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
+            running=tuple(running_chosen), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
+            rank=rank, ranked=tuple(requests[i] for i in ranked), num_urgent=num_urgent,
+            num_normal=size - num_urgent, complete=False,
+            waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
+        )
+
+    def _sync_waiting(self, running: Sequence[Request], view: SchedulerView) -> bool:
+        """Bring the waiting set up to date with the engine's running requests; False when the two do not add
+        up to the live requests (then the full plan, which reads every request's state, decides)."""
+        live, waiting = self._live, self._waiting
+        for request in running:
+            request_id = request.request_id
+            if request_id not in live:
+                return False
+            if waiting.pop(request_id, None) is not None:
+                self._waiting_version += 1
+        if len(waiting) + len(running) == len(live) and len(waiting) == view.num_waiting:
+            return True
+        self._unfinished()  # requests ended without on_finish (aborted, dropped) leave
+        waiting = self._waiting
+        return len(waiting) + len(running) == len(self._live) and len(waiting) == view.num_waiting
+
+    def _current_waiting_stats(self, block_size: int) -> _WaitingStats:
+        stats = self._waiting_stats
+        if stats is None or stats.version != self._waiting_version or stats.block_size != block_size:
+            stats = self._waiting_stats = _WaitingStats.of(self, block_size)
+        return stats
+
+    def _budget_s_with(self, queue: _Queue, stats: _WaitingStats, now_s: float) -> float:
+        """:meth:`_budget_s` of the whole queue: the running requests' ``queue`` and the waiting ``stats``."""
+        cfg = self.config
+        budget_s = float(queue.remain.min())
+        if stats.size:
+            budget_s = min(budget_s, stats.deadlines_s[0] - now_s)  # (x - now is monotone in x)
+        if cfg.max_budget_ms is not None:
+            budget_s = min(budget_s, cfg.max_budget_ms / 1e3)
+        if cfg.eta_ms is not None:
+            eta_s = cfg.eta_ms / 1e3
+        else:
+            tpot = min(float(queue.tpot_s.min()), stats.min_tpot_s)
+            eta_s = tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
+        return max(budget_s, eta_s)
+
+    def _urgent_with(self, queue: _Queue, stats: _WaitingStats, budget_s: float,
+                     now_s: float) -> tuple[np.ndarray, float, int]:
+        """:meth:`_urgent` of the whole queue: the running requests' flags, the threshold ``remain`` is held
+        against (nan: none urgent, -inf: all) and how many waiting requests are URGENT."""
+        cfg = self.config
+        if cfg.order != "slide":
+            every = cfg.order == "density"
+            return np.full(queue.size, every), (math.inf if every else math.nan), stats.size if every else 0
+        t_c = self.estimator.t_c
+        scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
+        if math.isinf(budget_s):
+            scale = 1.0
+        # the full plan's sum runs over every request in its own order: this one is equal up to rounding, so a
+        # request within the rounding bound of the threshold is left to the full plan
+        total_s = float(queue.exec_s.sum()) + self.estimator.beta * stats.cost_s
+        threshold_s = cfg.gamma * (scale * total_s)
+        if math.isinf(scale) or threshold_s == 0.0:
+            slack_s = 0.0  # the threshold is exact: inf, nan or 0 whatever the sum
+        else:
+            slack_s = abs(threshold_s) * (8 * (queue.size + stats.size + 16) * 2.0**-53)
+        with np.errstate(invalid="ignore"):
+            urgent: np.ndarray = queue.remain < threshold_s
+            if slack_s and np.any(np.abs(queue.remain - threshold_s) <= slack_s):
+                raise _NeedsFullPlan
+        num_urgent = stats.count_remain_below(threshold_s, now_s)
+        if slack_s and stats.count_remain_below(threshold_s - slack_s, now_s) != \
+                stats.count_remain_at_most(threshold_s + slack_s, now_s):
+            raise _NeedsFullPlan
+        return urgent, threshold_s, num_urgent
+
+    def _waiting_in_order(self, stats: _WaitingStats, now_s: float, threshold_s: float) -> Iterator[Request]:
+        """The waiting requests of a running-only plan in the full plan's order (URGENT by density, then by
+        deadline), sorted when first asked for: the core asks only when it has tokens left to admit with."""
+        if not stats.size:
+            return
+        with np.errstate(invalid="ignore"):
+            remain = stats.deadlines_unsorted_s - now_s
+            urgent = remain < threshold_s
+        if self.config.order != "slide":
+            urgent = np.full(stats.size, self.config.order == "density")
+        exec_s = np.maximum(self.estimator.beta * stats.costs_s, 1e-9)
+        token_weight = np.where(stats.outputs == 0, self.first_token_weight(), 1.0)
+        density = token_weight * stats.priority_weights / exec_s
+        secondary = np.where(urgent, -density, remain)
+        order = np.lexsort((stats.seqs, stats.arrival_s, secondary, ~urgent))
+        for i in order.tolist():
+            request = stats.requests[i]
+            if is_waiting(request):
+                yield request
 
     @staticmethod
     def _is_cut(requests: list[Request], item: tuple[int, int]) -> bool:
@@ -328,8 +513,8 @@ class SlideBatching(Policy):
             urgent: np.ndarray = queue.remain < cfg.gamma * phi
         return urgent
 
-    def _fill(self, requests: list[Request], queue: _Queue, order: np.ndarray,
-              budget_s: float) -> tuple[list[tuple[int, int]], float]:
+    def _fill(self, requests: list[Request], queue: _Queue, order: np.ndarray, budget_s: float,
+              room: _StartRoom | None = None) -> tuple[list[tuple[int, int]], float]:
         """Lines 14-18: take requests in order from t_c until the time budget (and the engine's token budget
         and sequence cap) is spent; a prompt takes the largest chunk that fits (GETMAXCHUNK)."""
         engine = self._engine_budget
@@ -339,7 +524,9 @@ class SlideBatching(Policy):
             budget_s = math.inf
         estimated_s = self.estimator.t_c
         chosen: list[tuple[int, int]] = []
-        room = _StartRoom(queue, self._view, seqs_left)
+        partial = room is not None  # the queue holds the running requests only
+        if room is None:
+            room = _StartRoom(queue, self._view, seqs_left)
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         for i in order.tolist():
             if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
@@ -369,6 +556,8 @@ class SlideBatching(Policy):
         if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
             i = next((j for j in order.tolist() if queue.started[j] or room.admits(j, requests[j])), int(order[0]))
             request = requests[i]
+            if partial and queue.prefill[i]:
+                raise _NeedsFullPlan  # the overrun chunk reads every request's deadline
             tokens = 1 if not queue.prefill[i] else self._overrun_chunk(request, queue, tokens_left)
             chosen.append((i, tokens))
             estimated_s += float(queue.exec_s[i]) if not queue.prefill[i] else \
@@ -444,31 +633,100 @@ class _Queue:
     computed: np.ndarray
 
     @classmethod
-    def of(cls, requests: list[Request], policy: SlideBatching, now_s: float) -> _Queue:
+    def of(cls, requests: Sequence[Request], policy: SlideBatching, now_s: float) -> _Queue:
         n = len(requests)
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
         prompt = np.fromiter((r.prompt_tokens for r in requests), np.float64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
-        uncomputed = prompt + outputs - computed
-        prefill = (uncomputed > 1) | (computed < prompt)
         estimator = policy.estimator
-        config, beta = estimator.model.config, estimator.beta
-        prefill_s = (config.a_p * uncomputed**2 + config.b_p * uncomputed * computed + config.c_p * uncomputed
-                     + config.d_p)
-        decode_s = config.a_d * computed + config.b_d
-        exec_s = beta * np.where(prefill, prefill_s, decode_s)
+        prefill, cost_s = _costs(computed, prompt, outputs, estimator.model.config)
+        exec_s = estimator.beta * cost_s
         exec_s = np.maximum(exec_s, 1e-9)  # a fitted model may price a tiny step at zero or less
-        arrival_s = np.fromiter((r.arrival_time_s for r in requests), np.float64, n)
-        ttft_s = np.fromiter((math.inf if r.ttft_slo_s is None else r.ttft_slo_s for r in requests), np.float64, n)
-        tpot_s = np.fromiter((math.inf if r.tpot_slo_s is None else r.tpot_slo_s for r in requests), np.float64, n)
-        with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
-            offset_s = np.where(outputs > 0, outputs * tpot_s, 0.0)
-        remain = arrival_s + ttft_s + offset_s - now_s
+        arrival_s, tpot_s, deadline_s = _deadlines(requests, outputs)
+        remain = deadline_s - now_s
         priority_weight = np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n)
         token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
         density = token_weight * priority_weight / exec_s
         started = np.fromiter((r.state is RequestState.RUNNING for r in requests), bool, n)
         return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s, started, prompt + outputs, computed)
+
+
+def _costs(computed: np.ndarray, prompt: np.ndarray, outputs: np.ndarray,
+           config: BatchConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's next work (prefill or not) and its cost in the base model, before the correction beta."""
+    uncomputed = prompt + outputs - computed
+    prefill = (uncomputed > 1) | (computed < prompt)
+    prefill_s = (config.a_p * uncomputed**2 + config.b_p * uncomputed * computed + config.c_p * uncomputed
+                 + config.d_p)
+    decode_s = config.a_d * computed + config.b_d
+    return prefill, np.where(prefill, prefill_s, decode_s)
+
+
+def _deadlines(requests: Sequence[Request], outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival, TPOT SLO (inf: none) and the next token's deadline (eq. 3) of each request."""
+    n = len(requests)
+    arrival_s = np.fromiter((r.arrival_time_s for r in requests), np.float64, n)
+    ttft_s = np.fromiter((math.inf if r.ttft_slo_s is None else r.ttft_slo_s for r in requests), np.float64, n)
+    tpot_s = np.fromiter((math.inf if r.tpot_slo_s is None else r.tpot_slo_s for r in requests), np.float64, n)
+    with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
+        offset_s = np.where(outputs > 0, outputs * tpot_s, 0.0)
+    return arrival_s, tpot_s, arrival_s + ttft_s + offset_s
+
+
+class _NeedsFullPlan(Exception):
+    """A running-only plan met a case it cannot decide exactly: the full plan decides."""
+
+
+@dataclass(frozen=True, slots=True)
+class _WaitingStats:
+    """What the waiting requests add to a plan while none of them can be in it, kept until the waiting set
+    changes (their deadlines and costs do not move while they wait; only ``now`` and beta do)."""
+
+    version: int
+    block_size: int
+    size: int
+    requests: tuple[Request, ...]
+    deadlines_s: list[float]  # ascending
+    deadlines_unsorted_s: np.ndarray  # in ``requests`` order, as the arrays below
+    arrival_s: np.ndarray
+    seqs: np.ndarray
+    outputs: np.ndarray
+    costs_s: np.ndarray  # base-model cost of the next work (exec_s is beta times it)
+    priority_weights: np.ndarray
+    cost_s: float  # their sum
+    min_cost_s: float
+    min_tpot_s: float
+    min_blocks: dict[int, tuple[int, Request]]  # per priority: the fewest blocks a whole sequence needs, and whose
+
+    @classmethod
+    def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
+        requests = tuple(policy._waiting.values())
+        n = len(requests)
+        computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
+        prompt = np.fromiter((r.prompt_tokens for r in requests), np.float64, n)
+        outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
+        _prefill, costs_s = _costs(computed, prompt, outputs, policy.estimator.model.config)
+        arrival_s, tpot_s, deadline_s = _deadlines(requests, outputs)
+        seqs = np.fromiter((policy._seq[r.request_id] for r in requests), np.int64, n)
+        weights = np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n)
+        min_blocks: dict[int, tuple[int, Request]] = {}
+        for request in requests:
+            blocks = -(-(request.prompt_tokens + request.num_output_tokens) // block_size)
+            best = min_blocks.get(request.priority)
+            if best is None or blocks < best[0]:
+                min_blocks[request.priority] = (blocks, request)
+        return cls(
+            policy._waiting_version, block_size, n, requests, np.sort(deadline_s).tolist(), deadline_s, arrival_s,
+            seqs, outputs, costs_s, weights, float(costs_s.sum()) if n else 0.0,
+            float(costs_s.min()) if n else math.inf, float(tpot_s.min()) if n else math.inf, min_blocks,
+        )
+
+    def count_remain_below(self, threshold_s: float, now_s: float) -> int:
+        """How many have ``deadline - now < threshold_s`` (``deadline - now`` is monotone in the deadline)."""
+        return bisect.bisect_left(self.deadlines_s, threshold_s, key=lambda d: d - now_s)
+
+    def count_remain_at_most(self, threshold_s: float, now_s: float) -> int:
+        return bisect.bisect_right(self.deadlines_s, threshold_s, key=lambda d: d - now_s)
 
 
 class _StartRoom:
@@ -506,6 +764,21 @@ class _StartRoom:
         if available is None:
             available = self._available[request.priority] = self._view.available_blocks(request, admission=True)
         return int(self._whole_blocks[index]) <= available - self._committed
+
+    def shuts_out(self, stats: _WaitingStats) -> bool:
+        """Whether no waiting request (``stats``) may start in this plan: no sequence slot is free, or none's
+        whole sequence fits the blocks its priority may take (the plan's commitments only grow)."""
+        if self._free_slots <= 0:
+            return True
+        if self._view is None:
+            return False
+        for priority, (blocks, request) in stats.min_blocks.items():
+            available = self._available.get(priority)
+            if available is None:
+                available = self._available[priority] = self._view.available_blocks(request, admission=True)
+            if blocks <= available - self._committed:
+                return False
+        return True
 
     def take(self, index: int) -> None:
         """Request ``index`` is in the plan: one not yet running takes a slot and commits its whole sequence."""
