@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from semsched.core.errors import SemschedError
 from semsched.core.plan import BatchPlan, StepResult
@@ -70,6 +71,7 @@ class Executor(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # SpeculativeExecutor (semsched.sim.speculative) extends it
 class ModelExecutor:
     """An engine as a latency model: a step's engine time is the request intake charged since the last step
     (``overheads.arrival_s`` per accepted arrival, plus ``idle_wakeup_s`` for one that found the engine idle),
