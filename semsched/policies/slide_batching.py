@@ -169,6 +169,7 @@ class SlideBatching(Policy):
         self._waiting: dict[str, Request] = {}
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
+        self._running_cache: tuple[tuple[int, ...], list[Request], _Static] | None = None
         self._plan: SlidePlan | None = None
         self._engine_budget: StepBudget | None = None  # the last one a hook was given (waiting_key has none)
         self._view: SchedulerView | None = None  # the engine's state, from the last hook that gave it
@@ -311,7 +312,7 @@ class SlideBatching(Policy):
         urgent = self._urgent(queue, budget_s)
         order = _sorted(queue, urgent)
         chosen, estimated_s = self._fill(requests, queue, order, budget_s)
-        chosen = self._cut_last(requests, chosen)
+        chosen = self._cut_last(requests, chosen, queue.prefill)
         running = [requests[i] for i, _ in chosen if requests[i].state is RequestState.RUNNING]
         if len(running) < len(chosen) and running and self._is_cut(requests, chosen[-1]) \
                 and requests[chosen[-1][0]].state is RequestState.RUNNING:
@@ -344,9 +345,11 @@ class SlideBatching(Policy):
         if not running or not self._sync_waiting(running, view):
             return None
         stats = self._current_waiting_stats(view.block_size)
-        seq = self._seq
-        requests = sorted(running, key=lambda r: seq[r.request_id])  # the full plan's index order, restricted
-        queue = _Queue.of(requests, self, now_s)
+        requests, static = self._running_static(running)
+        n = len(requests)
+        computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
+        outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
+        queue = _Queue.build(static, computed, outputs, np.ones(n, dtype=bool), self, now_s)
         budget_s = self._budget_s_with(queue, stats, now_s)
         beta = self.estimator.beta
         if stats.size and not beta * stats.min_cost_s >= 1e-9:
@@ -359,7 +362,7 @@ class SlideBatching(Policy):
         if stats.size and not room.shuts_out(stats):
             return None
         chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
-        chosen = self._cut_last(requests, chosen)
+        chosen = self._cut_last(requests, chosen, queue.prefill)
         running_chosen = [requests[i] for i, _ in chosen]  # (all running: a cut prompt takes no waiting tokens)
         first = [i for i, _ in chosen]
         taken = set(first)
@@ -374,6 +377,17 @@ class SlideBatching(Policy):
             num_normal=size - num_urgent, complete=False,
             waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
         )
+
+    def _running_static(self, running: Sequence[Request]) -> tuple[Sequence[Request], _Static]:
+        """The running requests in the full plan's index order (arrival at this policy), and their static
+        columns, kept while the running set does not change."""
+        key = tuple(map(id, running))
+        cached = self._running_cache
+        if cached is None or cached[0] != key:
+            seq = self._seq
+            ordered = sorted(running, key=lambda r: seq[r.request_id])
+            cached = self._running_cache = (key, ordered, _Static.of(ordered, self))
+        return cached[1], cached[2]
 
     def _sync_waiting(self, running: Sequence[Request], view: SchedulerView) -> bool:
         """Bring the waiting set up to date with the engine's running requests; False when the two do not add
@@ -463,15 +477,20 @@ class SlideBatching(Policy):
                 yield request
 
     @staticmethod
-    def _is_cut(requests: list[Request], item: tuple[int, int]) -> bool:
+    def _is_cut(requests: Sequence[Request], item: tuple[int, int]) -> bool:
         index, tokens = item
         return tokens < requests[index].num_uncomputed_tokens and requests[index].num_uncomputed_tokens > 1
 
-    def _cut_last(self, requests: list[Request], chosen: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    def _cut_last(self, requests: Sequence[Request], chosen: list[tuple[int, int]],
+                  prefill: np.ndarray) -> list[tuple[int, int]]:
         """The core gives a request ``min(uncomputed, tokens left)``: a prompt cut by GETMAXCHUNK must come last,
-        or it takes the tokens planned for those after it (decodes that still fitted the budget)."""
-        cut = [item for item in chosen if self._is_cut(requests, item)]
-        return [item for item in chosen if not self._is_cut(requests, item)] + cut
+        or it takes the tokens planned for those after it (decodes that still fitted the budget). Only a
+        request in its prompt (``prefill``) can be cut."""
+        flags = prefill.tolist()
+        cut = [item for item in chosen if flags[item[0]] and self._is_cut(requests, item)]
+        if not cut:
+            return chosen
+        return [item for item in chosen if item not in cut] + cut
 
     def _budget_s(self, queue: _Queue) -> float:
         """t_budget = max(min remain, η), capped by ``max_budget_ms``; inf when nothing has a deadline."""
@@ -513,7 +532,7 @@ class SlideBatching(Policy):
             urgent: np.ndarray = queue.remain < cfg.gamma * phi
         return urgent
 
-    def _fill(self, requests: list[Request], queue: _Queue, order: np.ndarray, budget_s: float,
+    def _fill(self, requests: Sequence[Request], queue: _Queue, order: np.ndarray, budget_s: float,
               room: _StartRoom | None = None) -> tuple[list[tuple[int, int]], float]:
         """Lines 14-18: take requests in order from t_c until the time budget (and the engine's token budget
         and sequence cap) is spent; a prompt takes the largest chunk that fits (GETMAXCHUNK)."""
@@ -528,18 +547,20 @@ class SlideBatching(Policy):
         if room is None:
             room = _StartRoom(queue, self._view, seqs_left)
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
-        for i in order.tolist():
+        started, prefill, exec_s = queue.started.tolist(), queue.prefill.tolist(), queue.exec_s.tolist()
+        order_list = order.tolist()
+        for i in order_list:
             if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
                 break
-            if not queue.started[i] and not room.admits(i, requests[i]):
+            if not started[i] and not room.admits(i, requests[i]):
                 continue  # the KV cache could not hold its whole prompt beside the prompts already started
             left_s = budget_s - estimated_s
-            if not queue.prefill[i]:
-                if queue.exec_s[i] > left_s:
+            if not prefill[i]:
+                if exec_s[i] > left_s:
                     continue
                 room.take(i)
                 chosen.append((i, 1))
-                estimated_s += float(queue.exec_s[i])
+                estimated_s += exec_s[i]
                 tokens_left -= 1
                 seqs_left -= 1
                 continue
@@ -554,13 +575,13 @@ class SlideBatching(Policy):
             tokens_left -= tokens
             seqs_left -= 1
         if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
-            i = next((j for j in order.tolist() if queue.started[j] or room.admits(j, requests[j])), int(order[0]))
+            i = next((j for j in order_list if started[j] or room.admits(j, requests[j])), order_list[0])
             request = requests[i]
-            if partial and queue.prefill[i]:
+            if partial and prefill[i]:
                 raise _NeedsFullPlan  # the overrun chunk reads every request's deadline
-            tokens = 1 if not queue.prefill[i] else self._overrun_chunk(request, queue, tokens_left)
+            tokens = 1 if not prefill[i] else self._overrun_chunk(request, queue, tokens_left)
             chosen.append((i, tokens))
-            estimated_s += float(queue.exec_s[i]) if not queue.prefill[i] else \
+            estimated_s += exec_s[i] if not prefill[i] else \
                 self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
         return chosen, estimated_s
 
@@ -636,19 +657,47 @@ class _Queue:
     def of(cls, requests: Sequence[Request], policy: SlideBatching, now_s: float) -> _Queue:
         n = len(requests)
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
-        prompt = np.fromiter((r.prompt_tokens for r in requests), np.float64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
+        started = np.fromiter((r.state is RequestState.RUNNING for r in requests), bool, n)
+        return cls.build(_Static.of(requests, policy), computed, outputs, started, policy, now_s)
+
+    @classmethod
+    def build(cls, static: _Static, computed: np.ndarray, outputs: np.ndarray, started: np.ndarray,
+              policy: SlideBatching, now_s: float) -> _Queue:
         estimator = policy.estimator
-        prefill, cost_s = _costs(computed, prompt, outputs, estimator.model.config)
+        prefill, cost_s = _costs(computed, static.prompt, outputs, estimator.model.config)
         exec_s = estimator.beta * cost_s
         exec_s = np.maximum(exec_s, 1e-9)  # a fitted model may price a tiny step at zero or less
-        arrival_s, tpot_s, deadline_s = _deadlines(requests, outputs)
-        remain = deadline_s - now_s
-        priority_weight = np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n)
+        remain = _deadlines(static, outputs) - now_s
         token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
-        density = token_weight * priority_weight / exec_s
-        started = np.fromiter((r.state is RequestState.RUNNING for r in requests), bool, n)
-        return cls(n, prefill, exec_s, remain, density, arrival_s, tpot_s, started, prompt + outputs, computed)
+        density = token_weight * static.priority_weights / exec_s
+        return cls(static.size, prefill, exec_s, remain, density, static.arrival_s, static.tpot_s, started,
+                   static.prompt + outputs, computed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Static:
+    """The columns of a set of requests that do not change while they are in it."""
+
+    ids: tuple[int, ...]  # id() of each request, to tell whether a set is the same
+    size: int
+    prompt: np.ndarray
+    arrival_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    priority_weights: np.ndarray
+
+    @classmethod
+    def of(cls, requests: Sequence[Request], policy: SlideBatching) -> _Static:
+        n = len(requests)
+        return cls(
+            tuple(map(id, requests)), n,
+            np.fromiter((r.prompt_tokens for r in requests), np.float64, n),
+            np.fromiter((r.arrival_time_s for r in requests), np.float64, n),
+            np.fromiter((math.inf if r.ttft_slo_s is None else r.ttft_slo_s for r in requests), np.float64, n),
+            np.fromiter((math.inf if r.tpot_slo_s is None else r.tpot_slo_s for r in requests), np.float64, n),
+            np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n),
+        )
 
 
 def _costs(computed: np.ndarray, prompt: np.ndarray, outputs: np.ndarray,
@@ -662,15 +711,12 @@ def _costs(computed: np.ndarray, prompt: np.ndarray, outputs: np.ndarray,
     return prefill, np.where(prefill, prefill_s, decode_s)
 
 
-def _deadlines(requests: Sequence[Request], outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Arrival, TPOT SLO (inf: none) and the next token's deadline (eq. 3) of each request."""
-    n = len(requests)
-    arrival_s = np.fromiter((r.arrival_time_s for r in requests), np.float64, n)
-    ttft_s = np.fromiter((math.inf if r.ttft_slo_s is None else r.ttft_slo_s for r in requests), np.float64, n)
-    tpot_s = np.fromiter((math.inf if r.tpot_slo_s is None else r.tpot_slo_s for r in requests), np.float64, n)
+def _deadlines(static: _Static, outputs: np.ndarray) -> np.ndarray:
+    """Each request's next token's deadline (eq. 3): arrival + TTFT SLO + outputs·TPOT SLO."""
     with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
-        offset_s = np.where(outputs > 0, outputs * tpot_s, 0.0)
-    return arrival_s, tpot_s, arrival_s + ttft_s + offset_s
+        offset_s = np.where(outputs > 0, outputs * static.tpot_s, 0.0)
+    deadline_s: np.ndarray = static.arrival_s + static.ttft_s + offset_s
+    return deadline_s
 
 
 class _NeedsFullPlan(Exception):
@@ -702,13 +748,13 @@ class _WaitingStats:
     def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
         requests = tuple(policy._waiting.values())
         n = len(requests)
+        static = _Static.of(requests, policy)
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
-        prompt = np.fromiter((r.prompt_tokens for r in requests), np.float64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
-        _prefill, costs_s = _costs(computed, prompt, outputs, policy.estimator.model.config)
-        arrival_s, tpot_s, deadline_s = _deadlines(requests, outputs)
+        _prefill, costs_s = _costs(computed, static.prompt, outputs, policy.estimator.model.config)
+        deadline_s = _deadlines(static, outputs)
         seqs = np.fromiter((policy._seq[r.request_id] for r in requests), np.int64, n)
-        weights = np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n)
+        arrival_s, tpot_s, weights = static.arrival_s, static.tpot_s, static.priority_weights
         min_blocks: dict[int, tuple[int, Request]] = {}
         for request in requests:
             blocks = -(-(request.prompt_tokens + request.num_output_tokens) // block_size)
