@@ -625,18 +625,30 @@ class Scheduler:
         request.finish_time_s = now_s
 
     # ---- fast-forward ------------------------------------------------------------------------------------
-    def steady_decode_steps(self, plan: BatchPlan, limit: int) -> int:
+    def steady_decode_steps(self, plan: BatchPlan, limit: int, accepted: np.ndarray | None = None) -> int:
         """How many consecutive steps (this plan's included, at most ``limit``) would repeat ``plan``'s
         decode-only batch unchanged: it serves every running request, nobody finishes before the last of them, no
         block runs out, and either nothing waits or the policy is stable between events. Returns 1 when the plan
-        cannot be fast-forwarded."""
-        if limit <= 1 or not plan.is_pure_decode or self.config.num_lookahead_tokens:
-            return 1  # (with speculation the executor decides how many tokens a step emits)
+        cannot be fast-forwarded.
+
+        With speculative decoding (``num_lookahead_tokens``) a step is a verification round whose yield the
+        executor knows ahead (each request's acceptance is its own log or its own seeded draws): ``accepted``
+        holds the tokens each decode (a column, in ``plan.decode``'s order) would emit in each of the next rounds
+        (a row). Without it, or when the policy picks its running requests itself (``running_order``), such a plan
+        is not fast-forwarded."""
+        if limit <= 1 or not plan.is_pure_decode:
+            return 1
+        if accepted is None and self.config.num_lookahead_tokens:
+            return 1  # (the executor decides how many tokens a round emits)
         if len(self._waiting) and not self.policy.stable_between_events:
             return 1
         requests = plan.decode
         if len(requests) != len(self._running):
             return 1  # a running request left out of this step (held back, out of budget) may run in the next
+        if accepted is not None:
+            if self.policy.uses_hook("running_order"):
+                return 1  # its order of each round is its own (update_steady replays the default one)
+            return self._steady_rounds(requests, accepted[:limit])
 
         # requests may finish only in the last step of a stretch (update_steady finishes them then)
         steps = min(limit, min(r.target_output_tokens - r.num_output_tokens for r in requests))
@@ -649,9 +661,7 @@ class Scheduler:
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.int64, len(requests))
         block_size = self.block_size
         held = -(-(computed + 1) // block_size)
-        free = self.kv.num_free_gpu_blocks
-        if self.kv.reservations:  # each request may see fewer blocks; bound the total by the tightest
-            free = min(self.kv.available_for(r, admission=False) for r in requests)
+        free = self._free_blocks_for(requests)
 
         def demand(k: int) -> int:  # extra blocks held after step k (1-based) beyond step 1's
             return int((-(-(computed + k) // block_size) - held).sum())
@@ -667,9 +677,38 @@ class Scheduler:
                 hi = mid
         return lo
 
-    def update_steady(self, plan: BatchPlan, end_times_s: Sequence[float]) -> None:
+    def _steady_rounds(self, requests: list[Request], accepted: np.ndarray) -> int:
+        """Speculative rounds (at most ``len(accepted)``) before any request reaches its target (it may in the
+        last round) while each round finds the blocks of its decodes' lookahead."""
+        num = len(requests)
+        emitted = np.cumsum(accepted, axis=0)  # row j: tokens each request has emitted after round j + 1
+        remaining = np.fromiter((r.target_output_tokens - r.num_output_tokens for r in requests), np.int64, num)
+        # the round in which each request reaches its target: the rounds before it, plus one
+        steps = min(len(accepted), int((emitted < remaining).sum(axis=0).min()) + 1)
+        if steps <= 1:
+            return 1
+        # round j >= 2 is scheduled with rounds 1 .. j-1's tokens computed and reserves 1 + lookahead slots
+        computed = np.fromiter((r.num_computed_tokens for r in requests), np.int64, num)
+        held = np.fromiter((self.kv.gpu_blocks_of(r) for r in requests), np.int64, num)
+        slots = computed + emitted[: steps - 1] + (1 + self.config.num_lookahead_tokens)
+        demand = np.maximum(-(-slots // self.block_size) - held, 0).sum(axis=1)  # non-decreasing
+        return 1 + int(np.searchsorted(demand, self._free_blocks_for(requests), side="right"))
+
+    def _free_blocks_for(self, requests: list[Request]) -> int:
+        """Free blocks every one of ``requests`` may grow into (bounded by the tightest under reservations)."""
+        if self.kv.reservations:
+            return min(self.kv.available_for(r, admission=False) for r in requests)
+        return self.kv.num_free_gpu_blocks
+
+    def update_steady(
+        self, plan: BatchPlan, end_times_s: Sequence[float], accepted: np.ndarray | None = None
+    ) -> None:
         """Apply ``len(end_times_s)`` repetitions of decode-only ``plan`` (as checked by
-        :meth:`steady_decode_steps`): identical to calling schedule/update that many times."""
+        :meth:`steady_decode_steps`, with the same ``accepted`` for speculative rounds): identical to calling
+        schedule/update that many times."""
+        if accepted is not None:
+            self._update_rounds(plan, end_times_s, accepted)
+            return
         count = len(end_times_s)
         first_step = self.timeline.extend(end_times_s)
         now_s = end_times_s[-1]
@@ -695,6 +734,55 @@ class Scheduler:
         for index, end_s in enumerate(end_times_s):
             self._on_step([], num_decode, context + index * num_decode, end_s - start_s, end_s)
             start_s = end_s
+
+    def _update_rounds(self, plan: BatchPlan, end_times_s: Sequence[float], accepted: np.ndarray) -> None:
+        """Speculative rounds of ``plan``, each as schedule() and update() would apply it: the running list
+        re-sorted before each round (unless its order is static), ``on_step``, then each decode's tokens in that
+        order (one timeline step per round, ``on_tokens`` per round). The blocks rounds 2.. reserve are taken
+        at once before the last round (only their count matters)."""
+        count = len(end_times_s)
+        first_step = self.timeline.extend(end_times_s)
+        columns = accepted[:count].T.tolist()
+        yields = {id(request): column for request, column in zip(plan.decode, columns, strict=True)}
+        resort = not (self._running_sorted and self._static_victim_order)
+        order, context, start_s = plan.decode, plan.decode_context_tokens, plan.time_s
+        finished: list[Request] = []
+        for index, end_s in enumerate(end_times_s):
+            if index and resort:
+                self._running.sort(key=self.policy.victim_key)
+                order = self._running
+            if index == count - 1 and index:
+                slots = 1 + self.config.num_lookahead_tokens
+                for request in order:
+                    self.kv.try_allocate(request, slots)  # (steady_decode_steps checked that they fit)
+            if self._on_step is not None:
+                self._on_step([], len(order), context, end_s - start_s, end_s)
+            context += self._emit_round(order, yields, index, first_step + index, end_s, finished)
+            start_s = end_s
+        if finished:
+            self._finish(finished, end_times_s[-1])
+
+    def _emit_round(self, order: list[Request], yields: dict[int, list[int]], index: int, step_index: int,
+                    end_s: float, finished: list[Request]) -> int:
+        """Round ``index`` of a stretch for each decode in ``order`` (its tokens share one timeline step, as in
+        :meth:`_update_speculative_decodes`); returns the tokens emitted."""
+        timeline, on_tokens = self.timeline, self._on_tokens
+        emitted = 0
+        for request in order:
+            left = request.target_output_tokens - request.num_output_tokens
+            count = yields[id(request)][index]
+            if count > left:
+                count = left
+            request.num_computed_tokens += count
+            request.num_output_tokens += count
+            for _ in range(count):
+                request.record_tokens(timeline, step_index, 1)
+            if on_tokens is not None:
+                on_tokens(request, count, end_s)
+            if count == left:
+                finished.append(request)
+            emitted += count
+        return emitted
 
 
 def static_victim_order(policy: Policy) -> bool:

@@ -37,9 +37,12 @@ sorted by time, and its length is the cluster's step count).
 Fast-forward: a decode-only plan that nothing will disturb (no arrival, no finish, no block exhaustion, a policy
 whose decisions do not drift; see :meth:`Scheduler.steady_decode_steps`) is executed for many steps in one
 event (:meth:`Executor.execute_repeated`), with the step end times accumulated left to right exactly as the
-per-step loop adds them, so both modes produce bit-identical metrics. In a PD cluster a stretch also ends before
-the end of any prefill step in flight (a hand-off reads the decode instances' free blocks) and before any KV
-transfer in flight lands.
+per-step loop adds them, so both modes produce bit-identical metrics. With speculative decoding the stretch is
+one of verification rounds: each request's rounds are its own log or seeded draws, so the executor reads their
+yields ahead (:meth:`Executor.accepted_rounds`), the scheduler ends the stretch at the first round in which a
+request would finish or blocks would run out, and it applies the rounds one by one when the stretch ends. In a PD
+cluster a stretch also ends before the end of any prefill step in flight (a hand-off reads the decode instances'
+free blocks) and before any KV transfer in flight lands.
 
 Nothing is lost: an instance may go idle only when it holds no work it could run. When a step's plan is empty
 while requests are running, or while a waiting request would fit the idle engine, the run stops at that moment
@@ -76,6 +79,10 @@ HandoverHook = Callable[[Request, float], None]
 FinishHook = Callable[[Sequence[Request]], None]
 RouterNotice = Callable[[Request, InstanceView, float], None]
 DecodeChoice = Callable[[Request, Sequence[InstanceView], float], int]
+
+#: speculative rounds looked ahead for one fast-forwarded stretch (a stretch costs work per round anyway, so a
+#: longer one would save little; the next arrival ends most stretches well before)
+ROUNDS_AHEAD = 64
 
 
 class Instance:
@@ -136,15 +143,23 @@ class _Transfer(NamedTuple):
     request: Request
 
 
+class _Stretch(NamedTuple):
+    """A fast-forwarded stretch of repetitions of a plan: each one's end time, and with speculative decoding the
+    tokens each decode emits in each (a row per repetition), else None."""
+
+    end_times_s: np.ndarray
+    accepted: np.ndarray | None
+
+
 class _StepDone(NamedTuple):
     """Heap entry; ordered by (time, sequence number): the sequence is unique, so later fields never compare.
-    ``outcome`` is one step's result, or the end times of a fast-forwarded stretch of repetitions of ``plan``."""
+    ``outcome`` is one step's result, or a fast-forwarded stretch of repetitions of ``plan``."""
 
     time_s: float
     seq: int
     instance: int
     plan: BatchPlan
-    outcome: StepResult | np.ndarray
+    outcome: StepResult | _Stretch
 
 
 def handover_time_s(request: Request) -> float:
@@ -303,8 +318,8 @@ class Simulation:
             instance.scheduler.update(event.plan, outcome)
             instance.num_steps += 1
         else:
-            instance.scheduler.update_steady(event.plan, outcome.tolist())
-            instance.num_steps += len(outcome)
+            instance.scheduler.update_steady(event.plan, outcome.end_times_s.tolist(), outcome.accepted)
+            instance.num_steps += len(outcome.end_times_s)
         first_tokens = [r for r in fresh if r.num_output_tokens > 0]
         finished = instance.scheduler.finished[finished_before:]
         self._notify(event.instance, first_tokens, finished, event.time_s)
@@ -358,10 +373,10 @@ class Simulation:
         stretch = self._execute_repeated(instance, plan, now_s)
         if stretch is None:
             result = instance.executor.execute(plan, now_s)
-            outcome: StepResult | np.ndarray = result
+            outcome: StepResult | _Stretch = result
             end_s = result.end_time_s
         else:
-            outcome, end_s = stretch, float(stretch[-1])
+            outcome, end_s = stretch, float(stretch.end_times_s[-1])
         instance.busy = True
         instance.num_events += 1
         instance.busy_time_s += end_s - now_s
@@ -417,10 +432,10 @@ class Simulation:
         if scheduler.has_unfinished():
             self._step(index, now_s)  # what is left (now that the stranded requests are gone) may run
 
-    def _execute_repeated(self, instance: Instance, plan: BatchPlan, now_s: float) -> np.ndarray | None:
-        """End times of a fast-forwardable stretch of >= 2 repetitions of ``plan``, else None: the scheduler
-        says how many steps the plan would repeat unchanged, the executor how many of them end before the
-        next arrival."""
+    def _execute_repeated(self, instance: Instance, plan: BatchPlan, now_s: float) -> _Stretch | None:
+        """A fast-forwardable stretch of >= 2 repetitions of ``plan``, else None: with speculative decoding the
+        executor says what each decode's next rounds would yield, the scheduler how many steps the plan would
+        repeat unchanged, the executor how many of them end before the next arrival."""
         if not self.fast_forward or not plan.is_pure_decode:
             return None
         executor, until_s = instance.executor, self._next_arrival_s
@@ -428,8 +443,12 @@ class Simulation:
             until_s = min(until_s, self._next_pd_mark_s(now_s))
         if not executor.can_repeat(plan, now_s, until_s):  # cheap checks before the scheduler's count
             return None
-        steps = instance.scheduler.steady_decode_steps(plan, self.max_steady_steps)
-        return executor.execute_repeated(plan, now_s, steps, until_s) if steps > 1 else None
+        accepted = executor.accepted_rounds(plan, min(self.max_steady_steps, ROUNDS_AHEAD))
+        steps = instance.scheduler.steady_decode_steps(plan, self.max_steady_steps, accepted)
+        if steps <= 1:
+            return None
+        ends = executor.execute_repeated(plan, now_s, steps, until_s, accepted)
+        return None if ends is None else _Stretch(ends, accepted)
 
     def _next_pd_mark_s(self, now_s: float) -> float:
         """The earliest end of a prefill step or KV transfer not before ``now_s`` (one at ``now_s`` may still be

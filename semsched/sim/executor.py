@@ -9,7 +9,8 @@ differ from its profile, by a :class:`~semsched.sim.ground_truth.TruthSampler` (
 speculative decoding a :class:`DraftAcceptance` says how many tokens each decode emitted.
 
 Fast-forward: when the scheduler says a decode-only plan would repeat unchanged for ``k`` steps, the executor
-prices all of them at once (:meth:`Executor.execute_repeated`), bit for bit as ``k`` calls of ``execute`` would.
+prices all of them at once (:meth:`Executor.execute_repeated`), bit for bit as ``k`` calls of ``execute`` would;
+a speculative engine first says what each decode's next rounds would yield (:meth:`Executor.accepted_rounds`).
 """
 
 from __future__ import annotations
@@ -65,9 +66,19 @@ class Executor(Protocol):
         second one could start before ``until_s`` (the next arrival)."""
         ...
 
-    def execute_repeated(self, plan: BatchPlan, now_s: float, steps: int, until_s: float) -> np.ndarray | None:
+    def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray | None:
+        """For a speculative engine: the tokens each decode of ``plan`` would emit in each of its next ``rounds``
+        rounds (an integer array, a row per round, a column per decode in ``plan.decode``'s order), drawing
+        nothing; None when every decode emits one token."""
+        ...
+
+    def execute_repeated(
+        self, plan: BatchPlan, now_s: float, steps: int, until_s: float, accepted: np.ndarray | None = None
+    ) -> np.ndarray | None:
         """End times of up to ``steps`` repetitions of decode-only ``plan`` from ``now_s``, each ending
-        before ``until_s`` (the next arrival is then handled between steps); None when fewer than two do."""
+        before ``until_s`` (the next arrival is then handled between steps); None when fewer than two do.
+        ``accepted``: the rounds' yields, as :meth:`accepted_rounds` gave them (the rounds returned are then
+        drawn)."""
         ...
 
 
@@ -140,7 +151,12 @@ class ModelExecutor:
             return False  # its first step costs extra; the steps after it can repeat
         return now_s + self.step_time_s(plan) < until_s
 
-    def execute_repeated(self, plan: BatchPlan, now_s: float, steps: int, until_s: float) -> np.ndarray | None:
+    def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray | None:
+        return None
+
+    def execute_repeated(
+        self, plan: BatchPlan, now_s: float, steps: int, until_s: float, accepted: np.ndarray | None = None
+    ) -> np.ndarray | None:
         durations = self.latency.decode_times_s(len(plan.decode), plan.decode_context_tokens, steps)
         # accumulated left to right, as consecutive execute() calls add them
         ends = np.add.accumulate(np.concatenate(([now_s], durations)))[1:]

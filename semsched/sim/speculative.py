@@ -148,18 +148,21 @@ def speculation_preset(
 
 
 class _Rounds:
-    """One request's acceptance process: its yields in order and how many rounds it has run."""
+    """One request's acceptance process: its yields in order (capped at ``limit`` tokens a round, also as an
+    array for fast-forward) and how many rounds it has run."""
 
-    __slots__ = ("yields", "position")
+    __slots__ = ("yields", "position", "capped")
 
-    def __init__(self, yields: tuple[int, ...]) -> None:
+    def __init__(self, yields: tuple[int, ...], limit: int) -> None:
         self.yields = yields
         self.position = 0
+        self.capped = np.minimum(np.asarray(yields, dtype=np.int64), limit)
 
 
 class SpeculativeExecutor(ModelExecutor):
     """A :class:`ModelExecutor` whose decodes are speculative rounds (module docstring): each step draws every
-    decode's yield, then prices the step with it. Fast-forward is off (each round's yield differs)."""
+    decode's yield, then prices the step with it. Fast-forward knows the yields ahead (each request's own log or
+    seeded draws) and prices a stretch of rounds as the same number of steps would."""
 
     def __init__(self, latency: LatencyModel, speculation: SpeculationSpec, **kwargs: object) -> None:
         super().__init__(latency, **kwargs)  # type: ignore[arg-type]
@@ -173,7 +176,8 @@ class SpeculativeExecutor(ModelExecutor):
     def _process(self, request: Request) -> _Rounds:
         process = self._rounds.get(request.request_id)
         if process is None:
-            process = self._rounds[request.request_id] = _Rounds(self._yields_of(request))
+            limit = self.speculation.draft_tokens + 1
+            process = self._rounds[request.request_id] = _Rounds(self._yields_of(request), limit)
         return process
 
     def _yields_of(self, request: Request) -> tuple[int, ...]:
@@ -211,24 +215,31 @@ class SpeculativeExecutor(ModelExecutor):
     # ---- cost --------------------------------------------------------------------------------------------
     def round_time_s(self, plan: BatchPlan, yields: dict[str, int]) -> float:
         """Engine time of ``plan`` with the decodes' yields known (swap traffic included, overheads excluded)."""
-        latency, spec = self.latency, self.speculation
+        spec = self.speculation
         prefill = [(c.num_tokens, c.context_tokens) for c in plan.prefill]
-        num_decode = len(plan.decode)
         drafts = 0
-        if num_decode:
+        if plan.decode:
             if spec.adaptive:
                 drafts = max(min(value, spec.draft_tokens) for value in yields.values())
             else:
                 drafts = spec.draft_tokens
-            prefill += [(drafts, 0)] * num_decode  # the drafts' compute in the verification pass
-        duration = latency.step_time_s(prefill, num_decode, plan.decode_context_tokens)
-        if num_decode:
-            decode_s = latency.step_time_s([], num_decode, plan.decode_context_tokens)
-            duration += decode_s * (spec.draft_cost * drafts + spec.round_overhead)
+        duration = self._verify_and_draft_s(prefill, len(plan.decode), plan.decode_context_tokens, drafts)
         swap_tokens = plan.swap_in_tokens + plan.swap_out_tokens
         if swap_tokens:
-            duration += latency.swap_time_s(swap_tokens)
+            duration += self.latency.swap_time_s(swap_tokens)
         return duration
+
+    def _verify_and_draft_s(
+        self, prefill: list[tuple[int, int]], num_decode: int, context_tokens: int, drafts: int
+    ) -> float:
+        """The step's model time: ``prefill`` chunks plus ``num_decode`` rounds of ``drafts`` drafts each."""
+        latency, spec = self.latency, self.speculation
+        if not num_decode:
+            return latency.step_time_s(prefill, 0, context_tokens)
+        prefill = prefill + [(drafts, 0)] * num_decode  # the drafts' compute in the verification pass
+        duration = latency.step_time_s(prefill, num_decode, context_tokens)
+        decode_s = latency.step_time_s([], num_decode, context_tokens)
+        return duration + decode_s * (spec.draft_cost * drafts + spec.round_overhead)
 
     def step_time_s(self, plan: BatchPlan) -> float:
         """The step's time with the yields :meth:`execute` drew for it; for a plan priced without running it,
@@ -246,5 +257,39 @@ class SpeculativeExecutor(ModelExecutor):
             yields, self._yields = self._yields, None
         return StepResult(result.end_time_s, accepted_tokens=yields)
 
-    def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
-        return False
+    # ---- fast-forward ------------------------------------------------------------------------------------
+    def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray:
+        """The next ``rounds`` yields of each decode of ``plan`` (a column each), as :meth:`execute` would draw
+        them (1 past the end of a log); nothing is drawn."""
+        table = np.ones((rounds, len(plan.decode)), dtype=np.int64)
+        for column, request in enumerate(plan.decode):
+            process = self._process(request)
+            ahead = process.capped[process.position : process.position + rounds]
+            table[: len(ahead), column] = ahead
+        return table
+
+    def execute_repeated(
+        self, plan: BatchPlan, now_s: float, steps: int, until_s: float, accepted: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """End times of up to ``steps`` rounds of decode-only ``plan`` with the yields ``accepted`` (from
+        :meth:`accepted_rounds`), priced and added up as consecutive :meth:`execute` calls would; the rounds
+        returned are drawn."""
+        if accepted is None:
+            raise ValueError("execute_repeated: a speculative engine needs the rounds' accepted tokens")
+        num_decode, context = len(plan.decode), plan.decode_context_tokens
+        draft_tokens, adaptive = self.speculation.draft_tokens, self.speculation.adaptive
+        ends: list[float] = []
+        start_s = now_s
+        for row in accepted[:steps].tolist():
+            drafts = min(max(row), draft_tokens) if adaptive else draft_tokens
+            end_s = start_s + self._verify_and_draft_s([], num_decode, context, drafts)
+            if not start_s <= end_s < until_s:
+                break  # it ends after the next arrival (or not at a finite time: execute() reports that)
+            ends.append(end_s)
+            context += sum(row)  # (a round before the last emits its whole yield: nobody finishes before then)
+            start_s = end_s
+        if len(ends) < 2:
+            return None
+        for request in plan.decode:
+            self._rounds[request.request_id].position += len(ends)
+        return np.array(ends)

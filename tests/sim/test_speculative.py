@@ -14,7 +14,7 @@ from semsched.policies import make_policy
 from semsched.sim.acceptance import fit_acceptance
 from semsched.sim.engine import Instance, Simulation
 from semsched.sim.router import make_router
-from semsched.sim.runner import ClusterSpec, run_policy
+from semsched.sim.runner import ClusterSpec, PolicyRun, run_policy
 from semsched.sim.speculative import SpeculationError, SpeculationSpec, SpeculativeExecutor, speculation_preset
 from semsched.workloads import Workload
 from semsched.workloads.traces import data_dir
@@ -196,3 +196,29 @@ def test_replay_off_draws_every_request_from_the_fitted_model() -> None:
     _, _ = _simulate(requests, speculation_preset("eagle", fitted, replay=False))
     for request in requests:  # a replayed log of sixes would give 1 + 20 emission times; the model gives more
         assert len(set(request.token_times_s().tolist())) > 21
+
+
+@pytest.mark.parametrize("method", ["eagle", "sps-68m"])
+@pytest.mark.parametrize("policy", ["fcfs", "laps-sd", "laps-sd:order=predicted;tiers=true", "las"])
+def test_fast_forward_prices_stretches_of_rounds_ahead_with_per_round_outcomes(method: str, policy: str) -> None:
+    """Each request's rounds are its own seeded draws, so a stretch of rounds is priced ahead: fewer events than
+    steps, and every request's tokens, states, preemptions and drawn rounds as the per-round run gives them (on a
+    cache small enough that stretches end where blocks run out)."""
+    logs = [tuple(int(v) for v in np.random.default_rng(s).integers(1, 7, 80)) for s in range(30)]
+    spec = speculation_preset(method, fit_acceptance(logs, draft_tokens=5), seed=5)
+    rng = np.random.default_rng(8)
+    arrivals = np.cumsum(rng.exponential(0.4, 40))
+    workload = Workload.untiered("w", arrivals, rng.integers(16, 400, 40), rng.integers(20, 300, 40))
+    engine = SchedulerConfig(num_gpu_blocks=160, num_cpu_blocks=64)
+    cluster = ClusterSpec(profile="a100-qwen1.5-7b", scheduler=engine, speculation=spec)
+    fast = run_policy(workload, policy, cluster, fast_forward=True)
+    slow = run_policy(workload, policy, cluster, fast_forward=False)
+    assert slow.result.num_events == slow.result.num_steps == fast.result.num_steps
+    assert fast.result.num_events < fast.result.num_steps
+    assert sum(r.num_preemptions for r in slow.requests) > 0  # the cache ran out: stretches end at its blocks
+
+    def outcomes(run: PolicyRun) -> list[tuple[object, ...]]:
+        return [(r.request_id, r.state, r.finish_reason, r.num_preemptions, r.token_times_s().tolist())
+                for r in run.requests]
+
+    assert outcomes(fast) == outcomes(slow)
