@@ -53,6 +53,10 @@ def token_deadline_s(request: Request, index: int) -> float:
     return request.arrival_time_s + request.ttft_slo_s + decode_s
 
 
+def _first(item: tuple[float, Request]) -> float:
+    return item[0]
+
+
 def next_deadline_s(request: Request) -> float:
     """When ``request``'s next output token is due."""
     return token_deadline_s(request, request.num_output_tokens)
@@ -147,10 +151,7 @@ class FairBatching(Policy):
         return self._plan
 
     def _make_plan(self, view: SchedulerView, now_s: float) -> _StepPlan:
-        running = sorted(view.running_requests(), key=next_deadline_s)
-        prompts = [r for r in running if in_prompt(r)]
-        urgent = [r for r in running if not in_prompt(r) and self.urgent(r, now_s)]
-        slack = [r for r in running if not in_prompt(r) and not self.urgent(r, now_s)]
+        running, prompts, urgent, slack = self._partition(view.running_requests(), now_s)
         waiting = self._admissible_waiting(view, prompts)
         demand = sum(r.num_uncomputed_tokens for r in (*prompts, *waiting))
         engine = view.budget
@@ -172,6 +173,24 @@ class FairBatching(Policy):
             # cannot come out empty while decodes wait
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
         return _StepPlan(now_s, tuple(order), budget)
+
+    def _partition(self, requests: Sequence[Request], now_s: float) -> tuple[
+            list[Request], list[Request], list[Request], list[Request]]:
+        """The running requests by next deadline (stably), and split into prompts, urgent decodes and slack
+        decodes (:meth:`urgent`), each deadline computed once."""
+        keyed = sorted(((next_deadline_s(r), r) for r in requests), key=_first)
+        margin_ms = self.config.margin_ms
+        margin_s = margin_ms / 1000.0 if margin_ms is not None else None
+        prompts: list[Request] = []
+        urgent: list[Request] = []
+        slack: list[Request] = []
+        for deadline_s, request in keyed:
+            if in_prompt(request):
+                prompts.append(request)
+                continue
+            within_s = margin_s if margin_s is not None else request.tpot_slo_s
+            (urgent if within_s is not None and deadline_s - now_s <= within_s else slack).append(request)
+        return [r for _, r in keyed], prompts, urgent, slack
 
     def _admissible_waiting(self, view: SchedulerView, prompts: Sequence[Request]) -> list[Request]:
         """The waiting requests, in deadline order, that the free blocks and sequence slots would admit after

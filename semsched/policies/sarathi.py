@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request
-from semsched.latency import LatencyModel, load_profile
+from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import in_prompt, is_waiting
@@ -72,6 +72,14 @@ class TBTBudget:
         step_s = self.latency.step_time_s
         if most <= 1 or step_s([(most, cached_tokens)], num_decode, context_tokens) <= slo_s:
             return max(most, 1)
+        guess = self._analytic_guess(slo_s, num_decode, context_tokens, cached_tokens)
+        if guess is not None:  # the search's answer, found from the quadratic's root and checked with the model
+            low = min(max(guess, 1), most - 1)
+            while low > 1 and step_s([(low, cached_tokens)], num_decode, context_tokens) > slo_s:
+                low -= 1
+            while low + 1 < most and step_s([(low + 1, cached_tokens)], num_decode, context_tokens) <= slo_s:
+                low += 1
+            return low
         low, high = 1, most  # invariant: high exceeds the SLO; low is within it, or the floor
         while high - low > 1:
             middle = (low + high) // 2
@@ -80,6 +88,27 @@ class TBTBudget:
             else:
                 high = middle
         return low
+
+    def _analytic_guess(self, slo_s: float, num_decode: int, context_tokens: int,
+                        cached_tokens: int) -> int | None:
+        """For the analytic model (its step time is non-decreasing in the prefill, in floating point too, when
+        its coefficients are not negative): about the largest prefill within ``slo_s``, from
+        ``α1·((c+x)² − c²) + α2·x + decode = slo``. The binary search's answer is the last prefill within the
+        SLO, so the model's own step times around this guess find that same answer in a step or two. None for
+        any other model (searched)."""
+        model = self.latency
+        if not isinstance(model, AnalyticLatencyModel):
+            return None
+        config = model.config
+        a1, a2 = config.alpha1, config.alpha2
+        if a1 < 0 or a2 < 0 or a1 + a2 <= 0:
+            return None
+        left_s = slo_s - (context_tokens * config.gamma1 + config.gamma2 if num_decode else 0.0)
+        if left_s <= 0:
+            return 1
+        lin = 2 * a1 * cached_tokens + a2
+        root = left_s / lin if a1 == 0 else (-lin + math.sqrt(lin * lin + 4 * a1 * left_s)) / (2 * a1)
+        return int(root) if math.isfinite(root) else None
 
     def decodes_within(self, slo_s: float, prefill: int, cached_tokens: int, decodes: Sequence[Request],
                        base_decode: int, base_context: int) -> int:
