@@ -39,7 +39,6 @@ from semsched.policies.vllm_fcfs import (
     WaitingBook,
     admission_blocks,
     fits_in_place,
-    in_prompt,
     step_blocks,
     whole_sequence_blocks,
 )
@@ -176,16 +175,25 @@ class FairBatching(Policy):
 
     def _partition(self, requests: Sequence[Request], now_s: float) -> tuple[
             list[Request], list[Request], list[Request], list[Request]]:
-        """The running requests by next deadline (stably), and split into prompts, urgent decodes and slack
-        decodes (:meth:`urgent`), each deadline computed once."""
-        keyed = sorted(((next_deadline_s(r), r) for r in requests), key=_first)
+        """The running requests by next deadline (stably), and split into prompts (:func:`in_prompt`), urgent
+        decodes (:meth:`urgent`) and slack decodes; one pass, with :func:`next_deadline_s` inlined."""
+        keyed: list[tuple[float, Request]] = []
+        for request in requests:
+            ttft_s, tpot_s, index = request.ttft_slo_s, request.tpot_slo_s, request.num_output_tokens
+            if ttft_s is None or (index > 0 and tpot_s is None):
+                keyed.append((math.inf, request))
+            else:
+                decode_s = tpot_s * index if index > 0 and tpot_s is not None else 0.0
+                keyed.append((request.arrival_time_s + ttft_s + decode_s, request))
+        keyed.sort(key=_first)
         margin_ms = self.config.margin_ms
         margin_s = margin_ms / 1000.0 if margin_ms is not None else None
         prompts: list[Request] = []
         urgent: list[Request] = []
         slack: list[Request] = []
         for deadline_s, request in keyed:
-            if in_prompt(request):
+            computed, prompt = request.num_computed_tokens, request.prompt_tokens
+            if computed < prompt or prompt + request.num_output_tokens - computed > 1:  # in_prompt
                 prompts.append(request)
                 continue
             within_s = margin_s if margin_s is not None else request.tpot_slo_s
