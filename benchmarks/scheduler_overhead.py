@@ -11,7 +11,10 @@ without a preemption.
 
 One repetition = ``Scheduler.schedule(now)`` then ``Scheduler.update(plan, StepResult(now + dt))``; both
 columns come from the same loop. The median over ``--repeats`` repetitions after ``--warmup`` is reported;
-the state is checked after every repetition (same running batch, all decoding, queue still full). The queue
+the state is checked after every repetition (same running batch, all decoding, queue still full). A policy with
+a time budget per step (slide-batching) may serve only part of the running batch in a step: the step is steady
+when it decodes only running requests and nothing is admitted, preempted or finished; the served count is
+reported. The queue
 sizes of one policy take turns in chunks of ``--chunk`` steps, so background load on a shared machine does
 not bias one size.
 
@@ -56,6 +59,11 @@ class Measurement:
     schedule_ms: list[float]
     step_ms: list[float]
     setup_s: float
+    served: list[int]  # running requests each measured step decoded
+
+    @property
+    def served_min(self) -> int:
+        return min(self.served) if self.served else 0
 
     @property
     def schedule_median_ms(self) -> float:
@@ -72,8 +80,9 @@ class Measurement:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default_policies = ",".join([*POLICIES.names(), *EXTRA_POLICIES])
-    parser.add_argument("--policies", default=default_policies, help="comma-separated policy specs")
+    parser.add_argument("--policies", default="all",
+                        help="comma-separated policy specs; 'all': every registered policy and "
+                             f"{', '.join(EXTRA_POLICIES)}")
     parser.add_argument("--queue-sizes", default="1000,10000,100000", help="comma-separated waiting counts")
     parser.add_argument("--running", type=int, default=256, help="running requests (= max_num_seqs)")
     parser.add_argument("--repeats", type=int, default=500, help="measured steps per policy and queue size")
@@ -158,10 +167,20 @@ def build_scheduler(spec: str, num_waiting: int, args: argparse.Namespace) -> tu
     return scheduler, now_s
 
 
+def policy_specs(value: str) -> list[str]:
+    """``--policies``: comma-separated specs, or ``all`` (every registered policy and the extra configurations)."""
+    specs = [p.strip() for p in value.split(",") if p.strip()]
+    if specs == ["all"]:
+        return [*POLICIES.names(), *EXTRA_POLICIES]
+    return specs
+
+
 def check_steady(scheduler: Scheduler, plan: BatchPlan, num_running: int, num_waiting: int, where: str) -> None:
+    """The step decoded running requests only (all of them, or the part a time budget allowed: at least one),
+    and nothing was admitted, preempted or finished."""
     steady = (
         plan.is_pure_decode
-        and len(plan.decode) == num_running
+        and 1 <= len(plan.decode) <= num_running
         and scheduler.num_running == num_running
         and scheduler.num_waiting == num_waiting
     )
@@ -187,6 +206,7 @@ class SteadyBench:
             [],
             [],
             time.perf_counter() - started,
+            [],
         )
 
     def run(self, num_steps: int, *, record: bool) -> None:
@@ -202,6 +222,7 @@ class SteadyBench:
             if record:
                 m.schedule_ms.append((t1 - t0) * 1e3)
                 m.step_ms.append((t2 - t0) * 1e3)
+                m.served.append(len(plan.decode))
 
 
 def measure_policy(spec: str, sizes: list[int], args: argparse.Namespace) -> list[Measurement]:
@@ -235,6 +256,7 @@ def results_table(results: list[Measurement], sizes: list[int]) -> ResultTable:
             "p90 schedule+update ms",
             "schedule / smaller queue",
             "schedule+update / smaller queue",
+            "decodes served (min)",
         ],
     )
     by_key = {(m.policy, m.num_waiting): m for m in results}
@@ -254,6 +276,7 @@ def results_table(results: list[Measurement], sizes: list[int]) -> ResultTable:
             f"{m.step_p90_ms:.3f}",
             sched_ratio,
             step_ratio,
+            f"{m.served_min} of {m.num_running}",
         )
     return table
 
@@ -290,7 +313,7 @@ def print_targets(results: list[Measurement], sizes: list[int], console: Console
 def main() -> None:
     args = parse_args()
     console = make_console()
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = policy_specs(args.policies)
     sizes = sorted(int(s) for s in args.queue_sizes.split(","))
     console.log(
         f"{args.running} running (decoding), waiting {sizes}, {args.warmup} warm-up + {args.repeats} measured "
@@ -301,7 +324,7 @@ def main() -> None:
         for m in measure_policy(spec, sizes, args):
             console.log(
                 f"{spec} @ {m.num_waiting:,}: schedule {m.schedule_median_ms:.3f} ms, "
-                f"step {m.step_median_ms:.3f} ms "
+                f"step {m.step_median_ms:.3f} ms, {m.served_min}-{max(m.served)} of {m.num_running} served "
                 f"(setup {m.setup_s:.1f} s, {m.num_gpu_blocks} GPU blocks)"
             )
             results.append(m)
