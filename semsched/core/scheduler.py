@@ -715,11 +715,15 @@ class Scheduler:
         if self._on_step is not None:
             self._report_steady_steps(plan, end_times_s)
         finished: list[Request] = []
-        for request in plan.decode:
+        try_allocate, timeline, on_tokens = self.kv.try_allocate, self.timeline, self._on_tokens
+        for request in plan.decode:  # (_emit, inlined)
             # step 1's blocks were allocated by schedule(); steps 2..count allocate here
-            self.kv.try_allocate(request, count)
+            try_allocate(request, count)
             request.num_computed_tokens += count
-            self._emit(request, first_step, count, now_s)
+            request.num_output_tokens += count
+            request.record_tokens(timeline, first_step, count)
+            if on_tokens is not None:
+                on_tokens(request, count, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
         if finished:

@@ -214,6 +214,8 @@ class Simulation:
         self._views = self._make_views()
         # what route() and route_decode() see: the cluster, or the prefill and the decode pool of a PD cluster
         num_prefill = len(self.instances) if disaggregation is None else disaggregation.num_prefill
+        #: instances below this index are a PD cluster's prefill pool (0: not disaggregated)
+        self._num_prefill = 0 if disaggregation is None else num_prefill
         self._route_views = self._views[:num_prefill]
         self._decode_views = self._views[num_prefill:]
         if disaggregation is not None:
@@ -247,17 +249,19 @@ class Simulation:
         index, total, now_s = 0, len(arrivals), 0.0
         monitor = self._monitor = Monitor([i.scheduler for i in self.instances], self.sample_interval_s)
         next_sample_s = monitor.next_sample_s
-        while index < total or self._heap:
-            self._next_arrival_s = handovers_s[index] if index < total else math.inf
-            if self._heap and self._heap[0].time_s < self._next_arrival_s:
-                event = heapq.heappop(self._heap)
-                now_s = event.time_s
+        heap, pop = self._heap, heapq.heappop
+        while index < total or heap:
+            next_arrival_s = self._next_arrival_s = handovers_s[index] if index < total else math.inf
+            while heap and heap[0][0] < next_arrival_s:  # the events before the next arrival
+                event = pop(heap)
+                now_s = event[0]
                 if now_s > next_sample_s:  # the first event past a grid point: the state before it is sampled
                     next_sample_s = monitor.sample_before(now_s)
                 if isinstance(event, _Transfer):
                     self._land(event)
                 else:
                     self._complete(event)
+            if index == total:
                 continue
             request = arrivals[index]
             now_s = handovers_s[index]
@@ -309,26 +313,31 @@ class Simulation:
         """Update: the scheduler applies the step's (or stretch's) outcome, the router hears of first tokens and
         ends, a PD prefill instance hands off the requests that got their first token; then the instance steps
         again."""
-        instance = self.instances[event.instance]
-        outcome = event.outcome
-        finished_before = len(instance.scheduler.finished)
-        watch_first = self._on_first_token is not None or self._is_prefill(event.instance)
-        fresh = [c.request for c in event.plan.prefill if c.request.num_output_tokens == 0] if watch_first else []
-        if isinstance(outcome, StepResult):
-            instance.scheduler.update(event.plan, outcome)
+        index, now_s, plan, outcome = event.instance, event.time_s, event.plan, event.outcome
+        instance = self.instances[index]
+        scheduler = instance.scheduler
+        done = scheduler.finished
+        finished_before = len(done)
+        prefill = index < self._num_prefill
+        watch_first = plan.prefill and (prefill or self._on_first_token is not None)
+        fresh = [c.request for c in plan.prefill if c.request.num_output_tokens == 0] if watch_first else []
+        if type(outcome) is StepResult:
+            scheduler.update(plan, outcome)
             instance.num_steps += 1
         else:
-            instance.scheduler.update_steady(event.plan, outcome.end_times_s.tolist(), outcome.accepted)
+            assert isinstance(outcome, _Stretch)
+            scheduler.update_steady(plan, outcome.end_times_s.tolist(), outcome.accepted)
             instance.num_steps += len(outcome.end_times_s)
-        first_tokens = [r for r in fresh if r.num_output_tokens > 0]
-        finished = instance.scheduler.finished[finished_before:]
-        self._notify(event.instance, first_tokens, finished, event.time_s)
-        if self.on_finish is not None and finished:
-            self.on_finish(finished)
-        if self._is_prefill(event.instance):
-            self._hand_off(event.instance, first_tokens, event.time_s)
+        first_tokens = [r for r in fresh if r.num_output_tokens > 0] if fresh else fresh
+        finished = done[finished_before:] if len(done) > finished_before else ()
+        if first_tokens or finished:
+            self._notify(index, first_tokens, finished, now_s)
+            if self.on_finish is not None and finished:
+                self.on_finish(finished)
+        if prefill:
+            self._hand_off(index, first_tokens, now_s)
         instance.busy = False
-        self._step(event.instance, event.time_s)
+        self._step(index, now_s)
 
     def _notify(self, index: int, first_tokens: list[Request], finished: Sequence[Request], now_s: float) -> None:
         if self._on_first_token is not None:
@@ -343,7 +352,7 @@ class Simulation:
             self._on_router_finish(request, self._views[index], now_s)
 
     def _is_prefill(self, index: int) -> bool:
-        return self.disaggregation is not None and index < self.disaggregation.num_prefill
+        return index < self._num_prefill
 
     def _hand_off(self, index: int, first_tokens: list[Request], now_s: float) -> None:
         """PD: each request whose first token a prefill instance just emitted (and that goes on) leaves it with
@@ -381,7 +390,7 @@ class Simulation:
         instance.num_events += 1
         instance.busy_time_s += end_s - now_s
         heapq.heappush(self._heap, _StepDone(end_s, next(self._seq), index, plan, outcome))
-        if self._is_prefill(index):
+        if index < self._num_prefill:
             heapq.heappush(self._pd_marks, end_s)
 
     def _schedule(self, index: int, now_s: float) -> BatchPlan:
