@@ -71,6 +71,7 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS, TierError
 from semsched.latency import LatencyModel, load_profile
+from semsched.latency.analytic import AnalyticLatencyModel
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
 from semsched.policies.registry import register_policy
@@ -229,9 +230,13 @@ class Tiered(Policy):
         if self.tier_table is not None and any(t.fair_share for t in self.tier_table):
             shares = {t.priority: t.fair_share for t in self.tier_table}
         self._shares = ShareMeter(shares, cfg.share_window_s) if shares is not None else None
-        #: TPOT protection: protected requests waiting to run (their prompts are not held back), and the
-        #: protected prompt tokens step_budget counted at a time (running_order of the same step reuses them)
+        #: TPOT protection: every request waiting as this policy last heard (arrival, preemption), with the prompt
+        #: tokens it adds to the protected ones' sum (0 unless protected); the protected among them (their prompts
+        #: are not held back); that sum, kept as they come and go; and the protected prompt tokens step_budget
+        #: counted at a time (running_order of the same step reuses them)
+        self._waiting: dict[str, tuple[Request, int]] = {}
         self._protected_waiting: dict[str, Request] = {}
+        self._protected_waiting_tokens = 0
         self._prompt_work: tuple[float, int] = (-math.inf, 0)
 
     def uses_hook(self, hook: str) -> bool:
@@ -254,19 +259,19 @@ class Tiered(Policy):
     def on_arrival(self, request: Request, now_s: float) -> None:
         if self._guard is not None:
             self._guard.on_arrival(request, now_s)
-        if self.config.protect_tpot and self._protected(request):
-            self._protected_waiting[request.request_id] = request
+        if self.config.protect_tpot:
+            self._track_waiting(request)
 
     def on_preempt(self, request: Request, now_s: float) -> None:
         if self._guard is not None:
             self._guard.on_preempt(request, now_s)
-        if self.config.protect_tpot and self._protected(request):
-            self._protected_waiting[request.request_id] = request
+        if self.config.protect_tpot:
+            self._track_waiting(request)
 
     def on_finish(self, request: Request, now_s: float) -> None:
         if self._guard is not None:
             self._guard.on_finish(request, now_s)
-        self._protected_waiting.pop(request.request_id, None)
+        self._forget_waiting(request.request_id)
 
     @property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
@@ -372,7 +377,7 @@ class Tiered(Policy):
                 target_s = min(target_s, self._step_allowance_s(request, now_s))
             if request.e2e_slo_s is not None and cfg.pace_e2e:
                 paces.append(self._e2e_pace_s(request, now_s))
-        prompt_tokens = self._pending_prompt_tokens(running, now_s)
+        prompt_tokens = self._pending_prompt_tokens(running, view, now_s)
         if paces:  # the E2E paces the decode batch alone can keep (a lost cause holds nothing back)
             decode_s = self._latency.step_time_s([], num_decode, context_tokens)
             margin = 1.0 - cfg.tpot_margin
@@ -397,7 +402,7 @@ class Tiered(Policy):
         held-back prompts are all that would run and no protected request can start now (no sequence slot or
         blocks for its first chunk): the engine would idle with work it could run (e.g. when the slots hold
         prompts of a class its fair share shields from displacement)."""
-        if not self.config.protect_tpot or not self._pending_prompt_tokens(running, now_s):
+        if not self.config.protect_tpot or not self._pending_prompt_tokens(running, view, now_s):
             return None
         served = [r for r in sorted(running, key=self.victim_key) if self._protected(r) or not _in_prompt(r)]
         if not served and not self._protected_may_start(view):
@@ -419,13 +424,13 @@ class Tiered(Policy):
                 return True
         return False
 
-    def _pending_prompt_tokens(self, running: Sequence[Request], now_s: float) -> int:
+    def _pending_prompt_tokens(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> int:
         """Prompt tokens protected requests still need, waiting or running; counted once per step (the core
         asks step_budget first, the vLLM adapter running_order)."""
         when, tokens = self._prompt_work
         if when == now_s:
             return tokens
-        tokens = self._waiting_prompt_tokens()
+        tokens = self._waiting_prompt_tokens(running, view)
         protected, limit = self.config.protected_priority, self.config.preemption_limit
         for request in running:
             left = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
@@ -437,16 +442,51 @@ class Tiered(Policy):
     def _protected(self, request: Request) -> bool:
         return request.priority <= self.config.protected_priority or self.promoted(request)
 
-    def _waiting_prompt_tokens(self) -> int:
+    def _track_waiting(self, request: Request) -> None:
+        """``request`` (re-)entered the waiting queue: counted, with its prompt tokens if it is protected (they
+        do not change while it waits)."""
+        request_id = request.request_id
+        self._forget_waiting(request_id)
+        protected = self._protected(request)
+        tokens = _tokens_left(request) if protected else 0
+        self._waiting[request_id] = (request, tokens)
+        self._protected_waiting_tokens += tokens
+        if protected:
+            self._protected_waiting[request_id] = request
+
+    def _forget_waiting(self, request_id: str) -> None:
+        entry = self._waiting.pop(request_id, None)
+        if entry is not None:
+            self._protected_waiting_tokens -= entry[1]
+            self._protected_waiting.pop(request_id, None)
+
+    def _waiting_prompt_tokens(self, running: Sequence[Request], view: SchedulerView) -> int:
         """Prompt tokens of the protected requests waiting to run (arrived or preempted; forgotten once they run
-        or end)."""
-        waiting = self._protected_waiting
+        or end). Kept as a sum: the requests that started since the last step are found in ``running``; when
+        the count left then differs from the engine's waiting count (a request ended or left while waiting, or
+        ran and ended between two steps), every entry is checked as the old walk did."""
+        waiting = self._waiting
         if not waiting:
             return 0
-        ended = [i for i, r in waiting.items() if r.state is RequestState.RUNNING or r.state.is_terminal]
+        for request in running:
+            if request.request_id in waiting:
+                self._forget_waiting(request.request_id)
+        if len(waiting) != view.num_waiting:
+            self._recount_waiting()
+        return self._protected_waiting_tokens
+
+    def _recount_waiting(self) -> None:
+        """Drop the entries of requests running or ended, and recount the protected ones' tokens left now."""
+        waiting, protected = self._waiting, self._protected_waiting
+        ended = [i for i, (r, _) in waiting.items() if r.state is RequestState.RUNNING or r.state.is_terminal]
         for request_id in ended:
-            del waiting[request_id]
-        return sum(_tokens_left(r) for r in waiting.values())
+            self._forget_waiting(request_id)
+        total = 0
+        for request_id, request in protected.items():
+            tokens = _tokens_left(request)
+            waiting[request_id] = (request, tokens)
+            total += tokens
+        self._protected_waiting_tokens = total
 
     def _step_allowance_s(self, request: Request, now_s: float) -> float:
         """How long the next step may take with ``request`` decoding: its TPOT target, plus the time it is ahead
@@ -480,13 +520,17 @@ class Tiered(Policy):
             self._shares.record(request.priority, num_tokens, now_s)
 
     def _prefill_within(self, target_s: float, num_decode: int, context_tokens: int, most: int) -> int:
-        """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s`` (binary search:
-        step time grows with the prefill)."""
+        """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s``: the largest ``m``
+        below ``most`` whose step fits, else the floor (step time grows with the prefill). Solved in closed form
+        on the analytic latency model, then checked against the model's own step times (so the boundary is the
+        one a search would find); a binary search on any other model."""
         assert self._latency is not None
         step_s = self._latency.step_time_s
         low = min(self.config.min_prefill_tokens, max(most, 0))
         if low >= most or step_s([(most, 0)], num_decode, context_tokens) <= target_s:
             return max(most, low)
+        if isinstance(self._latency, AnalyticLatencyModel):
+            return self._analytic_prefill_within(self._latency, target_s, num_decode, context_tokens, low, most)
         high = most  # invariant: high exceeds the target; low is allowed (within it, or the floor)
         while high - low > 1:
             middle = (low + high) // 2
@@ -495,3 +539,31 @@ class Tiered(Policy):
             else:
                 high = middle
         return low
+
+    @staticmethod
+    def _analytic_prefill_within(
+        latency: AnalyticLatencyModel, target_s: float, num_decode: int, context_tokens: int, low: int, most: int
+    ) -> int:
+        """:meth:`_prefill_within` on the analytic model, whose step time ``α1·m² + α2·m + decode`` does not fall
+        as ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target -
+        decode`` is the guess, then the exact step times move it to the boundary (a step or two)."""
+        step_s = latency.step_time_s
+        config = latency.config
+        decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
+        room_s = target_s - decode_s
+        if room_s <= 0:
+            guess = low
+        elif config.alpha1 > 0:
+            root = (-config.alpha2 + math.sqrt(config.alpha2 * config.alpha2 + 4 * config.alpha1 * room_s)) \
+                / (2 * config.alpha1)
+            guess = int(root) if math.isfinite(root) else most
+        elif config.alpha2 > 0:
+            guess = int(room_s / config.alpha2)
+        else:
+            guess = most
+        guess = min(max(guess, low), most - 1)
+        while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
+            guess += 1
+        while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
+            guess -= 1
+        return guess

@@ -16,6 +16,7 @@ from semsched.core.kv import Reservation
 from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
 from semsched.core.policy import StepBudget
 from semsched.core.request import Request, RequestState
+from semsched.latency.analytic import AnalyticLatencyModel
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.tiered import Tiered
 from tests.policies.factories import displaced_by
@@ -229,6 +230,7 @@ def test_reserved_blocks_are_for_the_protected_tiers_only() -> None:
 class _BudgetView:
     running: list[Request]
     budget: StepBudget = StepBudget(2048, 256)
+    num_waiting: int = 0  # (unlike what the policy was told: it checks every waiting request it knows)
 
     def running_requests(self) -> list[Request]:
         return self.running
@@ -312,6 +314,63 @@ def test_tpot_protection_does_not_hold_back_protected_prompts() -> None:
     assert policy.running_order(view.running, view, now_s=0.0) == [premium, standard]  # type: ignore[arg-type]
     waiting.state = RequestState.RUNNING  # admitted in that step: the next one holds nothing back
     assert policy.running_order(view.running, view, now_s=0.01) is None  # type: ignore[arg-type]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), blocks=st.integers(40, 160), abort_every=st.integers(3, 12))
+def test_protected_waiting_prompt_tokens_are_kept_as_a_walk_would_count_them(
+    seed: int, blocks: int, abort_every: int
+) -> None:
+    """The protected waiting prompt tokens that TPOT protection keeps as a running sum (arrivals, preemptions,
+    starts, finishes) equal, at every step, a walk over the scheduler's waiting queue; waiting requests aborted
+    now and then (no policy hook hears of that) included."""
+    requests = random_requests(seed, 60, rate=40.0, max_prompt=120, max_output=40, num_priorities=4,
+                               with_slos=True)
+    scheduler = make_scheduler("tiered:protect_tpot=true;preemption_limit=1", block_size=4,
+                               num_gpu_blocks=blocks, max_num_batched_tokens=64, watermark=0.0)
+    policy = scheduler.policy
+    assert isinstance(policy, Tiered)
+    steps = 0
+
+    def check(plan: BatchPlan) -> None:
+        nonlocal steps
+        steps += 1
+        now_s = plan.time_s
+        if steps % abort_every == 0 and scheduler.num_waiting:
+            scheduler.abort(scheduler.waiting_requests()[-1].request_id, now_s)
+        walked = sum(r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+                     for r in scheduler.waiting_requests()
+                     if r.priority <= PREMIUM or r.num_preemptions >= 1)
+        kept = policy._waiting_prompt_tokens(scheduler.running_requests(), scheduler)
+        assert kept == walked
+
+    _run(scheduler, requests, on_plan=check)
+    assert steps
+
+
+@settings(max_examples=200, deadline=None)
+@given(target_ms=st.floats(0.0, 400.0), num_decode=st.integers(0, 256), context=st.integers(0, 400_000),
+       most=st.integers(2, 8192), low=st.integers(1, 64))
+def test_the_closed_form_prefill_cap_is_the_binary_searchs(
+    target_ms: float, num_decode: int, context: int, most: int, low: int
+) -> None:
+    """On the analytic profile the largest prefill within a step target comes from the quadratic's root, then the
+    model's own step times: the same number as a binary search over them (the boundary included)."""
+    policy = _tiered()
+    latency = policy._latency
+    assert isinstance(latency, AnalyticLatencyModel)
+    context = context if num_decode else 0
+    low = min(low, most - 1)
+    target_s = target_ms / 1e3
+
+    def fits(prefill: int) -> bool:
+        return latency.step_time_s([(prefill, 0)], num_decode, context) <= target_s
+
+    searched_low, high = low, most
+    while high - searched_low > 1:
+        middle = (searched_low + high) // 2
+        searched_low, high = (middle, high) if fits(middle) else (searched_low, middle)
+    assert Tiered._analytic_prefill_within(latency, target_s, num_decode, context, low, most) == searched_low
 
 
 @settings(max_examples=20, deadline=None)
