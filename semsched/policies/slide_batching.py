@@ -169,7 +169,7 @@ class SlideBatching(Policy):
         self._waiting: dict[str, Request] = {}
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
-        self._running_cache: tuple[tuple[int, ...], list[Request], _Static] | None = None
+        self._running_cache: tuple[tuple[int, ...], list[Request], _Static, np.ndarray] | None = None
         self._plan: SlidePlan | None = None
         self._engine_budget: StepBudget | None = None  # the last one a hook was given (waiting_key has none)
         self._view: SchedulerView | None = None  # the engine's state, from the last hook that gave it
@@ -307,7 +307,10 @@ class SlideBatching(Policy):
         requests = self._unfinished()
         if not requests:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
-        queue = _Queue.of(requests, self, now_s)
+        return self._plan_of(requests, _Queue.of(requests, self, now_s), now_s)
+
+    def _plan_of(self, requests: Sequence[Request], queue: _Queue, now_s: float) -> SlidePlan:
+        """Algorithm 1 on every unfinished request (``requests``, in arrival order at this policy)."""
         budget_s = self._budget_s(queue)
         urgent = self._urgent(queue, budget_s)
         order = _sorted(queue, urgent)
@@ -337,30 +340,29 @@ class SlideBatching(Policy):
         ``remain`` lies within that bound of the threshold (or a case only the full plan covers comes up), None
         or :class:`_NeedsFullPlan`: the full plan decides. None when this shortcut does not apply."""
         cfg = self.config
-        if cfg.order == "slide" and cfg.phi != "aggressive":
-            return None
         if not hasattr(view, "running_requests"):
             return None  # a partial view (a test's): only the full plan, which reads each request's state
         running = view.running_requests()
-        if not running or not self._sync_waiting(running, view):
+        if not self._sync_waiting(running, view):
             return None
         stats = self._current_waiting_stats(view.block_size)
-        requests, static = self._running_static(running)
+        requests, static, seqs = self._running_static(running)
         n = len(requests)
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
+        if not n or (cfg.order == "slide" and cfg.phi != "aggressive"):
+            return self._merged_plan(now_s, (requests, static, seqs, computed, outputs), stats)
         queue = _Queue.build(static, computed, outputs, np.ones(n, dtype=bool), self, now_s)
+        engine = self._engine_budget
+        room = _StartRoom(queue, view, engine.max_num_seqs if engine is not None else 2**31)
+        if stats.size and not room.shuts_out(stats):
+            return self._merged_plan(now_s, (requests, static, seqs, computed, outputs), stats)
         budget_s = self._budget_s_with(queue, stats, now_s)
         beta = self.estimator.beta
         if stats.size and not beta * stats.min_cost_s >= 1e-9:
             return None  # a waiting cost floored at 1e-9: the sum below would not be beta times theirs
         urgent, threshold_s, num_urgent_waiting = self._urgent_with(queue, stats, budget_s, now_s)
         order = _sorted(queue, urgent)
-        engine = self._engine_budget
-        seqs_left = engine.max_num_seqs if engine is not None else 2**31
-        room = _StartRoom(queue, view, seqs_left)
-        if stats.size and not room.shuts_out(stats):
-            return None
         chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
         chosen = self._cut_last(requests, chosen, queue.prefill)
         running_chosen = [requests[i] for i, _ in chosen]  # (all running: a cut prompt takes no waiting tokens)
@@ -378,16 +380,33 @@ class SlideBatching(Policy):
             waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
         )
 
-    def _running_static(self, running: Sequence[Request]) -> tuple[Sequence[Request], _Static]:
-        """The running requests in the full plan's index order (arrival at this policy), and their static
-        columns, kept while the running set does not change."""
+    def _merged_plan(self, now_s: float, running: _RunningColumns, stats: _WaitingStats) -> SlidePlan:
+        """The full plan, its queue put together from the running requests' columns and the waiting ones'
+        (kept while the waiting set stays), in the full plan's order (arrival at this policy)."""
+        requests_r, static_r, seqs_r, computed_r, outputs_r = running
+        order = np.argsort(np.concatenate((seqs_r, stats.seqs)), kind="stable")
+        every = (*requests_r, *stats.requests)
+        requests = [every[i] for i in order.tolist()]
+        if not requests:
+            return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
+        started = np.concatenate((np.ones(len(requests_r), dtype=bool), np.zeros(stats.size, dtype=bool)))
+        queue = _Queue.build(
+            _Static.merged(static_r, stats.static, order), np.concatenate((computed_r, stats.computed))[order],
+            np.concatenate((outputs_r, stats.outputs))[order], started[order], self, now_s,
+        )
+        return self._plan_of(requests, queue, now_s)
+
+    def _running_static(self, running: Sequence[Request]) -> tuple[Sequence[Request], _Static, np.ndarray]:
+        """The running requests in the full plan's index order (arrival at this policy), their static
+        columns and arrival order, kept while the running set does not change."""
         key = tuple(map(id, running))
         cached = self._running_cache
         if cached is None or cached[0] != key:
             seq = self._seq
             ordered = sorted(running, key=lambda r: seq[r.request_id])
-            cached = self._running_cache = (key, ordered, _Static.of(ordered, self))
-        return cached[1], cached[2]
+            seqs = np.fromiter((seq[r.request_id] for r in ordered), np.int64, len(ordered))
+            cached = self._running_cache = (key, ordered, _Static.of(ordered, self), seqs)
+        return cached[1], cached[2], cached[3]
 
     def _sync_waiting(self, running: Sequence[Request], view: SchedulerView) -> bool:
         """Bring the waiting set up to date with the engine's running requests; False when the two do not add
@@ -688,6 +707,19 @@ class _Static:
     priority_weights: np.ndarray
 
     @classmethod
+    def merged(cls, first: _Static, second: _Static, order: np.ndarray) -> _Static:
+        """``first``'s rows then ``second``'s, taken in ``order``."""
+        def column(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            merged: np.ndarray = np.concatenate((a, b))[order]
+            return merged
+        ids = (*first.ids, *second.ids)
+        return cls(
+            tuple(ids[i] for i in order.tolist()), first.size + second.size, column(first.prompt, second.prompt),
+            column(first.arrival_s, second.arrival_s), column(first.ttft_s, second.ttft_s),
+            column(first.tpot_s, second.tpot_s), column(first.priority_weights, second.priority_weights),
+        )
+
+    @classmethod
     def of(cls, requests: Sequence[Request], policy: SlideBatching) -> _Static:
         n = len(requests)
         return cls(
@@ -719,6 +751,10 @@ def _deadlines(static: _Static, outputs: np.ndarray) -> np.ndarray:
     return deadline_s
 
 
+#: the running requests' columns: requests (in arrival order), static columns, arrival order, computed, outputs
+_RunningColumns = tuple[Sequence[Request], "_Static", np.ndarray, np.ndarray, np.ndarray]
+
+
 class _NeedsFullPlan(Exception):
     """A running-only plan met a case it cannot decide exactly: the full plan decides."""
 
@@ -737,6 +773,8 @@ class _WaitingStats:
     arrival_s: np.ndarray
     seqs: np.ndarray
     outputs: np.ndarray
+    static: _Static
+    computed: np.ndarray
     costs_s: np.ndarray  # base-model cost of the next work (exec_s is beta times it)
     priority_weights: np.ndarray
     cost_s: float  # their sum
@@ -763,7 +801,7 @@ class _WaitingStats:
                 min_blocks[request.priority] = (blocks, request)
         return cls(
             policy._waiting_version, block_size, n, requests, np.sort(deadline_s).tolist(), deadline_s, arrival_s,
-            seqs, outputs, costs_s, weights, float(costs_s.sum()) if n else 0.0,
+            seqs, outputs, static, computed, costs_s, weights, float(costs_s.sum()) if n else 0.0,
             float(costs_s.min()) if n else math.inf, float(tpot_s.min()) if n else math.inf, min_blocks,
         )
 
