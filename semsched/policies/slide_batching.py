@@ -280,8 +280,8 @@ class SlideBatching(Policy):
     def _complete_plan(self, now_s: float) -> SlidePlan:
         """The plan at ``now_s`` with every unfinished request ranked (a plan made on the running requests
         alone is made again on all of them: the same choice, the waiting requests' ranks added)."""
-        plan = self.plan(now_s)
-        if not plan.complete:
+        plan = self._plan
+        if plan is None or plan.time_s != now_s or not plan.complete:
             plan = self._plan = self._full_plan(now_s)
         return plan
 
