@@ -29,6 +29,7 @@ the engine runs), so the estimate needs no profile.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,10 +39,10 @@ from semsched.core.plan import PreemptionMode
 from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.attained import (
+    ATTAINED,
     ROUND_TIME,
     ROUND_TOKENS,
     ServicePolicy,
-    attained_s,
     mean_round_s,
     rounds,
 )
@@ -153,6 +154,10 @@ class LapsSD(ServicePolicy):
         """Eq. 6 for a perceptible request's whole output (None while it is non-perceptible)."""
         if not self.perceptible(request):
             return None
+        return self._perceived_s(request)
+
+    def _perceived_s(self, request: Request) -> float:
+        """:meth:`estimated_time_s` of a request known to be perceptible."""
         rate = request.policy_state[_RATE]
         length = request.predicted_output_tokens()
         cfg = self.config
@@ -172,22 +177,25 @@ class LapsSD(ServicePolicy):
 
     def queue(self, request: Request) -> int:
         """0-based queue: by attained service, or by perceived service once perceptible."""
-        service = attained_s(request)
-        if self.perceptible(request):
-            service = max(service, self.estimated_time_s(request) or 0.0)
+        return self._queue(request, request.policy_state.get(_PERCEPTIBLE, 0.0) == 1.0)
+
+    def _queue(self, request: Request, perceptible: bool) -> int:
+        service = request.policy_state.get(ATTAINED, 0.0)  # (attained_s, inlined: the hot path of every sort)
+        if perceptible:
+            service = max(service, self._perceived_s(request) or 0.0)
         return queue_of(service, self.bounds)
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
         state[_FRESH] = 0.0
-        before = request.policy_state.get(ROUND_TIME, 0.0)
+        before = state.get(ROUND_TIME, 0.0)
         count = self.meter.tokens(request, num_tokens, now_s)
         if count:
             self._seconds += state[ROUND_TIME] - before
             self._tokens += num_tokens
             self._rounds += count
-        if not count or self.perceptible(request):
+        if not count or state.get(_PERCEPTIBLE, 0.0) == 1.0:
             return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
         # decodes, one token each), so the window fills as it would step by step
@@ -234,7 +242,8 @@ class LapsSD(ServicePolicy):
 
     def victim_key(self, request: Request) -> SortKey:
         # under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first
-        key = (0 if self.perceptible(request) else 1, self.queue(request), request.arrival_time_s)
+        perceptible = request.policy_state.get(_PERCEPTIBLE, 0.0) == 1.0
+        key = (0 if perceptible else 1, self._queue(request, perceptible), request.arrival_time_s)
         return (request.priority, *key) if self.config.tiers else key
 
     def victims_for(
@@ -270,10 +279,19 @@ class LapsSD(ServicePolicy):
 
 def _push_rate(state: dict[str, float], rate: float, gamma: int) -> list[float]:
     """Append ``rate`` to the request's last-``gamma`` window (kept in ``policy_state`` as numbered keys) and
-    return the window, oldest first."""
+    return the window, oldest first, once it holds ``gamma`` rates (before: [], which :func:`is_stable` calls
+    unstable)."""
+    keys = _rate_keys(gamma)
     count = int(state.get(_RATES, 0.0))
-    state[f"{_RATES}.{count % gamma}"] = rate
+    state[keys[count % gamma]] = rate
     count += 1
     state[_RATES] = float(count)
-    size = min(count, gamma)
-    return [state[f"{_RATES}.{k % gamma}"] for k in range(count - size, count)]
+    if count < gamma:
+        return []
+    return [state[keys[k % gamma]] for k in range(count - gamma, count)]
+
+
+@functools.cache
+def _rate_keys(gamma: int) -> tuple[str, ...]:
+    """The ``policy_state`` keys of a window of ``gamma`` rates."""
+    return tuple(f"{_RATES}.{k}" for k in range(gamma))

@@ -235,7 +235,7 @@ class FittedAcceptance:
             done = int(np.searchsorted(totals, tokens))  # the first round reaching tokens, or size
             if done < size:
                 drawn.append(yields[: done + 1])
-                return tuple(int(y) for y in np.concatenate(drawn))
+                return tuple(np.concatenate(drawn).astype(np.int64).tolist())
             drawn.append(yields)
             emitted, deviation = int(totals[-1]), float(deviations[-1])
 

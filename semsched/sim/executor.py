@@ -145,11 +145,14 @@ class ModelExecutor:
         return StepResult(end_s, accepted_tokens=self.drafts.accepted_tokens(plan, end_s))
 
     def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
+        return self._priced_alike(plan) and now_s + self.step_time_s(plan) < until_s
+
+    def _priced_alike(self, plan: BatchPlan) -> bool:
+        """Whether repetitions of ``plan`` are priced by the latency model alone, each as the one before."""
         if self.pending_s or self.speed is not None or self.drafts is not None or self.truth is not None:
             return False  # an intake to charge; a factor, or a yield, that may change from one step to the next
-        if self.overheads.new_shape_s and plan.num_tokens not in self.warm_shapes:
-            return False  # its first step costs extra; the steps after it can repeat
-        return now_s + self.step_time_s(plan) < until_s
+        # its first step costs extra; the steps after it can repeat
+        return not (self.overheads.new_shape_s and plan.num_tokens not in self.warm_shapes)
 
     def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray | None:
         return None

@@ -258,6 +258,13 @@ class SpeculativeExecutor(ModelExecutor):
         return StepResult(result.end_time_s, accepted_tokens=yields)
 
     # ---- fast-forward ------------------------------------------------------------------------------------
+    def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
+        """:class:`ModelExecutor`'s checks, with the target's decode step alone as the early-out (a round costs at
+        least that; pricing the drafts of every decode is left to :meth:`execute_repeated`)."""
+        if not self._priced_alike(plan):
+            return False
+        return now_s + self.latency.step_time_s([], len(plan.decode), plan.decode_context_tokens) < until_s
+
     def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray:
         """The next ``rounds`` yields of each decode of ``plan`` (a column each), as :meth:`execute` would draw
         them (1 past the end of a log); nothing is drawn."""
