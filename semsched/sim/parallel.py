@@ -143,7 +143,13 @@ class ProcessPool:
         return [future.result() for future in futures]
 
     def close(self, *, cancel: bool = False) -> None:
+        """Shut the workers down: when the batch is done, or (``cancel``: after an error or Ctrl-C) at once, the
+        simulations still running stopped too (a worker would otherwise finish its point before exiting)."""
+        # the executor has no public way to stop a running task: its processes are terminated directly
+        workers = list((getattr(self._executor, "_processes", None) or {}).values()) if cancel else []
         self._executor.shutdown(wait=not cancel, cancel_futures=cancel)
+        for worker in workers:
+            worker.terminate()
 
 
 class RayRunner:
@@ -156,15 +162,15 @@ class RayRunner:
             import ray
         except ImportError:
             raise PointError("--ray: Ray is not installed; pip install 'semsched[ray]'") from None
-        self._ray: Any = ray
-        self._started = not ray.is_initialized()
+        self._ray: Any = ray  # untyped
+        self._started = not self._ray.is_initialized()
         if self._started:
             kwargs: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False}
             if address is None and num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
-            ray.init(**kwargs)
-        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._task = ray.remote(num_cpus=1)(run_point)
+            self._ray.init(**kwargs)
+        self.workers = max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+        self._task = self._ray.remote(num_cpus=1)(run_point)
 
     def run(self, points: Sequence[SimPoint], progress: PointProgress | None = None) -> list[PolicyRun]:
         ray = self._ray
