@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from semsched.core.kv import blocks_for
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request, RequestState
@@ -59,6 +61,8 @@ _WAITING_STATES = frozenset({RequestState.WAITING, RequestState.PREEMPTED_RECOMP
                              RequestState.PREEMPTED_SWAPPED})
 #: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
 _VERSION_KEY = "semantic.version"
+#: keys cached within one step at most (a bound for configurations that never call step_budget, which clears them)
+_MAX_CACHED_KEYS = 4096
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -115,12 +119,22 @@ class Semantic(Policy):
         cfg = self.config
         self._latency: LatencyModel = load_profile(cfg.profile)
         self._analytic = self._latency if isinstance(self._latency, AnalyticLatencyModel) else None
+        self._oracle = cfg.length == "oracle"
         low, high = (self._latency.step_time_s([], 1, c) for c in _FIT_CONTEXTS)
         self._g2 = low
         self._g1 = max(high - low, 0.0) / (_FIT_CONTEXTS[1] - _FIT_CONTEXTS[0])
         self._queue: list[tuple[SortKey, int, int, Request]] = []  # (key, version, seq, request): lazy deletion
         self._seq = itertools.count()
-        self._by_level: dict[int, dict[int, Request]] = {}  # waiting requests per level, pruned lazily
+        #: every request waiting as this policy last heard (arrival, preemption), by id: (request, its level, its
+        #: uncomputed tokens), and per level their count and summed tokens, kept as they come and go
+        self._waiting: dict[int, tuple[Request, int, int]] = {}
+        self._level_count: dict[int, int] = {}
+        self._level_tokens: dict[int, int] = {}
+        #: this step's keys by request (id), with the progress and state they were computed at: a step asks for
+        #: a running request's key more than once (stage-aware cap, running order); cleared at each step_budget
+        self._keys: dict[int, tuple[int, int, bool, SortKey]] = {}
+        #: the engine as the last step_budget saw it (live): what stable_between_events reads
+        self._view: SchedulerView | None = None
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -152,13 +166,37 @@ class Semantic(Policy):
         uncomputed = total - computed
         if uncomputed > 1:
             cost += self._latency.step_time_s([(uncomputed, computed)], 0, 0)
-        remaining = max(self._remaining_output(request), 0.0)
+        if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined: the hot path)
+            remaining = float(request.target_output_tokens - request.num_output_tokens)
+        else:
+            remaining = request.predicted_output.expected_remaining(request.num_output_tokens)
+        remaining = max(remaining, 0.0)
         # sum over k = 1..r of g1 * (total + k) + g2
         cost += self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining
         return cost
 
     def _key(self, request: Request) -> SortKey:
-        return (float(urgency_level(request)), self.remaining_time_s(request), request.arrival_time_s)
+        computed, output = request.num_computed_tokens, request.num_output_tokens
+        running = request.state is RequestState.RUNNING
+        cached = self._keys.get(id(request))
+        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is running:
+            return cached[3]
+        level = request.urgency if request.urgency is not None else request.priority
+        if running and request.prompt_tokens + output - computed <= 1:
+            # a running decode (the bulk of the calls): remaining_time_s with nothing to reload or prefill
+            if self._oracle or request.predicted_output is None:
+                remaining = float(request.target_output_tokens - output)
+            else:
+                remaining = request.predicted_output.expected_remaining(output)
+            remaining = max(remaining, 0.0)
+            total = request.prompt_tokens + output
+            cost = 0.0 + (self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining)
+        else:
+            cost = self.remaining_time_s(request)
+        key = (float(level), cost, request.arrival_time_s)
+        if len(self._keys) < _MAX_CACHED_KEYS:
+            self._keys[id(request)] = (computed, output, running, key)
+        return key
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -205,7 +243,21 @@ class Semantic(Policy):
         version = int(request.policy_state.get(_VERSION_KEY, 0)) + 1
         request.policy_state[_VERSION_KEY] = version
         heapq.heappush(self._queue, (self._key(request), version, next(self._seq), request))
-        self._by_level.setdefault(urgency_level(request), {})[id(request)] = request
+        self._forget_waiting(id(request))
+        self._add_waiting(request)
+
+    def _add_waiting(self, request: Request) -> None:
+        level, tokens = urgency_level(request), request.num_uncomputed_tokens
+        self._waiting[id(request)] = (request, level, tokens)
+        self._level_count[level] = self._level_count.get(level, 0) + 1
+        self._level_tokens[level] = self._level_tokens.get(level, 0) + tokens
+
+    def _forget_waiting(self, key: int) -> None:
+        entry = self._waiting.pop(key, None)
+        if entry is not None:
+            _, level, tokens = entry
+            self._level_count[level] -= 1
+            self._level_tokens[level] -= tokens
 
     def _queue_head(self) -> SortKey | None:
         queue = self._queue
@@ -216,16 +268,54 @@ class Semantic(Policy):
             heapq.heappop(queue)
         return None
 
+    @property
+    def stable_between_events(self) -> bool:  # type: ignore[override]
+        """Whether a decode-only step that serves every running request repeats while nothing arrives, finishes
+        or is preempted: the queue's head (keys are set at enqueue) can neither start (no sequence slot, or not
+        the blocks of even one token, and free blocks only shrink while the running requests decode) nor
+        displace anyone (no running request of a less urgent level). Running requests still in their prompt
+        cannot be in such a step, so nothing is held back; every decode fits the stage-aware budget."""
+        view = self._view
+        if view is None or self._queue_head() is None:
+            return False
+        key, _, _, head = self._queue[0]
+        if any(entry[0] == key for entry in self._queue[1:3]):
+            return False  # a tie for the head: the engine's queue may hold another request first
+        if self.config.preempt:
+            level = urgency_level(head)
+            if any(urgency_level(r) > level for r in view.running_requests()):
+                return False
+        if view.num_running >= view.budget.max_num_seqs:
+            return True
+        return blocks_for(head.num_computed_tokens + 1, view.block_size) > view.available_blocks(head,
+                                                                                                 admission=True)
+
     def _admission_cap(self, view: SchedulerView) -> int | None:
         """Alg. 2: while the most important request (running, or at the head of the queue) decodes, the most
         sequences this step may run: those running, plus (``level``) the waiting requests of its own level,
         which the queue holds first; None when nothing is held back."""
+        best, best_decoding, _ = self._scan_running(view.running_requests())
+        return self._cap_for(best, best_decoding, view)
+
+    def _scan_running(self, running: Sequence[Request]) -> tuple[SortKey | None, bool, int]:
+        """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
+        the prompts of the most urgent level need beyond one each."""
         best: SortKey | None = None
         best_decoding = False
-        for request in view.running_requests():
-            key = self._key(request)
+        level, extra = math.inf, 0
+        key_of = self._key
+        for request in running:
+            key = key_of(request)
+            uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
             if best is None or key < best:
-                best, best_decoding = key, not request.in_prefill
+                best, best_decoding = key, uncomputed <= 1
+            if key[0] < level:
+                level, extra = key[0], 0
+            if uncomputed > 1 and key[0] == level:
+                extra += uncomputed - 1
+        return best, best_decoding, extra
+
+    def _cap_for(self, best: SortKey | None, best_decoding: bool, view: SchedulerView) -> int | None:
         if best is None or not best_decoding:
             return None
         head = self._queue_head()
@@ -234,18 +324,27 @@ class Semantic(Policy):
         if head < best:
             return None  # the head of the queue is the most important: a prompt, so nothing is held back
         if self.config.stage_aware != "strict" and head[0] == best[0]:
-            return view.num_running + len(self._waiting_at(int(best[0])))
+            return view.num_running + self._waiting_at(int(best[0]), view)[0]
         return view.num_running
 
-    def _waiting_at(self, level: int) -> list[Request]:
-        """The requests of ``level`` that wait (entries that left the queue are dropped as they are found)."""
-        entries = self._by_level.get(level)
-        if not entries:
-            return []
-        gone = [key for key, request in entries.items() if request.state not in _WAITING_STATES]
-        for key in gone:
-            del entries[key]
-        return list(entries.values())
+    def _waiting_at(self, level: int, view: SchedulerView) -> tuple[int, int]:
+        """How many requests of ``level`` wait, and their uncomputed tokens. Kept as sums: the requests that
+        started since are found among the running ones; when the count left differs from the engine's waiting
+        count (a request ended or left while waiting), every entry's state is checked."""
+        waiting = self._waiting
+        for request in view.running_requests():
+            if id(request) in waiting:
+                self._forget_waiting(id(request))
+        if len(waiting) != view.num_waiting:
+            self._recount_waiting()
+        return self._level_count.get(level, 0), self._level_tokens.get(level, 0)
+
+    def _recount_waiting(self) -> None:
+        """Drop the entries of requests no longer waiting, and recount the rest as they stand now."""
+        entries = [request for request, _, _ in self._waiting.values() if request.state in _WAITING_STATES]
+        self._waiting, self._level_count, self._level_tokens = {}, {}, {}
+        for request in entries:
+            self._add_waiting(request)
 
     def _holds_back(self, candidate: Request, view: SchedulerView) -> bool:
         if self.config.stage_aware == "budget":
@@ -261,22 +360,23 @@ class Semantic(Policy):
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """While the most important request decodes, cap the step's sequences (:meth:`_admission_cap`), so no
         less important prompt is admitted."""
-        cap = self._admission_cap(view)
+        self._keys.clear()
+        self._view = view
+        running = view.running_requests()
+        best, best_decoding, extra = self._scan_running(running)
+        cap = self._cap_for(best, best_decoding, view)
         if cap is None:
             return None
         budget = view.budget
         if self.config.stage_aware != "budget":
             return StepBudget(budget.max_num_batched_tokens, min(budget.max_num_seqs, cap))
         # budget: every decode, the prompts of the decoding request's level (running or waiting) in full, and
-        # stage_prefill_tokens for the rest
-        running = view.running_requests()
-        level = min(urgency_level(r) for r in running)
-        tokens = self.config.stage_prefill_tokens
-        for request in running:
-            tokens += 1 if not request.in_prefill or urgency_level(request) > level else \
-                request.num_uncomputed_tokens
+        # stage_prefill_tokens for the rest (one token each for the running prompts of other levels)
+        assert best is not None
+        level = int(best[0])
+        tokens = self.config.stage_prefill_tokens + len(running) + extra
         if cap > view.num_running:
-            tokens += sum(r.num_uncomputed_tokens for r in self._waiting_at(level))
+            tokens += self._waiting_at(level, view)[1]
         return StepBudget(min(budget.max_num_batched_tokens, tokens), budget.max_num_seqs)
 
     # ---- cache or recompute ------------------------------------------------------------------------------
