@@ -193,6 +193,10 @@ class _Base:
         point = self.point(figure_id, workload, contender, columns, profile, instances)
         return self.ctx.run_grid([point])[0][contender.policy]
 
+    def run_each(self, points: Sequence[GridPoint]) -> list[PolicyRun]:
+        """The run of each one-contender point (:meth:`point`), all handed to the context's runner at once."""
+        return [run for per_policy in self.ctx.run_grid(points) for run in per_policy.values()]
+
     def point(self, figure_id: str, workload: Workload, contender: Contender,
               columns: Mapping[str, Any] | None = None, profile: str = PROFILE, instances: int = 1) -> GridPoint:
         length = parse_length_spec(contender.predictor) if contender.predictor is not None else None
@@ -566,11 +570,14 @@ def _cold_figure(base: _Base) -> Figure:
     ]
     ours: dict[str, Numbers] = {}
     per_seed: dict[str, list[Numbers]] = {c.label: [] for c in entries}
+    points = []
     for seed in base.grid.seeds:
         workload = base.workload(base.alpaca_spec(), COLD_RATE_PER_S, seed, min(805, base.grid.num_requests))
+        points += [base.point("beyond-cold", workload, contender, {"seed": seed}) for contender in entries]
+    runs = iter(base.run_each(points))  # seeds x contenders, in that order
+    for _seed in base.grid.seeds:
         for contender in entries:
-            run = base.run("beyond-cold", workload, contender, {"seed": seed})
-            per_seed[contender.label].append(_early_numbers(run))
+            per_seed[contender.label].append(_early_numbers(next(runs)))
     ours = {label: _medians(values) for label, values in per_seed.items()}
     rows = tuple((label, _num(n["ttlt_first_s"]), _num(n["ttlt_s"])) for label, n in ours.items())
     return Figure(
@@ -604,11 +611,15 @@ def _tiers_figure(base: _Base) -> Figure:
     entries = [Contender("fcfs", "fcfs"), Contender("tiered", "tiered"), Contender("gittins", "gittins", knn),
                Contender("gittins, tier SLOs", "gittins:slo_slack=0.5", knn)]
     per_seed: dict[str, list[Numbers]] = {c.label: [] for c in entries}
+    points = []
     for seed in base.grid.seeds:
         workload = base.workload(base.mixed_spec(), ABLATION_RATE_PER_S, seed)
+        row = {"rate_per_s": ABLATION_RATE_PER_S, "seed": seed}
+        points += [base.point("beyond-tiers", workload, contender, row) for contender in entries]
+    runs = iter(base.run_each(points))  # seeds x contenders, in that order
+    for _seed in base.grid.seeds:
         for contender in entries:
-            run = base.run("beyond-tiers", workload, contender, {"rate_per_s": ABLATION_RATE_PER_S, "seed": seed})
-            per_seed[contender.label].append(_tier_numbers(run))
+            per_seed[contender.label].append(_tier_numbers(next(runs)))
     ours = {label: _medians(values) for label, values in per_seed.items()}
     columns = ("all", *TIER_NAMES)
     rows = tuple((label, *(_pct(n[f"ttft_attainment_{c}"]) for c in columns), _num(n["ttlt_s"]))
