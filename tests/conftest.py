@@ -14,11 +14,19 @@ sizes writes its own module-scoped fixture around ``running_llm`` or ``vllm_serv
             yield engine
 
 Use one engine fixture per module: two would run at once.
+
+``default_server`` (a ``vllm serve`` with vLLM's own scheduler and the default sizes) is the one engine shared
+across modules: it starts when the first test that asks for it runs and stops right after the last one in the
+run's order (not at the end of the session: an idle server holds ~2 GB and its engine polls), and the tests that
+ask for it run one after another (:func:`pytest_collection_modifyitems`). tests/vllm/test_serve_smoke.py uses it,
+and tests/gateway/test_vllm_gateway.py as the second of its two servers.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -37,8 +45,72 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the ``vllm serve`` tests (marked ``server``) before anything starts an in-process engine, so that no
     engine state of this process can reach a server it starts (a precaution; the late requests once seen in
-    server tests came from CPU placement, see ``_separate_engine_from_api_server`` in harness.py)."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("server") else 1)
+    server tests came from CPU placement, see ``_separate_engine_from_api_server`` in harness.py). Among them,
+    those that use the shared ``default_server`` come first, so that it is stopped before the others start theirs;
+    the order within each group is the collection order (a module's tests stay in file order)."""
+    items.sort(key=lambda item: (0 if item.get_closest_marker("server") else 1, 0 if _uses_default_server(item)
+                                 else 1))
+    users = [item.nodeid for item in items if _uses_default_server(item)]
+    _DefaultServer.last_user = users[-1] if users else None
+
+
+def _uses_default_server(item: pytest.Item) -> bool:
+    return "default_server" in getattr(item, "fixturenames", ())
+
+
+class _DefaultServer:
+    """The session's ``default_server``: started on first use, stopped after :attr:`last_user`'s teardown (and at
+    the end of the session at the latest); started again should a later test ask for it."""
+
+    last_user: str | None = None
+    running: _DefaultServer | None = None
+
+    def __init__(self, model_dir: Path, log_dir: Path) -> None:
+        self.model_dir, self.log_dir = model_dir, log_dir
+        self._stack: ExitStack | None = None
+        self._url = ""
+        self._starts = 0
+
+    def url(self) -> str:
+        if self._stack is None:
+            from tests.vllm.harness import vllm_server
+
+            self._starts += 1
+            stack = ExitStack()
+            log_path = self.log_dir / f"server{self._starts}.log"
+            self._url = stack.enter_context(vllm_server(self.model_dir, log_path))
+            self._stack = stack
+        return self._url
+
+    def stop(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
+
+
+@pytest.fixture(scope="session")
+def _default_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_DefaultServer]:
+    server = _DefaultServer(tiny_model_dir, tmp_path_factory.mktemp("vllm-serve"))
+    _DefaultServer.running = server
+    try:
+        yield server
+    finally:
+        _DefaultServer.running = None
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def default_server(_default_server: _DefaultServer) -> str:
+    """The base URL of a ``vllm serve`` with vLLM's own scheduler and the default sizes, shared by every module
+    that asks for it (see the module's docstring)."""
+    return _default_server.url()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    yield  # after the item's fixtures (and its module's, if it was the module's last test) are torn down
+    if _DefaultServer.running is not None and item.nodeid == _DefaultServer.last_user:
+        _DefaultServer.running.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The gateway in front of two real ``vllm serve`` servers (CPU build, tiny random model, vLLM's own FCFS
-scheduler), started once for the module: urgent requests under overload, ``semsched bench`` both ways, and a
-server killed mid-run. The server is killed in the last test; tests run in file order.
+scheduler), started once for the module (the second is the session's shared ``default_server``): urgent
+requests under overload, ``semsched bench`` both ways, and a server killed mid-run. The server is killed in the
+last test; tests run in file order.
 
 The overload comparison runs both sides on the same servers in the same run: a burst of BACKGROUND requests,
 then SYSTEM requests a moment later, sent (a) round-robin straight to the servers (vLLM's FCFS serves the SYSTEM
@@ -50,16 +51,17 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+def servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+            default_server: str) -> Iterator[Servers]:
+    """The first server is this module's (the last test kills it); the second is the session's default server
+    (the same options, shared with tests/vllm/test_serve_smoke.py: tests/conftest.py)."""
     logs = tmp_path_factory.mktemp("vllm-gateway")
-    with ExitStack() as second:
-        first = ExitStack()
-        try:
-            url0 = first.enter_context(vllm_server(tiny_model_dir, logs / "server0.log"))
-            url1 = second.enter_context(vllm_server(tiny_model_dir, logs / "server1.log"))
-            yield Servers([url0, url1], first)
-        finally:
-            first.close()
+    first = ExitStack()
+    try:
+        url0 = first.enter_context(vllm_server(tiny_model_dir, logs / "server0.log"))
+        yield Servers([url0, default_server], first)
+    finally:
+        first.close()
 
 
 def _request(i: int, tier: str, arrival_s: float) -> Request:

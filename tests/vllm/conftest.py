@@ -1,4 +1,5 @@
-"""Engine fixtures for the adapter tests: one default in-process engine or server per module."""
+"""Engine fixtures for the adapter tests: one default in-process engine per module. (``default_server``, the
+default ``vllm serve``, is shared across modules: tests/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.vllm.harness import running_llm, vllm_server
+from tests.vllm.harness import running_llm
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -20,10 +21,3 @@ def default_llm(tiny_model_dir: Path) -> Iterator[LLM]:
     with running_llm(tiny_model_dir) as llm:
         yield llm
 
-
-@pytest.fixture(scope="module")
-def default_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of a ``vllm serve`` with vLLM's own scheduler and the default sizes, one per module."""
-    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    with vllm_server(tiny_model_dir, log_path) as base_url:
-        yield base_url
