@@ -10,6 +10,7 @@ Bad input (unknown policy, malformed trace row, negative rate, an output path th
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
@@ -30,6 +31,7 @@ from semsched.cli import (
     sweep,
     urgency,
 )
+from semsched.compiled import status as compiled_status
 from semsched.core.errors import SemschedError
 
 COMMANDS = (simulate, sweep, demo, reproduce, profile, fidelity, gateway, listing, urgency, length, lengths,
@@ -53,10 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="semsched", description="Which LLM request runs next: simulate and compare scheduling policies."
     )
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.register(sub)
     return parser
+
+
+def version_line() -> str:
+    """``semsched 0.1.0, compiled core (mypyc): yes``: the version, and whether the core runs compiled (and if
+    not, why: :mod:`semsched.compiled`)."""
+    try:
+        version = importlib.metadata.version("semsched")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "(not installed)"
+    return f"semsched {version}, {compiled_status().describe()}"
 
 
 if __name__ == "__main__":

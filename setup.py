@@ -1,0 +1,48 @@
+"""Build hook (issue 29): compiles the core (``semsched.compiled.COMPILED_MODULES``) with mypyc into extension
+modules beside their sources; ``pip install -e .`` (``./dev``) runs it. Everything else is in pyproject.toml.
+
+``SEMSCHED_PURE_PYTHON=1`` at build time compiles nothing: the package then runs from its sources only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from setuptools import setup
+
+ROOT = Path(__file__).resolve().parent
+#: the setup.py commands that build extension modules (pip's metadata steps run setup.py too: no compiling there)
+BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
+
+
+def _compiled_module() -> ModuleType:
+    """semsched/compiled.py, loaded by path: the package's dependencies are not installed at build time."""
+    spec = importlib.util.spec_from_file_location("_semsched_compiled", ROOT / "semsched" / "compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclass looks its module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ext_modules() -> list[Any]:
+    if not BUILD_COMMANDS.intersection(sys.argv[1:]):
+        return []
+    compiled = _compiled_module()
+    if os.environ.get(compiled.PURE_PYTHON_ENV, "") not in ("", "0"):
+        return []
+    from mypyc.build import mypycify
+
+    modules = list(compiled.COMPILED_MODULES)
+    sources = [str(compiled.source_path(m).relative_to(ROOT)) for m in modules]
+    extensions = mypycify(sources, opt_level="3", group_name="semsched._core")
+    compiled.write_build_record(modules)
+    return list(extensions)
+
+
+setup(ext_modules=ext_modules())
