@@ -120,3 +120,21 @@ def test_the_compiled_and_the_pure_python_core_give_identical_results(
     pure = pure_results[spec]
     moved = {name: (pure[name], here[name]) for name in here if pure[name] != here[name]}
     assert not moved, f"{spec}: the compiled core's results differ from pure Python's (pure, compiled): {moved}"
+
+
+def test_the_benchmark_runs_both_paths_and_finds_them_identical(tmp_path: Path) -> None:
+    """benchmarks/compiled_core.py end to end on 200 requests (its numbers are not checked: machine-dependent)."""
+    out = tmp_path / "compiled.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compiled_core.py"), "--num-requests", "200", "--repeats", "1",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| path |" in done.stdout  # the Markdown table
+    payload = json.loads(out.read_text())
+    assert payload["identical"] is True
+    assert [r["compiled"] for r in payload["runs"]["pure"]] == [
+        f"compiled core (mypyc): no ({compiled.PURE_PYTHON_ENV}=1)"
+    ]
+    assert [r["compiled"] for r in payload["runs"]["compiled"]] == [STATUS.describe()]
