@@ -1,0 +1,56 @@
+"""slide-batching's incremental plans (issue 29): the plan made on the running requests alone (no waiting request
+can start) and the plan put together from the kept waiting columns are, step by step, the full plan made from
+every request afresh."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from semsched.core.policy import SchedulerView
+from semsched.policies.slide_batching import SlideBatching, SlidePlan
+from semsched.policies.vllm_fcfs import is_waiting
+from semsched.sim.runner import build_simulation
+from tests.sim.test_stress import SCENARIOS, Scenario
+
+CHECKED = ("burst-500", "tiny-kv", "kv-exhaustion", "sustained-stream")
+
+
+def _same(plan: SlidePlan, full: SlidePlan) -> None:
+    assert plan.chosen == full.chosen
+    assert (plan.tokens, plan.budget_s, plan.estimated_s) == (full.tokens, full.budget_s, full.estimated_s)
+    assert (plan.num_urgent, plan.num_normal) == (full.num_urgent, full.num_normal)
+    assert [r.request_id for r in plan.running] == [r.request_id for r in full.running]
+    ranked = [r.request_id for r in plan.ranked]  # the running requests' order (victims) is the full plan's
+    assert ranked == sorted(ranked, key=full.rank.__getitem__)
+    if plan.waiting is not None:
+        assert [r.request_id for r in plan.waiting()] == [r.request_id for r in full.ranked if is_waiting(r)]
+
+
+def _checking(compared: Counter[str]) -> Callable[[SlideBatching, float, SchedulerView], SlidePlan | None]:
+    original = SlideBatching._running_plan
+
+    def checked(self: SlideBatching, now_s: float, view: SchedulerView) -> SlidePlan | None:
+        plan = original(self, now_s, view)
+        if plan is not None:
+            _same(plan, self._full_plan(now_s))
+            compared["running only" if not plan.complete else "merged"] += 1
+        return plan
+
+    return checked
+
+
+@pytest.mark.parametrize("spec", ["slide-batching", "slide-batching:phi=conservative;gamma=2",
+                                  "slide-batching:order=density"])
+def test_every_incremental_plan_is_the_full_plan(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    compared: Counter[str] = Counter()
+    monkeypatch.setattr(SlideBatching, "_running_plan", _checking(compared))
+    scenarios: list[Scenario] = [s for s in SCENARIOS if s.name in CHECKED]
+    assert len(scenarios) == len(CHECKED)
+    for scenario in scenarios:
+        build_simulation(spec, scenario.cluster).run(scenario.requests())
+    assert compared["merged"] > 0
+    if spec != "slide-batching:phi=conservative;gamma=2":  # (the conservative φ always plans the whole queue)
+        assert compared["running only"] > 0
