@@ -33,9 +33,11 @@ most the prompts admitted but not yet computed, ``B * I / w_min`` per client.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -52,6 +54,11 @@ HIGH_PRIORITY_WEIGHT = 2.0
 LOW_PRIORITY_WEIGHT = 1.0
 #: largest cost or weight a config may name
 MAX_COST = 1e6
+#: ``Request.policy_state`` key: the order in which the request (re-)entered this policy's waiting requests
+ENQUEUED_KEY = "vtc.enqueued"
+#: a ``rekey_s`` this short means every step: the core then asks :meth:`VTC.waiting_order`, which walks only the
+#: front of each client's queue, instead of re-keying every waiting request each step
+EVERY_STEP_S = 0.001
 
 
 def client_of(request: Request) -> str:
@@ -132,10 +139,19 @@ class VTC(Policy):
         self._keys_version = -1
         self._arrival_keys: dict[str, tuple[int, float]] = {}
         self._version = 0  # bumped whenever a counter moves
+        self._enqueued = itertools.count()
+        #: the core asks waiting_order (it keys nothing): arrivals need no key of their own
+        self._ordered_by_core = False
+        self._left: set[str] = set()  # handed off to another instance while counted here as waiting
 
     @property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
         return self.config.rekey_s
+
+    def uses_hook(self, hook: str) -> bool:
+        if hook == "waiting_order":
+            return self.config.rekey_s <= EVERY_STEP_S
+        return super().uses_hook(hook)
 
     # ---- counters ----------------------------------------------------------------------------------------
     def weight(self, priority: int) -> float:
@@ -181,6 +197,9 @@ class VTC(Policy):
         if not entry.active:
             self._lift(entry)
         entry.waiting.append(request)
+        request.policy_state[ENQUEUED_KEY] = float(next(self._enqueued))
+        if self._ordered_by_core:
+            return
         # its key: the counter plus the input cost of the client's requests waiting ahead of it
         ahead = sum(self.input_charge(r) for r in entry.waiting if r is not request and is_waiting(r))
         self._arrival_keys[request.request_id] = (self._version, entry.counter + ahead)
@@ -202,7 +221,11 @@ class VTC(Policy):
         position = next((i for i, r in enumerate(entry.waiting) if r.arrival_time_s > request.arrival_time_s),
                         len(entry.waiting))
         entry.waiting.insert(position, request)
+        request.policy_state[ENQUEUED_KEY] = float(next(self._enqueued))
         self._keys_version = -1  # its place among the client's requests changes the keys behind it
+
+    def on_leave(self, request: Request) -> None:
+        self._left.add(request.request_id)  # its entry still counts ahead of later ones while it is WAITING
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         cost = self.config.output_cost * num_tokens / self.weight(request.priority)
@@ -220,6 +243,49 @@ class VTC(Policy):
         """Charges newly running requests (for engines that ask this hook first); every request runs."""
         self._charge_admissions(running)
         return None
+
+    def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
+        """The waiting requests in the order re-keying all of them now would give (the smallest of (the client's
+        counter plus the input cost of its requests waiting ahead, arrival, enqueue order) first), merged lazily
+        from the front of each client's queue: a step costs what it admits and the number of clients."""
+        if not self._ordered_by_core:
+            self._ordered_by_core = True
+            self._arrival_keys.clear()
+        heap: list[tuple[float, float, float, int]] = []
+        fronts: list[tuple[Iterator[tuple[float, Request]], Request]] = []
+        for entry in self._clients.values():
+            entry.prune_front()
+            keyed = self._keyed(entry)
+            first = next(keyed, None)
+            if first is not None:
+                key, request = first
+                heap.append((key, request.arrival_time_s, request.policy_state[ENQUEUED_KEY], len(fronts)))
+                fronts.append((keyed, request))
+        heapq.heapify(heap)
+        while heap:
+            index = heap[0][3]
+            keyed, request = fronts[index]
+            yield request
+            following = next(keyed, None)
+            if following is None:
+                heapq.heappop(heap)
+                continue
+            key, request = following
+            heapq.heapreplace(heap, (key, request.arrival_time_s, request.policy_state[ENQUEUED_KEY], index))
+            fronts[index] = (keyed, request)
+
+    def _keyed(self, entry: _Client) -> Iterator[tuple[float, Request]]:
+        """A client's waiting requests in its order with their keys, accumulated as :meth:`_rebuild_keys` does
+        (a request handed off elsewhere still counts ahead of the later ones, but is not offered)."""
+        level = entry.counter
+        left = self._left
+        for request in entry.waiting:
+            if not is_waiting(request):
+                left.discard(request.request_id)
+                continue
+            if request.request_id not in left:
+                yield level, request
+            level += self.input_charge(request)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         """(the client's counter once its waiting requests ahead are admitted, arrival)."""

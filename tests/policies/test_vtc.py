@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from semsched.core.plan import StepResult
 from semsched.core.request import Request
+from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.vtc import VTC, client_of
 from tests.support import check_kv, check_plan, make_request, make_scheduler
@@ -108,3 +110,45 @@ def test_configured_weights_and_errors() -> None:
         with pytest.raises(PolicyError, match=field):
             make_policy(f"vtc:{spec}")
     assert make_policy("vtc").describe()["output_cost"] == 2.0
+
+
+class _KeyedVTC(VTC):
+    """VTC on the core's keyed queue, every waiting request re-keyed each step: what waiting_order replaces."""
+
+    def uses_hook(self, hook: str) -> bool:
+        return False if hook == "waiting_order" else super().uses_hook(hook)
+
+
+def _clients_traffic(seed: int) -> list[Request]:
+    """Five clients of mixed priorities, Poisson arrivals, random prompts and outputs, some preemptions."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(0.01, 150))
+    return [make_request(f"r{i}", prompt=int(rng.integers(1, 200)), output=int(rng.integers(1, 60)),
+                         arrival=float(arrivals[i]), priority=int(rng.integers(0, 3)),
+                         client=f"c{int(rng.integers(0, 5))}") for i in range(150)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_lazy_waiting_order_admits_as_re_keying_every_request_would(seed: int) -> None:
+    """With re-keying every step (the default), the order merged from the front of each client's queue starts
+    every request when the core's keyed queue, re-keyed in full each step, does: same admissions, same times."""
+    outcomes = []
+    for policy in (make_policy("vtc"), _KeyedVTC()):
+        assert policy.uses_hook("waiting_order") is not isinstance(policy, _KeyedVTC)
+        scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=300, max_num_batched_tokens=96,
+                                              max_num_seqs=8, watermark=0.0), policy)
+        pending, now, index = _clients_traffic(seed), 0.0, 0
+        while index < len(pending) or scheduler.has_unfinished():
+            while index < len(pending) and pending[index].arrival_time_s <= now:
+                scheduler.add_request(pending[index], now)
+                index += 1
+            plan = scheduler.schedule(now)
+            if plan.is_empty:
+                now = pending[index].arrival_time_s
+                continue
+            now += 0.01
+            scheduler.update(plan, StepResult(end_time_s=now))
+        outcomes.append([(r.request_id, r.first_scheduled_time_s, r.finish_time_s, r.num_preemptions)
+                         for r in pending])
+    assert outcomes[0] == outcomes[1]
+    assert any(preemptions for *_, preemptions in outcomes[0])  # KV pressure re-queued some of them
