@@ -15,7 +15,7 @@ from semsched.latency import load_profile
 from semsched.policies import make_policy
 from semsched.policies.semantic import Semantic, SemanticConfig, urgency_level
 from tests.policies.factories import displaced_by, service_order
-from tests.support import make_request, run_checked
+from tests.support import make_request, random_requests, run_checked, simulate
 
 # a profile with round numbers, so that the decisions below can be worked out by hand
 ROUND_PROFILE = """\
@@ -232,3 +232,44 @@ def test_budget_mode_slows_less_urgent_prompts_without_stopping_them() -> None:
     assert [(c.request.request_id, c.num_tokens) for c in plan.prefill] == [("calm", 24)]
     with pytest.raises(ValueError, match="stage_prefill_tokens must be an integer from 1"):
         make_policy("semantic:stage_prefill_tokens=0")
+
+
+@pytest.mark.parametrize(
+    ("config", "num_priorities", "urgent"),
+    [({"max_num_seqs": 4}, 1, False),  # sequence slots full, one level: the head can neither start nor displace
+     ({"num_gpu_blocks": 60}, 1, False),  # KV-bound
+     ({"max_num_seqs": 4}, 3, True),  # levels mixed, some urgent arrivals: displacement may come back
+     ({"num_gpu_blocks": 60, "max_num_seqs": 6}, 3, False)],
+)
+def test_decode_stretches_with_a_stuck_queue_fast_forward_exactly(
+    config: dict[str, int], num_priorities: int, urgent: bool
+) -> None:
+    """While the head of the queue can neither start nor displace anyone, decode-only steps repeat: they
+    fast-forward with requests waiting, and every request ends exactly as stepping one by one makes it end."""
+    outcomes, events = [], []
+    for fast_forward in (True, False):
+        requests = random_requests(7, 40, rate=50.0, max_prompt=64, max_output=80, num_priorities=num_priorities)
+        if urgent:
+            for request in requests[::5]:
+                request.urgency = 0
+        result = simulate(requests, "semantic", fast_forward=fast_forward, block_size=4, **config)
+        outcomes.append([(r.state, r.num_preemptions, r.token_times_s().tolist()) for r in requests])
+        events.append(result.num_events)
+    assert outcomes[0] == outcomes[1]
+    assert events[0] < events[1]
+
+
+def test_the_queue_head_that_may_displace_stops_the_stretch() -> None:
+    """A waiting request more urgent than a running one may displace it once that one holds enough blocks: the
+    policy promises no stable stretch then; when no running request is less urgent, it does (no free slot)."""
+    for background, stable in ((2, False), (1, True)):
+        scheduler = Scheduler(SchedulerConfig(max_num_seqs=2, block_size=4, num_gpu_blocks=40),
+                              make_policy("semantic"))
+        scheduler.add_request(make_request("a", prompt=100, output=50, priority=1), 0.0)
+        scheduler.add_request(make_request("b", prompt=8, output=50, priority=background), 0.0)
+        plan = scheduler.schedule(0.0)
+        scheduler.update(plan, StepResult(end_time_s=0.01))
+        scheduler.add_request(make_request("c", prompt=100, output=5, priority=1, arrival=0.01), 0.01)
+        plan = scheduler.schedule(0.01)  # c needs 25 blocks: the 11 free and b's 3 are not enough
+        assert plan.is_pure_decode and len(plan.decode) == 2 and scheduler.num_waiting == 1
+        assert scheduler.policy.stable_between_events is stable
