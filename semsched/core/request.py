@@ -307,6 +307,16 @@ class Request:
         else:
             ranges.append([first_step, first_step + count])
 
+    def record_round(self, timeline: TokenTimeline, step: int, count: int) -> None:
+        """Record ``count`` tokens emitted together at ``step`` (a speculative round): what ``count`` calls of
+        ``record_tokens(timeline, step, 1)`` record, in one call."""
+        if count <= 0:
+            return
+        self.record_tokens(timeline, step, 1)
+        ranges = self.token_step_ranges
+        for _ in range(count - 1):
+            ranges.append([step, step + 1])
+
 
 def _checked_accept_lengths(values: object) -> tuple[int, ...]:
     """A non-empty tuple of integers >= 1 (tokens per verification round), or an error naming the field."""

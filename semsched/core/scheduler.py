@@ -587,8 +587,7 @@ class Scheduler:
             request.num_computed_tokens += count
             # the round's tokens share one emission time (one timeline step each); on_tokens hears of them together
             request.num_output_tokens += count
-            for _ in range(count):
-                request.record_tokens(self.timeline, step_index, 1)
+            request.record_round(self.timeline, step_index, count)
             if self._on_tokens is not None:
                 self._on_tokens(request, count, result.end_time_s)
             if request.num_output_tokens >= request.target_output_tokens:
@@ -779,8 +778,7 @@ class Scheduler:
                 count = left
             request.num_computed_tokens += count
             request.num_output_tokens += count
-            for _ in range(count):
-                request.record_tokens(timeline, step_index, 1)
+            request.record_round(timeline, step_index, count)
             if on_tokens is not None:
                 on_tokens(request, count, end_s)
             if count == left:

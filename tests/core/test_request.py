@@ -59,6 +59,18 @@ def test_token_ranges_merge_and_materialise() -> None:
     assert request.first_token_time_s == 0.1
 
 
+def test_a_round_of_tokens_is_recorded_as_as_many_one_token_records() -> None:
+    timeline = TokenTimeline()
+    timeline.extend([0.1, 0.2, 0.3, 0.4])
+    by_round, by_token = make_request(output=8), make_request(output=8)
+    for step, count in [(0, 1), (1, 3), (2, 1), (3, 2), (3, 0)]:
+        by_round.record_round(timeline, step, count)
+        for _ in range(count):
+            by_token.record_tokens(timeline, step, 1)
+    assert by_round.token_step_ranges == by_token.token_step_ranges == [[0, 2], [1, 2], [1, 4], [3, 4]]
+    assert by_round.token_times_s().tolist() == [0.1, 0.2, 0.2, 0.2, 0.3, 0.4, 0.4]
+
+
 def test_length_distribution_summaries() -> None:
     dist = LengthDistribution.from_samples([10, 10, 20, 40])
     assert dist.lengths == (10, 20, 40)
