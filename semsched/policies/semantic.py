@@ -204,6 +204,11 @@ class Semantic(Policy):
 
     def victim_key(self, request: Request) -> SortKey:
         """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first."""
+        cached = self._keys.get(id(request))  # (the core sorts the running batch by it every step)
+        running = request.state is RequestState.RUNNING
+        if cached is not None and cached[0] == request.num_computed_tokens \
+                and cached[1] == request.num_output_tokens and cached[2] is running:
+            return cached[3]
         return self._key(request)
 
     def victims_for(
@@ -228,7 +233,11 @@ class Semantic(Policy):
         if head is None:
             return None
         level = head[0]
-        if not any(urgency_level(r) > level and r.in_prefill for r in running):
+        for request in running:  # (a loop, not any(): this runs every step)
+            if request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens > 1 \
+                    and urgency_level(request) > level:
+                break
+        else:
             return None
         return sorted((r for r in running if not (urgency_level(r) > level and r.in_prefill)), key=self._key)
 

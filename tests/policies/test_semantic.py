@@ -273,3 +273,25 @@ def test_the_queue_head_that_may_displace_stops_the_stretch() -> None:
         plan = scheduler.schedule(0.01)  # c needs 25 blocks: the 11 free and b's 3 are not enough
         assert plan.is_pure_decode and len(plan.decode) == 2 and scheduler.num_waiting == 1
         assert scheduler.policy.stable_between_events is stable
+
+
+@pytest.mark.parametrize("length", ["predicted", "oracle"])
+def test_a_running_decodes_key_is_its_remaining_time(length: str) -> None:
+    """The key's inlined path for running decodes prices what remaining_time_s prices, bit for bit (with and
+    without a predicted distribution), and a cached key follows the request's progress."""
+    policy = make_policy(f"semantic:length={length}")
+    assert isinstance(policy, Semantic)
+    rng = np.random.default_rng(3)
+    for i in range(200):
+        prompt, output = int(rng.integers(1, 4000)), int(rng.integers(1, 900))
+        request = make_request(f"r{i}", prompt=prompt, output=output, priority=int(rng.integers(0, 3)))
+        if i % 2:
+            request.predicted_output = LengthDistribution((max(1, output // 2), output + 50), (0.3, 0.7))
+        request.state = RequestState.RUNNING
+        request.num_output_tokens = int(rng.integers(0, output))
+        request.num_computed_tokens = prompt + request.num_output_tokens - 1  # its next token is a decode
+        key = policy.victim_key(request)
+        assert key == (float(urgency_level(request)), policy.remaining_time_s(request), request.arrival_time_s)
+        request.num_output_tokens += 1
+        request.num_computed_tokens += 1
+        assert policy.victim_key(request)[1] == policy.remaining_time_s(request)
