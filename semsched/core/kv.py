@@ -14,6 +14,7 @@ from mypy_extensions import mypyc_attr
 from semsched.core.request import InvalidRequestError, Request
 
 
+@mypyc_attr(native_class=False)  # (frozen: a native class would not unpickle; a process pool ships configs)
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """Keep ``num_blocks`` GPU blocks out of reach of requests whose priority value exceeds ``max_priority``.

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from semsched.core.displacement import Need, Release, Room, best_class, excluded, fits, victims_to_displace
 from semsched.core.kv import BlockManager, Reservation, blocks_for
@@ -35,6 +36,7 @@ from semsched.core.policy import Policy, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState, TokenTimeline
 
 
+@mypyc_attr(native_class=False)  # (frozen: a native class would not unpickle; a process pool ships configs)
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Engine-side limits (vLLM names where vLLM has them)."""
