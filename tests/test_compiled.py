@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,21 @@ def test_the_benchmark_runs_both_paths_and_finds_them_identical(tmp_path: Path) 
         f"compiled core (mypyc): no ({compiled.PURE_PYTHON_ENV}=1)"
     ]
     assert [r["compiled"] for r in payload["runs"]["compiled"]] == [STATUS.describe()]
+
+
+def test_what_a_process_pool_ships_survives_pickling() -> None:
+    """A grid's point goes to a worker (a ClusterSpec, reservations in its SchedulerConfig) and its run comes back
+    (a PolicyRun: requests, SimResult, summary): both pickle on either core."""
+    from semsched.core.kv import Reservation
+    from semsched.core.scheduler import SchedulerConfig
+    from semsched.sim.runner import ClusterSpec, run_policy
+    from semsched.workloads import build_workload
+
+    cluster = ClusterSpec(scheduler=SchedulerConfig(num_gpu_blocks=512, reservations=(Reservation(0, 8),)))
+    assert pickle.loads(pickle.dumps(cluster)) == cluster
+    run = run_policy(build_workload("azure-conv-trace", rate_per_s=3.5, seed=0, num_requests=50), "fcfs", cluster)
+    back = pickle.loads(pickle.dumps(run))
+    assert back.summary.to_dict() == run.summary.to_dict()
+    assert [r.token_times_s().tolist() for r in back.result.requests] == [
+        r.token_times_s().tolist() for r in run.result.requests
+    ]
