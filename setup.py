@@ -7,13 +7,13 @@ modules beside their sources; ``pip install -e .`` (``./dev``) runs it. Everythi
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 #: the setup.py commands that build extension modules (pip's metadata steps run setup.py too: no compiling there)
@@ -30,19 +30,30 @@ def _compiled_module() -> ModuleType:
     return module
 
 
+COMPILED = _compiled_module()
+#: the digests of the sources as mypyc read them, recorded once the extensions are built
+DIGESTS: dict[str, str] = {}
+
+
+class BuildAndRecord(build_ext):
+    """``build_ext`` that writes the build record (semsched/_compiled_build.json) only after every extension was
+    built, so a failed build never passes for a current one."""
+
+    def run(self) -> None:
+        super().run()
+        if DIGESTS:
+            COMPILED.write_build_record(DIGESTS)
+
+
 def ext_modules() -> list[Any]:
-    if not BUILD_COMMANDS.intersection(sys.argv[1:]):
-        return []
-    compiled = _compiled_module()
-    if os.environ.get(compiled.PURE_PYTHON_ENV, "") not in ("", "0"):
+    if not BUILD_COMMANDS.intersection(sys.argv[1:]) or COMPILED.pure_python_asked():
         return []
     from mypyc.build import mypycify
 
-    modules = list(compiled.COMPILED_MODULES)
-    sources = [str(compiled.source_path(m).relative_to(ROOT)) for m in modules]
-    extensions = mypycify(sources, opt_level="3", group_name="semsched._core")
-    compiled.write_build_record(modules)
-    return list(extensions)
+    modules = list(COMPILED.COMPILED_MODULES)
+    DIGESTS.update({module: COMPILED.source_digest(module) for module in modules})
+    sources = [str(COMPILED.source_path(m).relative_to(ROOT)) for m in modules]
+    return list(mypycify(sources, opt_level="3", group_name="semsched._core"))
 
 
-setup(ext_modules=ext_modules())
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": BuildAndRecord})

@@ -78,9 +78,10 @@ def extension_path(module: str) -> Path | None:
     return None
 
 
-def write_build_record(modules: Sequence[str] = COMPILED_MODULES) -> None:
-    """Record the SHA-256 of every source being compiled (``setup.py`` calls it when it builds)."""
-    record = {"backend": BACKEND, "sources": {module: source_digest(module) for module in modules}}
+def write_build_record(digests: dict[str, str]) -> None:
+    """Record the SHA-256 of every compiled source (``setup.py`` calls it once the extensions are built, with the
+    digests taken when mypyc read the sources)."""
+    record = {"backend": BACKEND, "sources": digests}
     BUILD_RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
