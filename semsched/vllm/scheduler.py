@@ -570,6 +570,11 @@ class Scheduler(_VllmScheduler):
         interval = self.semsched_policy.rekey_interval_s
         if interval is None or now < self._next_rekey_s:
             return
+        if not self._displaces and len(self.running) >= self._configured.max_num_seqs:
+            # no request can be admitted this step (vLLM stops at the slot count before it reads the queue, and
+            # a preemption stops admissions), so nobody reads the order: re-key at the next step that may admit
+            # (slide-batching's keys are a plan over the whole queue; saturated, a step plans the running ones)
+            return
         self._next_rekey_s = next_rekey_s(now, interval)
         if self.running:  # a key may read the running requests too (slide-batching plans the whole queue)
             self.running_shadows()
