@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -220,13 +220,31 @@ def run_seeds(
     columns: Mapping[str, Any],
 ) -> Runs:
     """Every policy on each seed's workload, recorded under ``figure_id`` with ``columns`` and the seed."""
-    points = [GridPoint(figure_id, workload, policies, cluster, {**columns, "seed": seed})
-              for seed, workload in workloads.items()]
-    runs: Runs = {policy: [] for policy in policies}
-    for per_policy in ctx.run_grid(points):
-        for policy, run in per_policy.items():
-            runs[policy].append(run)
-    return runs
+    return run_seed_batches(ctx, figure_id, [SeedBatch(workloads, policies, cluster, columns)])[0]
+
+
+class SeedBatch(NamedTuple):
+    """One point of a figure for :func:`run_seed_batches`: every policy on each seed's workload."""
+
+    workloads: Mapping[int, Workload]
+    policies: Sequence[str]
+    cluster: ClusterSpec
+    columns: Mapping[str, Any]
+
+
+def run_seed_batches(ctx: ExperimentContext, figure_id: str, batches: Sequence[SeedBatch]) -> list[Runs]:
+    """:func:`run_seeds` for each batch, every run of them handed to the context's runner at once."""
+    points = [GridPoint(figure_id, workload, batch.policies, batch.cluster, {**batch.columns, "seed": seed})
+              for batch in batches for seed, workload in batch.workloads.items()]
+    per_point = iter(ctx.run_grid(points))
+    out: list[Runs] = []
+    for batch in batches:
+        runs: Runs = {policy: [] for policy in batch.policies}
+        for _seed in batch.workloads:
+            for policy, run in next(per_point).items():
+                runs[policy].append(run)
+        out.append(runs)
+    return out
 
 
 def spikes_spec(gap_s: float, max_concurrent: int, **extra: Any) -> str:
@@ -319,14 +337,17 @@ def _spike_figure(base: _Base, panel: SpikePanel) -> Figure:
     cluster = ClusterSpec(profile=panel.profile)
     ours: dict[str, dict[str, Numbers]] = {policy: {} for policy in policies}
     counts: dict[str, float | None] = {}
+    batches = []
     for max_concurrent in base.grid.max_concurrent:
         spec = spikes_spec(panel.gap_s, max_concurrent)
         workloads = {seed: burst(spec, panel.gap_s, NUM_SPIKES, seed) for seed in base.grid.seeds}
         recorded = {"profile": panel.profile, "gap_s": panel.gap_s, "max_concurrent": max_concurrent}
-        runs = run_seeds(base.ctx, panel.id, workloads, policies, cluster, recorded)
+        batches.append(SeedBatch(workloads, policies, cluster, recorded))
+    for max_concurrent, batch, runs in zip(base.grid.max_concurrent, batches,
+                                           run_seed_batches(base.ctx, panel.id, batches), strict=True):
         for policy in policies:
             ours[policy][str(max_concurrent)] = medians(runs[policy])
-        counts[str(max_concurrent)] = _median(float(len(w)) for w in workloads.values())
+        counts[str(max_concurrent)] = _median(float(len(w)) for w in batch.workloads.values())
     u0 = {p: {mc: ours[p][mc]["urgency_0"] for mc in ours[p]} for p in policies}
     ratios, headline = _spike_ratios(panel, u0, semantic)
     rows = tuple(
@@ -606,10 +627,10 @@ def _triage_notes() -> list[str]:
 def _urgency_error_figure(base: _Base) -> Figure:
     per_error: dict[str, Numbers] = {}
     reference: Numbers = {}
-    for error in base.grid.errors:
-        workloads = base.steady(urgency_error=error)
-        policies = (SEMANTIC, FCFS) if error == base.grid.errors[0] else (SEMANTIC,)
-        runs = run_seeds(base.ctx, "fig2a", workloads, policies, ClusterSpec(), {"urgency_error": error})
+    batches = [SeedBatch(base.steady(urgency_error=error),
+                         (SEMANTIC, FCFS) if error == base.grid.errors[0] else (SEMANTIC,), ClusterSpec(),
+                         {"urgency_error": error}) for error in base.grid.errors]
+    for error, runs in zip(base.grid.errors, run_seed_batches(base.ctx, "fig2a", batches), strict=True):
         per_error[f"{error:g}"] = medians(runs[SEMANTIC])
         if FCFS in runs:
             reference = medians(runs[FCFS])
@@ -650,6 +671,7 @@ def _length_error_figure(base: _Base) -> Figure:
     per_error: dict[str, Numbers] = {}
     reference: Numbers = {}
     oracle_length = "semantic:length=oracle"
+    batches = []
     for error in base.grid.errors:
         workloads = {
             seed: w.with_predicted_length(
@@ -660,7 +682,8 @@ def _length_error_figure(base: _Base) -> Figure:
             for seed, w in truth.items()
         }
         policies = (SEMANTIC, oracle_length) if error == base.grid.errors[0] else (SEMANTIC,)
-        runs = run_seeds(base.ctx, "fig2b", workloads, policies, ClusterSpec(), {"length_error": error})
+        batches.append(SeedBatch(workloads, policies, ClusterSpec(), {"length_error": error}))
+    for error, runs in zip(base.grid.errors, run_seed_batches(base.ctx, "fig2b", batches), strict=True):
         per_error[f"{error:g}"] = medians(runs[SEMANTIC])
         if oracle_length in runs:
             reference = medians(runs[oracle_length])
@@ -775,11 +798,13 @@ def _predictor_table(base: _Base, figure_id: str) -> Figure:
         paper_table, varied = PAPER_TABLE2, "predictor batch size"
     workloads = base.steady()
     ours: dict[str, dict[str, Numbers]] = {mode: {} for mode in MODES}
+    batches = []
     for mode, latency_s, batch_size in settings:
         predictor = PredictorCost(latency_s, batch_size, mode)
-        cluster = ClusterSpec(predictor=predictor)
-        columns = {"predictor": predictor.spec}
-        runs = run_seeds(base.ctx, figure_id, workloads, (SEMANTIC,), cluster, columns)
+        batches.append(SeedBatch(workloads, (SEMANTIC,), ClusterSpec(predictor=predictor),
+                                 {"predictor": predictor.spec}))
+    for (mode, latency_s, batch_size), runs in zip(settings, run_seed_batches(base.ctx, figure_id, batches),
+                                                   strict=True):
         x = latency_s if figure_id == "table1" else batch_size
         ours[mode][f"{x:g}"] = medians(runs[SEMANTIC])
     return _table_figure(base, figure_id, varied, ours, paper_table, settings)
@@ -911,9 +936,10 @@ def _mistakes_figure(base: _Base) -> Figure:
             for s in base.grid.seeds
         }
     ours: dict[str, Numbers] = {}
-    for source, workloads in labelled.items():
-        columns = {"gap_s": MISTAKE_GAP_S, "max_concurrent": MISTAKE_MAX_CONCURRENT, "urgency_source": source}
-        runs = run_seeds(base.ctx, "beyond-mistakes", workloads, (SEMANTIC,), ClusterSpec(), columns)
+    setting = {"gap_s": MISTAKE_GAP_S, "max_concurrent": MISTAKE_MAX_CONCURRENT}
+    batches = [SeedBatch(workloads, (SEMANTIC,), ClusterSpec(), {**setting, "urgency_source": source})
+               for source, workloads in labelled.items()]
+    for source, runs in zip(labelled, run_seed_batches(base.ctx, "beyond-mistakes", batches), strict=True):
         ours[source] = medians(runs[SEMANTIC], _mistake_numbers)
     keys = ("accuracy", "under_triage_urgency_0", "overtaken_urgency_0", "urgency_0", ALL_KEY)
     rows = tuple((source, *(_num(n.get(k)) for k in keys)) for source, n in ours.items())
