@@ -24,8 +24,10 @@ waiting request never overtakes a running prompt with a later deadline.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -39,6 +41,7 @@ from semsched.policies.vllm_fcfs import (
     WaitingBook,
     admission_blocks,
     fits_in_place,
+    is_waiting,
     step_blocks,
     whole_sequence_blocks,
 )
@@ -82,6 +85,27 @@ class FairBatchingConfig(PolicyConfig):
             raise ValueError(f"profile must be a profile name or path, got {self.profile!r}")
 
 
+class _OrderedBook(WaitingBook):
+    """A :class:`WaitingBook` read lazily from the front: a step looks at the waiting requests it may admit and
+    one more, not at every entry (``first`` selects from all of them, stale ones included)."""
+
+    def in_order(self) -> Iterator[Request]:
+        """The waiting requests in order (``first(n)`` is the first n), found by walking the heap from its root:
+        O(k log k) for the first k."""
+        if self.head() is None:
+            return
+        heap, live = self._heap, self._live
+        frontier = [(heap[0], 0)]
+        while frontier:
+            entry, index = heapq.heappop(frontier)
+            _, seq, request = entry
+            if live.get(request.request_id) == seq and is_waiting(request):
+                yield request
+            for child in (2 * index + 1, 2 * index + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+
+
 @dataclass(frozen=True)
 class _StepPlan:
     """What one step serves of the running requests, and its token budget (None: the engine's)."""
@@ -109,7 +133,7 @@ class FairBatching(Policy):
         super().__init__(config)
         cfg = self.config
         self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
-        self._waiting = WaitingBook(lambda request: self.waiting_key(request, 0.0))
+        self._waiting = _OrderedBook(lambda request: self.waiting_key(request, 0.0))
         self._plan: _StepPlan | None = None
 
     # ---- ordering ----------------------------------------------------------------------------------------
@@ -208,7 +232,7 @@ class FairBatching(Policy):
         block_size = view.block_size
         taken = step_blocks(prompts, block_size)
         admitted: list[Request] = []
-        for request in self._waiting.first(slots):
+        for request in itertools.islice(self._waiting.in_order(), max(slots, 0)):
             taken += whole_sequence_blocks(request, block_size)
             if taken > admission_blocks(view, request, 0):
                 break
