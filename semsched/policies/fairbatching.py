@@ -113,6 +113,8 @@ class _StepPlan:
     time_s: float
     order: tuple[Request, ...]
     budget: StepBudget | None
+    #: nothing to prefill: no running prompt, and no waiting request the free blocks and slots would admit
+    idle_prefill: bool = False
 
 
 @register_policy
@@ -150,6 +152,15 @@ class FairBatching(Policy):
         margin_s = margin_ms / 1000.0 if margin_ms is not None else request.tpot_slo_s
         return margin_s is not None and next_deadline_s(request) - now_s <= margin_s
 
+    @property
+    def stable_between_events(self) -> bool:  # type: ignore[override]
+        """True after a plan with nothing to prefill: every running request decodes, in an order that changes
+        nothing but the order of the batch. Until an event, decodes take blocks and free none, and the waiting
+        requests (keyed once) stay out: the admissible ones (whole sequence within the free blocks and slots)
+        stay none, and the engine's head, which did not fit, fits less. So each step repeats the plan."""
+        plan = self._plan
+        return plan is not None and plan.idle_prefill
+
     # ---- callbacks ---------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._waiting.add(request)
@@ -179,7 +190,7 @@ class FairBatching(Policy):
         demand = sum(r.num_uncomputed_tokens for r in (*prompts, *waiting))
         engine = view.budget
         if demand == 0:  # nothing to prefill: every decode runs
-            return _StepPlan(now_s, tuple(urgent + slack), None)
+            return _StepPlan(now_s, tuple(urgent + slack), None, idle_prefill=True)
         slo_s = self.budget.slo_s(running)
         context = sum(r.num_computed_tokens for r in urgent)
         cached = max(r.num_computed_tokens for r in (*prompts, *waiting))
