@@ -46,7 +46,12 @@ class BuildAndRecord(build_ext):
 
 
 def ext_modules() -> list[Any]:
+    """mypyc's extensions, unless this command builds none, pure Python is asked for, or the extensions beside the
+    sources are a build of these very sources (``./dev test`` reinstalls the package with other extras: no second
+    compile)."""
     if not BUILD_COMMANDS.intersection(sys.argv[1:]) or COMPILED.pure_python_asked():
+        return []
+    if COMPILED.build_status().in_use:
         return []
     from mypyc.build import mypycify
 
