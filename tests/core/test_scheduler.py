@@ -1,13 +1,14 @@
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from semsched.core.kv import Reservation
-from semsched.core.plan import PreemptionMode, PreemptionReason, StepResult
+from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
 from semsched.core.request import InvalidRequestError, RequestState
-from semsched.core.scheduler import SchedulerConfig
+from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.policies import POLICIES
 from tests.support import (
     make_request,
@@ -247,3 +248,49 @@ def test_a_plan_that_leaves_a_running_request_out_is_never_fast_forwarded() -> N
     plan = decode.schedule(0.2)
     assert plan.is_pure_decode and [r.request_id for r in plan.decode] == ["b"]  # "a" held back this step
     assert decode.steady_decode_steps(plan, limit=100) == 1
+
+
+def _decoding_pair(num_gpu_blocks: int) -> tuple[Scheduler, BatchPlan]:
+    """Two requests decoding speculatively (2 lookahead slots, blocks of 4 tokens), "a" 5 tokens from its target
+    and "b" 9, each holding 3 blocks after their first round's schedule."""
+    scheduler = make_scheduler("fcfs", num_gpu_blocks=num_gpu_blocks, block_size=4, watermark=0.0,
+                               num_lookahead_tokens=2)
+    for request in (make_request("a", prompt=8, output=6), make_request("b", prompt=8, output=10)):
+        scheduler.add_request(request, 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(end_time_s=0.1))  # the prefills emit the first tokens
+    plan = scheduler.schedule(0.1)
+    assert plan.is_pure_decode and scheduler.kv.num_used_gpu_blocks == 6
+    return scheduler, plan
+
+
+#: tokens "a" and "b" emit in each of their next rounds: "a" reaches its target in round 3, "b" in round 4
+ROUNDS = np.array([[2, 1], [2, 3], [2, 3], [2, 3]])
+
+
+def test_speculative_rounds_repeat_until_a_request_reaches_its_target_or_blocks_run_out() -> None:
+    """Round 2 needs one more block ("a" grows past 12 slots), round 3 two; the stretch may end with a finish."""
+    for num_gpu_blocks, rounds in [(64, 3), (7, 2), (6, 1)]:
+        scheduler, plan = _decoding_pair(num_gpu_blocks)
+        assert scheduler.steady_decode_steps(plan, 100, ROUNDS) == rounds, num_gpu_blocks
+        assert scheduler.steady_decode_steps(plan, 2, ROUNDS) == min(rounds, 2)
+        assert scheduler.steady_decode_steps(plan, 100) == 1  # speculative, without the yields: never
+
+
+def test_a_stretch_of_speculative_rounds_is_applied_as_round_by_round_updates() -> None:
+    stretch, plan = _decoding_pair(64)
+    ends = [0.2, 0.3, 0.4]
+    stretch.update_steady(plan, ends, ROUNDS)
+    single, plan = _decoding_pair(64)
+    for index, end_s in enumerate(ends):
+        if index:
+            plan = single.schedule(ends[index - 1])  # (round 1's plan is the one the stretch repeats)
+        accepted = dict(zip("ab", ROUNDS[index].tolist(), strict=True))
+        single.update(plan, StepResult(end_s, accepted_tokens=accepted))
+    for scheduler in (stretch, single):
+        assert [r.request_id for r in scheduler.finished] == ["a"] and scheduler.timeline.last() == 0.4
+        assert [r.request_id for r in scheduler.running_requests()] == ["b"]
+    for fast, slow in [(stretch.finished[0], single.finished[0]),
+                       (stretch.running_requests()[0], single.running_requests()[0])]:
+        assert (fast.num_output_tokens, fast.num_computed_tokens, fast.token_times_s().tolist()) == (
+            slow.num_output_tokens, slow.num_computed_tokens, slow.token_times_s().tolist())
+    assert stretch.kv.num_used_gpu_blocks == single.kv.num_used_gpu_blocks
