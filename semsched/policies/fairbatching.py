@@ -40,7 +40,6 @@ from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
 from semsched.policies.vllm_fcfs import (
     WaitingBook,
     admission_blocks,
-    fits_in_place,
     is_waiting,
     step_blocks,
     whole_sequence_blocks,
@@ -83,6 +82,18 @@ class FairBatchingConfig(PolicyConfig):
         check_slo_ms("default_tbt_slo_ms", self.default_tbt_slo_ms, optional=False)
         if not isinstance(self.profile, str) or not self.profile:
             raise ValueError(f"profile must be a profile name or path, got {self.profile!r}")
+
+
+def _fits_in_place(requests: Sequence[Request], view: SchedulerView) -> bool:
+    """:func:`~semsched.policies.vllm_fcfs.fits_in_place` (no margin), the engine asked once per priority: the
+    blocks a running request may take depend on its priority (the reservations it may not use) alone."""
+    if not requests:
+        return True
+    room: dict[int, int] = {}
+    for request in requests:
+        if request.priority not in room:
+            room[request.priority] = view.available_blocks(request, admission=False)
+    return step_blocks(requests, view.block_size) <= min(room.values())
 
 
 class _OrderedBook(WaitingBook):
@@ -202,7 +213,7 @@ class FairBatching(Policy):
         joining = min(joining, most - prefill)
         budget = StepBudget(len(urgent) + prefill + joining, engine.max_num_seqs)
         order = urgent + prompts + slack[:joining]
-        if len(order) < len(running) and not fits_in_place(order, view):
+        if len(order) < len(running) and not _fits_in_place(order, view):
             # what runs may have to preempt under KV pressure, possibly itself: hold nothing back, so the step
             # cannot come out empty while decodes wait
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)

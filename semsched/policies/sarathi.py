@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,6 +111,20 @@ class TBTBudget:
         root = left_s / lin if a1 == 0 else (-lin + math.sqrt(lin * lin + 4 * a1 * left_s)) / (2 * a1)
         return int(root) if math.isfinite(root) else None
 
+    def _analytic_decodes(self, slo_s: float, chunks: list[tuple[int, int]], contexts: list[int]) -> int | None:
+        """For the analytic model (step time non-decreasing in the summed decode context when ``gamma1`` is not
+        negative): about how many decodes fit, the count whose summed context ``contexts[count]`` keeps
+        ``prefill + gamma1·context + gamma2`` within ``slo_s``. None for any other model."""
+        model = self.latency
+        if not isinstance(model, AnalyticLatencyModel) or model.config.gamma1 <= 0:
+            return None
+        config = model.config
+        prefill_s = sum((model.chunk_time_s(lq, lkv) for lq, lkv in chunks), 0.0)
+        most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
+        if not math.isfinite(most_context):
+            return None
+        return max(bisect.bisect_right(contexts, most_context) - 1, 0)
+
     def decodes_within(self, slo_s: float, prefill: int, cached_tokens: int, decodes: Sequence[Request],
                        base_decode: int, base_context: int) -> int:
         """How many of ``decodes`` (in order) may join ``base_decode`` decodes of ``base_context`` context and
@@ -124,6 +139,14 @@ class TBTBudget:
 
         if within(len(decodes)):
             return len(decodes)
+        guess = self._analytic_decodes(slo_s, chunks, contexts) if decodes else None
+        if guess is not None:  # the search's answer, found from the decode term and checked with the model
+            low = min(guess, len(decodes) - 1)
+            while low > 0 and not within(low):
+                low -= 1
+            while low + 1 < len(decodes) and within(low + 1):
+                low += 1
+            return low
         low, high = 0, len(decodes)  # invariant: high exceeds the SLO; low is within it (or 0)
         while high - low > 1:
             middle = (low + high) // 2
