@@ -12,17 +12,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semsched.cli import main
 from semsched.experiments.laps_sd import BASELINES, METHODS, OUR_LAPS, PAPER_LAPS, WORKLOADS
+from tests.experiments.conftest import QuickReports
 
 FIGURES = {"fig5", "fig6", "beyond-predictor", "beyond-poisson", "beyond-tiers"}
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("laps") / "laps-sd"
-    assert main(["reproduce", "laps-sd", "--quick", "--out", str(out), "--seed", "2"]) == 0
-    return out
+def report(quick_reports: QuickReports) -> Path:
+    """The session's ``--quick`` report (tests/experiments/conftest.py), made with ``--seed 2``."""
+    return quick_reports.path("laps-sd")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,10 @@ from typing import Any
 import pytest
 
 from semsched.cli import main
-from semsched.experiments.proserve import ATTAINMENT_FLOOR, BASELINES, OURS
+from semsched.experiments import ExperimentContext
+from semsched.experiments.proserve import ATTAINMENT_FLOOR, BASELINES, OURS, Grid, Proserve, _Base, _trace_figure
+from semsched.experiments.report import write_report
+from tests.experiments.conftest import QuickReports
 
 FIGURES = {"fig10", "fig13", "fig14", "fig15", "fig18", "estimator", "fig11", "fig12", "beyond-tiers",
            "beyond-trace"}
@@ -22,22 +24,17 @@ pytestmark = pytest.mark.data
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Mooncake-format trace (timestamp in ms, input and output lengths), as a user would bring one."""
-    rng = random.Random(7)
-    path = tmp_path_factory.mktemp("trace") / "mooncake.jsonl"
-    lines = [json.dumps({"timestamp": 250 * i + rng.randrange(200), "input_length": rng.randrange(50, 1500),
-                         "output_length": rng.randrange(5, 300), "hash_ids": [i]}) for i in range(150)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+def trace(quick_reports: QuickReports) -> Path:
+    """A Mooncake-format trace (timestamp in ms, input and output lengths), as a user would bring one
+    (tests/experiments/conftest.py's :func:`mooncake_trace`)."""
+    return quick_reports.trace
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory, trace: Path) -> Path:
-    out = tmp_path_factory.mktemp("proserve") / "proserve"
-    command = ["reproduce", "proserve", "--quick", "--out", str(out), "--seed", "1", "--workload", str(trace)]
-    assert main(command) == 0
-    return out
+def report(quick_reports: QuickReports, trace: Path) -> Path:
+    """The session's ``--quick`` report (tests/experiments/conftest.py): ``--seed 1 --workload TRACE``."""
+    assert quick_reports.options("proserve") == ["--seed", "1", "--workload", str(trace)]
+    return quick_reports.path("proserve")
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +125,19 @@ def test_an_experiment_that_takes_no_workload_refuses_one(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reproduce", "demo", "--quick", "--out", str(tmp_path / "d"), "--workload", "azure-conv"]) == 2
     assert "takes no workload" in capsys.readouterr().err
+
+
+def test_without_a_trace_beyond_trace_is_reported_as_not_run(tmp_path: Path) -> None:
+    """The shared report above is made with a trace; without one, beyond-trace is a figure that says why it was
+    not run (with its PNG and its section), and nothing is run for it."""
+    ctx = ExperimentContext("proserve", quick=True, seed=1)
+    figure = _trace_figure(_Base(ctx, Grid.of(ctx)))
+    assert figure.id == "beyond-trace" and not ctx.runs
+    assert figure.headline.startswith("not run: no trace given") and not figure.ours
+    ctx.add_figure(figure)
+    out = tmp_path / "proserve"
+    out.mkdir()
+    write_report(ctx, Proserve(), out, command="semsched reproduce proserve --quick")
+    report = (out / "report.md").read_text()
+    assert f"{figure.id}: {figure.title}" in report and "Not run: no trace given" in report
+    assert (out / f"{figure.id}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -15,16 +15,17 @@ import pytest
 from semsched.cli import main
 from semsched.experiments import EXPERIMENTS, Experiment, ExperimentContext
 from semsched.experiments.report import record
+from tests.experiments.conftest import QUICK_OPTIONS, QuickReports
 
 REQUIRED_KEYS = {"id", "title", "paper", "ours", "config"}
 
 
 @pytest.fixture(scope="module", params=EXPERIMENTS.names())
-def quick_report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+def quick_report(request: pytest.FixtureRequest, quick_reports: QuickReports) -> tuple[str, Path]:
+    """The experiment's ``--quick`` report of the session (tests/experiments/conftest.py: made once, with the
+    options its own module checks)."""
     name: str = request.param
-    out = tmp_path_factory.mktemp("reproduce") / name
-    assert main(["reproduce", name, "--quick", "--out", str(out)]) == 0
-    return name, out
+    return name, quick_reports.path(name)
 
 
 def _requests(out: Path) -> list[dict[str, str]]:
@@ -64,9 +65,9 @@ def test_requests_csv_holds_every_request_of_every_figure(quick_report: tuple[st
         assert len(set(per_policy.values())) == 1, f"{point}: every policy runs on the same requests"
 
 
-def test_demo_numbers_are_the_runs_own(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    assert main(["reproduce", "demo", "--quick", "--out", str(out), "--seed", "3"]) == 0
+def test_demo_numbers_are_the_runs_own(quick_reports: QuickReports) -> None:
+    assert QUICK_OPTIONS["demo"] == ["--seed", "3"]
+    out = quick_reports.path("demo")
     ours = next(f for f in json.loads((out / "results.json").read_text())["figures"] if f["id"] == "comparison")
     rows = [row for row in _requests(out) if row["figure"] == "comparison"]
     for policy, numbers in ours["ours"].items():
@@ -78,10 +79,10 @@ def test_demo_numbers_are_the_runs_own(tmp_path: Path) -> None:
     assert ours["config"]["seed"] == 3
 
 
-def test_same_seed_same_numbers(tmp_path: Path) -> None:
-    first, second = tmp_path / "a", tmp_path / "b"
-    for out in (first, second):
-        assert main(["reproduce", "demo", "--quick", "--out", str(out)]) == 0
+def test_same_seed_same_numbers(quick_reports: QuickReports, tmp_path: Path) -> None:
+    """A second run in the same process, later in the session, with the seed of the session's demo report."""
+    first, second = quick_reports.path("demo"), tmp_path / "again"
+    assert main(["reproduce", "demo", "--quick", "--out", str(second), *quick_reports.options("demo")]) == 0
     figures = [json.loads((out / "results.json").read_text())["figures"] for out in (first, second)]
     assert [f["ours"] for f in figures[0]] == [f["ours"] for f in figures[1]]
 
@@ -129,9 +130,8 @@ def test_out_that_is_not_a_report_directory_is_refused(
     assert (out.read_text() if make == "file" else (out / "thesis.tex").read_text()) in ("x", "precious")
 
 
-def test_record_copies_the_report_with_its_images(tmp_path: Path) -> None:
-    out, docs = tmp_path / "demo", tmp_path / "docs"
-    assert main(["reproduce", "demo", "--quick", "--out", str(out)]) == 0
+def test_record_copies_the_report_with_its_images(quick_reports: QuickReports, tmp_path: Path) -> None:
+    out, docs = quick_reports.path("demo"), tmp_path / "docs"
     target = record(out, docs, "demo")
     text = target.read_text()
     links: list[Any] = [line for line in text.splitlines() if line.startswith("![")]

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semsched.cli import main
 from semsched.experiments.sagesched import PREDICTION_BASELINES, SAGESCHED, contenders, predictor_spec
+from tests.experiments.conftest import QuickReports
 
 FIGURES = {"fig7", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "beyond-cold", "beyond-tiers"}
 
@@ -21,10 +21,9 @@ pytestmark = pytest.mark.embeddings  # the online predictors embed every prompt
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sagesched") / "sagesched"
-    assert main(["reproduce", "sagesched", "--quick", "--out", str(out), "--seed", "1"]) == 0
-    return out
+def report(quick_reports: QuickReports) -> Path:
+    """The session's ``--quick`` report (tests/experiments/conftest.py), made with ``--seed 1``."""
+    return quick_reports.path("sagesched")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semsched.cli import main
 from semsched.experiments import ExperimentContext
 from semsched.experiments.semantic import (
     NUM_SPIKES,
@@ -22,6 +21,7 @@ from semsched.experiments.semantic import (
     burst_duration_s,
     spikes_spec,
 )
+from tests.experiments.conftest import QuickReports
 
 FIGURES = {
     "fig2a",
@@ -44,10 +44,9 @@ FIGURES = {
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("semantic") / "semantic"
-    assert main(["reproduce", "semantic", "--quick", "--out", str(out), "--seed", "2"]) == 0
-    return out
+def report(quick_reports: QuickReports) -> Path:
+    """The session's ``--quick`` report (tests/experiments/conftest.py), made with ``--seed 2``."""
+    return quick_reports.path("semantic")
 
 
 @pytest.fixture(scope="module")
