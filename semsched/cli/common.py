@@ -388,7 +388,7 @@ class PointsBar:
 @contextmanager
 def points_bar(show: bool = False) -> Iterator[PointsBar]:
     """A :class:`PointsBar` drawn on stderr when it is a terminal, or when ``show`` (``--progress``)."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, force_terminal=True if show else None)
     progress = Progress(
         TextColumn("{task.description:>48}"),
         BarColumn(),
