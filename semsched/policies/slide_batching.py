@@ -350,13 +350,13 @@ class SlideBatching(Policy):
         n = len(requests)
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
-        if not n or (cfg.order == "slide" and cfg.phi != "aggressive"):
+        engine = self._engine_budget
+        max_num_seqs = engine.max_num_seqs if engine is not None else 2**31
+        if not n or (cfg.order == "slide" and cfg.phi != "aggressive") \
+                or _waiting_may_start(requests, stats, view, max_num_seqs):
             return self._merged_plan(now_s, (requests, static, seqs, computed, outputs), stats)
         queue = _Queue.build(static, computed, outputs, np.ones(n, dtype=bool), self, now_s)
-        engine = self._engine_budget
-        room = _StartRoom(queue, view, engine.max_num_seqs if engine is not None else 2**31)
-        if stats.size and not room.shuts_out(stats):
-            return self._merged_plan(now_s, (requests, static, seqs, computed, outputs), stats)
+        room = _StartRoom(queue, view, max_num_seqs)
         budget_s = self._budget_s_with(queue, stats, now_s)
         beta = self.estimator.beta
         if stats.size and not beta * stats.min_cost_s >= 1e-9:
@@ -813,6 +813,23 @@ class _WaitingStats:
         return bisect.bisect_right(self.deadlines_s, threshold_s, key=lambda d: d - now_s)
 
 
+def _waiting_may_start(running: Sequence[Request], stats: _WaitingStats, view: SchedulerView,
+                       max_num_seqs: int) -> bool:
+    """Whether a waiting request may be in the plan by :class:`_StartRoom`'s rule, asked before the running
+    requests' columns are built: a sequence slot is free, and some priority's smallest whole sequence fits the
+    blocks it may take once every started prompt has the blocks to complete (the plan's commitments only grow,
+    so a waiting request shut out now stays out of this plan)."""
+    if not stats.size or max_num_seqs - len(running) <= 0:
+        return False
+    block_size, committed = view.block_size, 0
+    for request in running:
+        computed, prompt, outputs = request.num_computed_tokens, request.prompt_tokens, request.num_output_tokens
+        if prompt + outputs - computed > 1 or computed < prompt:  # in its prompt: blocks still to take
+            committed += max(-(-(prompt + outputs) // block_size) - -(-computed // block_size), 0)
+    return any(blocks <= view.available_blocks(request, admission=True) - committed
+               for blocks, request in stats.min_blocks.values())
+
+
 class _StartRoom:
     """Which requests may start without stranding the ones that have. A request not yet running is planned
     only if (1) a sequence slot is free beside the running requests, which keep theirs whether or not the plan
@@ -848,21 +865,6 @@ class _StartRoom:
         if available is None:
             available = self._available[request.priority] = self._view.available_blocks(request, admission=True)
         return int(self._whole_blocks[index]) <= available - self._committed
-
-    def shuts_out(self, stats: _WaitingStats) -> bool:
-        """Whether no waiting request (``stats``) may start in this plan: no sequence slot is free, or none's
-        whole sequence fits the blocks its priority may take (the plan's commitments only grow)."""
-        if self._free_slots <= 0:
-            return True
-        if self._view is None:
-            return False
-        for priority, (blocks, request) in stats.min_blocks.items():
-            available = self._available.get(priority)
-            if available is None:
-                available = self._available[priority] = self._view.available_blocks(request, admission=True)
-            if blocks <= available - self._committed:
-                return False
-        return True
 
     def take(self, index: int) -> None:
         """Request ``index`` is in the plan: one not yet running takes a slot and commits its whole sequence."""
