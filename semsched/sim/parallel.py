@@ -127,19 +127,17 @@ class ProcessPool:
         futures: list[Future[PolicyRun]] = [self._executor.submit(run_point, point) for point in points]
         owner = {future: point for future, point in zip(futures, points, strict=True)}
         pending: set[Future[PolicyRun]] = set(futures)
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for future in done:
-                    error = future.exception()
-                    if error is not None:
-                        raise _failed(owner[future], error)
-                    if progress is not None:
-                        progress.finished(owner[future].label)
-        except BaseException:  # a failed point or Ctrl-C: drop what has not started
-            for future in pending:
-                future.cancel()
-            raise
+        # a failed point or Ctrl-C leaves the rest to close(cancel=True) (point_runner calls it): cancelling the
+        # futures here as well would crash the executor's manager thread once the workers are terminated (Python
+        # 3.11 sets BrokenProcessPool on the cancelled futures too) and hang the interpreter's exit
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                error = future.exception()
+                if error is not None:
+                    raise _failed(owner[future], error)
+                if progress is not None:
+                    progress.finished(owner[future].label)
         return [future.result() for future in futures]
 
     def close(self, *, cancel: bool = False) -> None:

@@ -3,6 +3,9 @@ point names itself."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from semsched.sim import parallel
@@ -83,3 +86,25 @@ def test_a_bug_in_a_worker_keeps_its_type_and_names_the_point(monkeypatch: pytes
 def test_a_pool_needs_two_workers() -> None:
     with pytest.raises(ValueError, match="workers"):
         ProcessPool(1)
+
+
+def test_a_failed_point_stops_the_pool_and_the_process_exits() -> None:
+    """The other points are cancelled and the workers stopped: the process ends at once (it hung at exit)."""
+    script = """
+import sys
+from semsched.sim.parallel import PointError, SimPoint, point_runner
+from semsched.sim.runner import ClusterSpec
+from semsched.workloads import build_workload
+workload = build_workload("azure-conv", rate_per_s=4.0, duration_s=60.0, seed=0)
+points = [SimPoint(f"p{i}", workload, "fcfs", ClusterSpec()) for i in range(12)]
+points.insert(1, SimPoint("bad", workload, "no-such-policy", ClusterSpec()))
+try:
+    with point_runner(2) as runner:
+        runner.run(points)
+except PointError as error:
+    print("failed:", error)
+    sys.exit(3)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "failed: point 'bad'" in done.stdout and "InvalidStateError" not in done.stderr
