@@ -15,23 +15,40 @@
 
 Decisions change inside decode-only stretches (demotion), so the policy is never ``stable_between_events``.
 It does not read predictions.
+
+**Incremental state.** Under the core scheduler the policy keeps one heap per level of its waiting requests,
+ordered (arrival, enqueue order), and gives the core its order through ``waiting_order`` (the head of the lowest
+level that has a live one, found afresh at each ``next``): the order the core's keyed queue had, ``(level,
+arrival)`` with ties in enqueue order, at the cost of what a step admits. Starvation is checked at the first
+step at or after each multiple of ``check_s`` (the core's re-key instants; the policy hears each step through
+``step_budget``), from a heap of the waiting requests by the time they entered the queue: only those due are
+looked at. Entries go stale (admitted, ended, promoted, handed off) and are dropped when they reach a heap's
+front. The vLLM adapter keys its own queue with ``waiting_key`` (re-keyed every ``check_s``); the first call to
+it turns these heaps off.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import Request
 from semsched.latency import load_profile
 from semsched.policies.registry import register_policy
+from semsched.policies.vllm_fcfs import is_waiting
 
 _LEVEL = "fastserve.level"
 _USED = "fastserve.used"  # iterations of service used at the current level
 _QUEUED = "fastserve.queued_s"  # when the request last entered the waiting queue
+_ENQUEUED = "fastserve.enqueued"  # the order of its last entry into a waiting queue (its heap entries' mark)
+
+#: enqueue order, shared by every instance (a request handed off to another instance takes a fresh mark there)
+_enqueue_counter = itertools.count()
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -82,6 +99,18 @@ class FastServe(Policy):
         super().__init__(config)
         self._latency = load_profile(self.config.profile)
         self._quanta = [self.config.base_quantum_tokens << p for p in range(self.config.levels)]
+        #: per level, the waiting requests as (arrival, enqueue mark, request); stale entries dropped at the front
+        self._levels: list[list[tuple[float, int, Request]]] = [[] for _ in self._quanta]
+        #: the waiting requests as (entered the queue at, enqueue mark, request), for starvation promotion
+        self._queued: list[tuple[float, int, Request]] = []
+        self._next_check_s = -math.inf
+        #: ``waiting_key`` was asked (the vLLM adapter keys its own queue): the heaps are not kept
+        self._keyed = False
+
+    def uses_hook(self, hook: str) -> bool:
+        if hook == "step_budget":  # (the starvation check's clock)
+            return self.config.starve_s > 0
+        return super().uses_hook(hook)
 
     @property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
@@ -112,9 +141,74 @@ class FastServe(Policy):
     def on_arrival(self, request: Request, now_s: float) -> None:
         self.level(request)
         request.policy_state[_QUEUED] = now_s
+        self._enqueue(request, now_s)
 
     def on_preempt(self, request: Request, now_s: float) -> None:
         request.policy_state[_QUEUED] = now_s
+        self._enqueue(request, now_s)
+
+    def on_leave(self, request: Request) -> None:
+        request.policy_state.pop(_ENQUEUED, None)  # its entries here are stale, though it reads as waiting
+
+    def _enqueue(self, request: Request, now_s: float) -> None:
+        if self._keyed:
+            return
+        mark = next(_enqueue_counter)
+        request.policy_state[_ENQUEUED] = mark
+        heapq.heappush(self._levels[self.level(request)], (request.arrival_time_s, mark, request))
+        if self.config.starve_s > 0:
+            heapq.heappush(self._queued, (now_s, mark, request))
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        """Changes no budget: at the core's re-key instants (the first step at or after each multiple of
+        ``check_s``), promotes the waiting requests that have starved."""
+        if not self._keyed and now_s >= self._next_check_s:
+            self._next_check_s = next_rekey_s(now_s, self.config.check_s)
+            self._promote_starved(now_s)
+        return None
+
+    def _promote_starved(self, now_s: float) -> None:
+        """What re-keying every waiting request at ``now_s`` does (``waiting_key``), for only those due: the
+        heap's front, by the time they entered the queue."""
+        queued, starve_s, top = self._queued, self.config.starve_s, self._levels[0]
+        while queued and now_s - queued[0][0] >= starve_s:
+            _, mark, request = heapq.heappop(queued)
+            state = request.policy_state
+            if state.get(_ENQUEUED) == mark and state[_LEVEL] > 0 and is_waiting(request):
+                state[_LEVEL], state[_USED], state[_QUEUED] = 0, 0, now_s
+                heapq.heappush(top, (request.arrival_time_s, mark, request))
+
+    def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
+        """The waiting requests in the keyed queue's order, ``(level, arrival)`` then enqueue order: at each
+        ``next`` the front of the lowest level with a live entry (requests admitted or displaced meanwhile are
+        seen, as the keyed queue's front would show them). One yielded and still waiting at the next ``next``
+        (not admitted: the core never asks on then) is held aside and put back when the iteration ends."""
+        if self._keyed:
+            raise RuntimeError("fastserve: waiting_order after waiting_key (one policy serves one engine)")
+        levels = self._levels
+        held: list[tuple[int, tuple[float, int, Request]]] = []
+        try:
+            while True:
+                best = None
+                for level, heap in enumerate(levels):
+                    while heap:
+                        _, mark, request = heap[0]
+                        state = request.policy_state
+                        if state.get(_ENQUEUED) == mark and state[_LEVEL] == level and is_waiting(request):
+                            best = level
+                            break
+                        heapq.heappop(heap)
+                    if best is not None:
+                        break
+                if best is None:
+                    return
+                entry = levels[best][0]
+                yield entry[2]
+                if levels[best] and levels[best][0] is entry and is_waiting(entry[2]):
+                    held.append((best, heapq.heappop(levels[best])))
+        finally:
+            for level, entry in held:
+                heapq.heappush(levels[level], entry)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         level, state = self.level(request), request.policy_state
@@ -128,6 +222,11 @@ class FastServe(Policy):
         state[_LEVEL], state[_USED] = level, used
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        if not self._keyed:
+            self._keyed = True
+            self._queued.clear()
+            for heap in self._levels:
+                heap.clear()
         state = request.policy_state
         level = self.level(request)
         queued = state.get(_QUEUED, now_s)

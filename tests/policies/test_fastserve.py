@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+from typing import cast
+
 import pytest
 
+from semsched.core.policy import SchedulerView, SortKey, next_rekey_s
+from semsched.core.request import Request, RequestState
 from semsched.policies import make_policy
 from semsched.policies.fastserve import FastServe
 from tests.policies.factories import displaced_by
@@ -43,7 +49,8 @@ def test_a_request_is_demoted_when_it_has_used_its_levels_quantum() -> None:
     for count in (1, 4, 25):  # a fast-forwarded stretch reports its tokens at once
         together.num_output_tokens += count
         policy.on_tokens(together, count, 0.0)
-    assert together.policy_state == request.policy_state | {"fastserve.queued_s": 0.0}
+    marks = {"fastserve.enqueued": together.policy_state["fastserve.enqueued"]}  # (its own entry in the queue)
+    assert together.policy_state == request.policy_state | {"fastserve.queued_s": 0.0} | marks
 
 
 def test_a_starved_waiting_request_is_promoted_to_the_top_level() -> None:
@@ -72,3 +79,57 @@ def test_a_higher_level_arrival_displaces_demoted_running_work() -> None:
 @pytest.mark.parametrize("spec", ["fastserve", "fastserve:starve_s=0.3;check_s=0.1", "fastserve:starve_s=0"])
 def test_completes_a_workload_identically_in_both_simulator_modes(spec: str) -> None:
     assert check_complete_and_exact(spec, max_num_seqs=4, num_gpu_blocks=200, block_size=16) > 0
+
+
+def test_waiting_order_is_the_keyed_queues_order_with_promotion_at_the_check_instants() -> None:
+    """The core asks ``waiting_order`` (no keys): it must give the order of a queue keyed by ``waiting_key`` at
+    enqueue and re-keyed at the first step of each ``check_s`` (ties in enqueue order), modelled here."""
+    spec = "fastserve:base_quantum_tokens=2;levels=3;starve_s=5;check_s=1"
+    ordered, keyed = _policy(spec), _policy(spec)
+    requests = {
+        policy: {
+            name: make_request(name, prompt=prompt, output=40, arrival=arrival)
+            for name, prompt, arrival in (("r0", 16, 0.0), ("r1", 4000, 1.0), ("r5", 4000, 2.4),
+                                          ("r3", 16, 3.0), ("r2", 16, 3.0), ("r4", 16, 3.0))
+        }
+        for policy in (ordered, keyed)
+    }
+    keys: dict[str, tuple[SortKey, int]] = {}
+    enqueued = itertools.count()
+
+    def enqueue(policy: FastServe, request: Request, now_s: float) -> None:
+        if policy is keyed:
+            keys[request.request_id] = (policy.waiting_key(request, now_s), next(enqueued))
+
+    def events(policy: FastServe) -> None:
+        mine = requests[policy]
+        for name in ("r0", "r1", "r5", "r3", "r2", "r4"):  # r3 enqueued before r2, same arrival
+            request = mine[name]
+            policy.on_arrival(request, request.arrival_time_s)
+            enqueue(policy, request, request.arrival_time_s)
+        r0 = mine["r0"]  # r0 runs, is demoted to level 2 and preempted at 2.0
+        r0.state, r0.num_output_tokens = RequestState.RUNNING, 7
+        policy.on_tokens(r0, 7, 1.5)
+        r0.state = RequestState.PREEMPTED_RECOMPUTE
+        policy.on_preempt(r0, 2.0)
+        enqueue(policy, r0, 2.0)
+        mine["r4"].state = RequestState.RUNNING  # admitted: no longer waiting
+
+    events(ordered)
+    events(keyed)
+    next_check = -math.inf
+    for now in (3.5, 6.9, 7.0, 7.5, 8.0):  # r1 due at 6.0, r0 at 7.0, r5 at 7.4 (promoted at 8.0, not 7.5)
+        ordered.step_budget(cast(SchedulerView, None), now)
+        got = [r.request_id for r in ordered.waiting_order(cast(SchedulerView, None), now)]
+        waiting = [r for r in requests[keyed].values() if r.state is not RequestState.RUNNING]
+        if now >= next_check:
+            next_check = next_rekey_s(now, 1.0)
+            for request in waiting:
+                keys[request.request_id] = (keyed.waiting_key(request, now), keys[request.request_id][1])
+        assert got == sorted((r.request_id for r in waiting), key=keys.__getitem__), now
+    assert [ordered.level(r) for r in requests[ordered].values()] == [
+        keyed.level(r) for r in requests[keyed].values()
+    ]
+    assert got[:3] == ["r0", "r1", "r5"]  # all three promoted by 8.0 (the test's premise)
+    with pytest.raises(RuntimeError):
+        list(keyed.waiting_order(cast(SchedulerView, None), 9.0))  # keyed by waiting_key: the heaps are off
