@@ -132,10 +132,11 @@ class FastServe(Policy):
 
     def level(self, request: Request) -> int:
         state = request.policy_state
-        if _LEVEL not in state:
-            state[_LEVEL] = self.entry_level(request.prompt_tokens)
+        level = state.get(_LEVEL)
+        if level is None:
+            level = state[_LEVEL] = self.entry_level(request.prompt_tokens)
             state[_USED] = 0
-        return int(state[_LEVEL])
+        return int(level)
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
@@ -215,11 +216,14 @@ class FastServe(Policy):
         used = state[_USED] + num_tokens
         if request.num_output_tokens == num_tokens:  # the first token came out of the prefill
             used += self.prefill_iterations(request.prompt_tokens) - 1
-        last = len(self._quanta) - 1
-        while level < last and used >= self._quanta[level]:
-            used -= self._quanta[level]
-            level += 1
-        state[_LEVEL], state[_USED] = level, used
+        quanta = self._quanta
+        if used >= quanta[level]:  # (most calls stay within the quantum)
+            last = len(quanta) - 1
+            while level < last and used >= quanta[level]:
+                used -= quanta[level]
+                level += 1
+            state[_LEVEL] = level
+        state[_USED] = used
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         if not self._keyed:
@@ -236,11 +240,12 @@ class FastServe(Policy):
         return (level, request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:
-        return (self.level(request), request.arrival_time_s)
+        level = request.policy_state.get(_LEVEL)  # (the core sorts its running requests by it every step)
+        return (self.level(request) if level is None else level, request.arrival_time_s)
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        mine = self.level(candidate)
-        lower = [r for r in running if self.level(r) > mine]
-        return sorted(lower, key=self.victim_key, reverse=True)
+        mine, key = self.level(candidate), self.victim_key
+        lower = [r for r in running if key(r)[0] > mine]
+        return sorted(lower, key=key, reverse=True)
