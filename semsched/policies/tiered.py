@@ -188,6 +188,11 @@ def _in_prompt(request: Request) -> bool:
     return request.num_computed_tokens + 1 < request.prompt_tokens + request.num_output_tokens
 
 
+def _waiting_now(request: Request) -> bool:
+    """Whether ``request`` is still waiting (neither running nor ended)."""
+    return request.state is not RequestState.RUNNING and not request.state.is_terminal
+
+
 def _tokens_left(request: Request) -> int:
     """Tokens ``request`` must compute before its next token: its prompt, or a recompute's prompt and output."""
     return request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
@@ -399,9 +404,13 @@ class Tiered(Policy):
         requests in theirs compute nothing: the step's prefill budget, capped for the TPOT of protected decodes,
         goes to the protected prompt first (and waiting ones are admitted after the running requests are
         served). Otherwise ``None``: every running request, most protected first. Nothing is held back when the
-        held-back prompts are all that would run and no protected request can start now (no sequence slot or
-        blocks for its first chunk): the engine would idle with work it could run (e.g. when the slots hold
-        prompts of a class its fair share shields from displacement)."""
+        held-back prompts are all that would run and the queue may not start a request now: no protected
+        request can start (no sequence slot or blocks for its first chunk), or some waiting request cannot,
+        which may be the one the engine tries first (admission stops at the first that does not fit; with
+        aging a less important request can rank ahead of every protected one). Either way the engine would
+        idle with work it could run (e.g. the slots hold prompts of a class its fair share shields from
+        displacement, or, with a large ``max_age_boost``, an aged BACKGROUND request too large for the free
+        blocks heads the queue while BACKGROUND prompts fill the slots: a KV deadlock, nothing preempted)."""
         if not self.config.protect_tpot or not self._pending_prompt_tokens(running, view, now_s):
             return None
         served = [r for r in sorted(running, key=self.victim_key) if self._protected(r) or not _in_prompt(r)]
@@ -411,18 +420,23 @@ class Tiered(Policy):
 
     def _protected_may_start(self, view: SchedulerView) -> bool:
         """Whether a waiting protected request would get a sequence slot and the blocks of its first chunk
-        (priced at the engine's whole token budget, so the answer errs towards no) from what is free now."""
+        (priced at the engine's whole token budget, so the answer errs towards no) from what is free now, and
+        so would every other waiting request: then the queue's head, whichever it is, starts (the policy does
+        not see the queue's order; the walk stops at the first request that would not fit)."""
         budget = view.budget
         if view.num_running >= budget.max_num_seqs:
             return False
-        for request in self._protected_waiting.values():
-            if request.state is RequestState.RUNNING or request.state.is_terminal:
-                continue
-            chunk = min(request.num_uncomputed_tokens, budget.max_num_batched_tokens)
-            if blocks_for(request.num_computed_tokens + chunk, view.block_size) \
-                    <= view.available_blocks(request, admission=True):
-                return True
-        return False
+        if not any(_waiting_now(r) and self._may_start(r, view) for r in self._protected_waiting.values()):
+            return False
+        return all(self._may_start(r, view) for r, _ in self._waiting.values() if _waiting_now(r))
+
+    @staticmethod
+    def _may_start(request: Request, view: SchedulerView) -> bool:
+        """Whether waiting ``request`` would get the blocks of its first chunk (at the engine's whole token
+        budget) from what is free now."""
+        chunk = min(request.num_uncomputed_tokens, view.budget.max_num_batched_tokens)
+        return blocks_for(request.num_computed_tokens + chunk, view.block_size) \
+            <= view.available_blocks(request, admission=True)
 
     def _pending_prompt_tokens(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> int:
         """Prompt tokens protected requests still need, waiting or running; counted once per step (the core

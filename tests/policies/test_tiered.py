@@ -581,3 +581,28 @@ def test_a_prompt_is_not_held_back_for_protected_requests_that_cannot_start() ->
     scheduler = make_scheduler(spec, max_num_seqs=1, num_gpu_blocks=1000, watermark=0.0)
     _run(scheduler, [long, *premium])  # asserts that no step comes out empty while work is left
     assert all(r.state is RequestState.FINISHED for r in [long, *premium])
+
+
+def test_a_prompt_is_not_held_back_behind_an_aged_request_that_cannot_start() -> None:
+    """The same hold-back with a protected request that could start, but behind the queue's head: aging (here
+    unbounded, as ``max_age_boost=1000`` in ``semsched reproduce tiers``) ranks an earlier BACKGROUND request ahead
+    of the PREMIUM one, the head's prompt does not fit in the free blocks, admission stops there, and the
+    BACKGROUND prompt that holds the blocks was held back: an empty plan with work left (the full tiers grid
+    stalled so at t=474 s, 32 BACKGROUND prompts holding the blocks). The prompts must run."""
+    spec = "tiered:aging_per_s=100;max_age_boost=1000;rekey_s=0.001"
+    running = [make_request(f"b{i}", prompt=1500, output=4, priority=BACKGROUND, arrival=0.0) for i in range(2)]
+    head = make_request("head", prompt=1500, output=4, priority=BACKGROUND, arrival=0.001)
+    premium = make_request("premium", prompt=32, output=4, priority=PREMIUM, arrival=0.03)
+    scheduler = make_scheduler(spec, max_num_seqs=4, num_gpu_blocks=100, watermark=0.0,
+                               max_num_batched_tokens=1024)
+    seen = []
+
+    def on_plan(plan: BatchPlan) -> None:
+        assert not (plan.is_empty and scheduler.num_running), "an empty plan with requests running"
+        seen.append(premium.state is RequestState.WAITING and head.state is RequestState.WAITING
+                    and any(r.state is RequestState.RUNNING and r.num_computed_tokens < r.prompt_tokens
+                            for r in running))
+
+    _run(scheduler, [*running, head, premium], on_plan=on_plan)
+    assert any(seen), "the stall's state (a prompt running, the head and PREMIUM waiting) never came"
+    assert all(r.state is RequestState.FINISHED for r in [*running, head, premium])
