@@ -12,21 +12,40 @@ unpromoted one for a quantum of service, then ranks by its score again. vllm-ltr
 and scheduled ones; we count seconds waiting since the request last entered the queue (arrival or preemption),
 ``starve_s``, checked every ``check_s`` (the re-key interval), and a quantum of ``quantum_tokens`` output tokens.
 ``starve_s=0`` turns it off; the key is then fixed and the policy stable between events.
+
+**Incremental state.** Under the core scheduler the policy keeps two heaps of its waiting requests, the promoted
+and the others, each ordered (score, arrival, enqueue order), and gives the core its order through
+``waiting_order`` (the front of the promoted heap while it has a live one, then the other's, found afresh at each
+``next``): the order the core's keyed queue had, ``(promoted first, score, arrival)`` with ties in enqueue order,
+at the cost of what a step admits. Starvation is checked at the first step at or after each multiple of
+``check_s`` (the core's re-key instants; the policy hears each step through ``step_budget``), from a heap of the
+unpromoted waiting requests by the time they entered the queue: only those due are looked at. A waiting
+request's rank changes only by promotion (its score is fixed, its quantum is spent only while it runs). Entries
+go stale (admitted, ended, promoted, handed off) and are dropped when they reach a heap's front. The vLLM
+adapter keys its own queue with ``waiting_key`` (re-keyed every ``check_s``); the first call to it turns these
+heaps off.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import Request
 from semsched.policies.registry import register_policy
+from semsched.policies.vllm_fcfs import is_waiting
 
 _LEFT = "ltr.promoted_tokens"  # output tokens of promotion left (0: not promoted)
 _QUEUED = "ltr.queued_s"  # when the request last entered the waiting queue
+_ENQUEUED = "ltr.enqueued"  # the order of its last entry into a waiting queue (its heap entries' mark)
+
+#: enqueue order, shared by every instance (a request handed off to another instance takes a fresh mark there)
+_enqueue_counter = itertools.count()
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -63,6 +82,17 @@ class LTR(Policy):
     config_cls: ClassVar[type[PolicyConfig]] = LTRConfig
     config: LTRConfig
 
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        #: the waiting requests as (score, arrival, enqueue mark, request): [0] promoted, [1] the others; stale
+        #: entries are dropped at the front
+        self._ranks: tuple[list[tuple[float, float, int, Request]], ...] = ([], [])
+        #: the unpromoted waiting requests as (entered the queue at, enqueue mark, request), for promotion
+        self._queued: list[tuple[float, int, Request]] = []
+        self._next_check_s = -math.inf
+        #: ``waiting_key`` was asked (the vLLM adapter keys its own queue): the heaps are not kept
+        self._keyed = False
+
     @property
     def stable_between_events(self) -> bool:  # type: ignore[override]
         return self.config.starve_s == 0
@@ -76,7 +106,7 @@ class LTR(Policy):
         return True
 
     def uses_hook(self, hook: str) -> bool:
-        if hook in ("on_tokens", "on_arrival", "on_preempt"):
+        if hook in ("on_tokens", "step_budget"):  # (step_budget: the starvation check's clock)
             return self.config.starve_s > 0
         return super().uses_hook(hook)
 
@@ -90,10 +120,82 @@ class LTR(Policy):
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
-        request.policy_state[_QUEUED] = now_s
+        if self.config.starve_s > 0:
+            request.policy_state[_QUEUED] = now_s
+        self._enqueue(request, now_s)
 
     def on_preempt(self, request: Request, now_s: float) -> None:
-        request.policy_state[_QUEUED] = now_s
+        if self.config.starve_s > 0:
+            request.policy_state[_QUEUED] = now_s
+        self._enqueue(request, now_s)
+
+    def on_leave(self, request: Request) -> None:
+        request.policy_state.pop(_ENQUEUED, None)  # its entries here are stale, though it reads as waiting
+
+    def _enqueue(self, request: Request, now_s: float) -> None:
+        if self._keyed:
+            return
+        mark = next(_enqueue_counter)
+        request.policy_state[_ENQUEUED] = mark
+        promoted = request.policy_state.get(_LEFT, 0.0) > 0
+        entry = (self.score(request), request.arrival_time_s, mark, request)
+        heapq.heappush(self._ranks[0 if promoted else 1], entry)
+        if self.config.starve_s > 0 and not promoted:  # (a promoted request keeps its promotion while it waits)
+            heapq.heappush(self._queued, (now_s, mark, request))
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        """Changes no budget: at the core's re-key instants (the first step at or after each multiple of
+        ``check_s``), promotes the waiting requests that have starved."""
+        if not self._keyed and now_s >= self._next_check_s:
+            self._next_check_s = next_rekey_s(now_s, self.config.check_s)
+            self._promote_starved(now_s)
+        return None
+
+    def _promote_starved(self, now_s: float) -> None:
+        """What re-keying every waiting request at ``now_s`` does (``waiting_key``), for only those due: the
+        heap's front, by the time they entered the queue."""
+        queued, starve_s, promoted = self._queued, self.config.starve_s, self._ranks[0]
+        quantum = float(self.config.quantum_tokens)
+        while queued and now_s - queued[0][0] >= starve_s:
+            _, mark, request = heapq.heappop(queued)
+            state = request.policy_state
+            if state.get(_ENQUEUED) == mark and state.get(_LEFT, 0.0) <= 0 and is_waiting(request):
+                state[_LEFT], state[_QUEUED] = quantum, now_s
+                heapq.heappush(promoted, (self.score(request), request.arrival_time_s, mark, request))
+
+    def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
+        """The waiting requests in the keyed queue's order, ``(promoted first, score, arrival)`` then enqueue
+        order: at each ``next`` the front of the promoted heap if it has a live entry, else the other's
+        (requests admitted or displaced meanwhile are seen, as the keyed queue's front would show them). One
+        yielded and still waiting at the next ``next`` (not admitted: the core never asks on then) is held aside
+        and put back when the iteration ends."""
+        if self._keyed:
+            raise RuntimeError("ltr: waiting_order after waiting_key (one policy serves one engine)")
+        ranks = self._ranks
+        held: list[tuple[int, tuple[float, float, int, Request]]] = []
+        try:
+            while True:
+                best = None
+                for which, heap in enumerate(ranks):
+                    while heap:
+                        _, _, mark, request = heap[0]
+                        state = request.policy_state
+                        if (state.get(_ENQUEUED) == mark and is_waiting(request)
+                                and (state.get(_LEFT, 0.0) > 0) == (which == 0)):
+                            best = which
+                            break
+                        heapq.heappop(heap)
+                    if best is not None:
+                        break
+                if best is None:
+                    return
+                entry = ranks[best][0]
+                yield entry[3]
+                if ranks[best] and ranks[best][0] is entry and is_waiting(entry[3]):
+                    held.append((best, heapq.heappop(ranks[best])))
+        finally:
+            for which, entry in held:
+                heapq.heappush(ranks[which], entry)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
@@ -102,6 +204,11 @@ class LTR(Policy):
             state[_LEFT] = max(left - num_tokens, 0.0)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        if not self._keyed:
+            self._keyed = True
+            self._queued.clear()
+            for heap in self._ranks:
+                heap.clear()
         state = request.policy_state
         starve_s = self.config.starve_s
         if starve_s > 0 and state.get(_LEFT, 0.0) <= 0 and now_s - state.get(_QUEUED, now_s) >= starve_s:
