@@ -217,11 +217,25 @@ class LTR(Policy):
         return (*self.rank(request), request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:
-        return (*self.rank(request), request.arrival_time_s)
+        """``(*rank, arrival)``, without the calls (the core sorts the running requests by it every step)."""
+        predicted = request.predicted_output
+        return (
+            0.0 if request.policy_state.get(_LEFT, 0.0) > 0 else 1.0,
+            predicted.mean if predicted is not None else float(request.target_output_tokens),
+            request.arrival_time_s,
+        )
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        mine = self.rank(candidate)
-        lower = [r for r in running if self.rank(r) > mine]
-        return sorted(lower, key=self.victim_key, reverse=True)
+        """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order)."""
+        key = self.victim_key
+        mine = key(candidate)[:2]
+        lower: list[Request] = []
+        keys: list[SortKey] = []
+        for request in running:
+            k = key(request)
+            if k[:2] > mine:
+                lower.append(request)
+                keys.append(k)
+        return [lower[i] for i in sorted(range(len(lower)), key=keys.__getitem__, reverse=True)]
