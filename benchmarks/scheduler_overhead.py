@@ -48,6 +48,14 @@ WAITING_EXTRA_OUTPUT_TOKENS = (1, 4096)  # on top of the running requests' outpu
 KV_SLACK_BLOCKS = 64
 BLOCK_SIZE = 16
 EXTRA_POLICIES = ("priority-preempt:exclusive=true",)
+#: policies that order by attained service displace a running request once it has been served a quantum, so a
+#: saturated batch never stays put; under ``all`` they run with a quantum longer than the measurement (every
+#: step then does a saturated engine's work: the running loop, the waiting head inspected, no victim given)
+SETTLED_SPECS = {
+    "fastserve": "fastserve:base_quantum_tokens=1000000",
+    "las": "las:quantum_s=1000000",
+    "laps-sd": "laps-sd:s1_s=1000000",
+}
 
 
 @dataclass
@@ -171,7 +179,7 @@ def policy_specs(value: str) -> list[str]:
     """``--policies``: comma-separated specs, or ``all`` (every registered policy and the extra configurations)."""
     specs = [p.strip() for p in value.split(",") if p.strip()]
     if specs == ["all"]:
-        return [*POLICIES.names(), *EXTRA_POLICIES]
+        return [*(SETTLED_SPECS.get(name, name) for name in POLICIES.names()), *EXTRA_POLICIES]
     return specs
 
 
