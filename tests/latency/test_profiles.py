@@ -33,12 +33,16 @@ from semsched.latency.profiles import (
 )
 
 # Appendix B as printed ("decoding coefficients" = gamma1, gamma2; "prefill coefficients" = alpha1, alpha2;
-# "cache loading and saving speeds" = beta), with the 4B prefill slip 1.466e-2 corrected to 1.4658e-9.
+# "cache loading and saving speeds" = beta), with the prefill slips corrected: 4B 1.466e-2 -> 1.4658e-9, 7B
+# 5.135e-7 -> 5.135e-9 (a100-qwen1.5-7b-as-printed keeps the printed 7B value).
 APPENDIX_B = {
     "a100-qwen1.5-4b": AnalyticConfig(
         alpha1=1.4658e-9, alpha2=1.052e-4, gamma1=5.913e-9, gamma2=1.196e-2, beta=1e-4
     ),
     "a100-qwen1.5-7b": AnalyticConfig(
+        alpha1=5.135e-9, alpha2=1.481e-4, gamma1=1.349e-8, gamma2=1.330e-2, beta=1e-4
+    ),
+    "a100-qwen1.5-7b-as-printed": AnalyticConfig(
         alpha1=5.135e-7, alpha2=1.481e-4, gamma1=1.349e-8, gamma2=1.330e-2, beta=1e-4
     ),
     "a5000-qwen1.5-7b": AnalyticConfig(

@@ -283,7 +283,7 @@ def test_a_prompt_too_costly_for_any_budget_runs_in_large_chunks_unless_a_decode
     """At a long context no chunk of this prompt fits η: it runs past the budget anyway. With every deadline
     passed and no decode waiting, nobody is served sooner by a short step, so it takes the engine's token budget;
     beside a waiting decode it takes only ``min_chunk_tokens``."""
-    prompt = _started(_request(0, prompt=30_000, output=10, ttft=0.1, tpot=0.03), computed=20_000)
+    prompt = _started(_request(0, prompt=120_000, output=10, ttft=0.1, tpot=0.03), computed=100_000)
     alone = _policy()
     _planned(alone, [prompt], now_s=100.0)
     plan = alone.plan(101.0, StepBudget(2048, 256), _View(free_blocks=10_000))
