@@ -5,6 +5,16 @@ workloads | tiers | urgency | length | lengths | bench | gateway``, one module p
 Bad input (unknown policy, malformed trace row, negative rate, an output path that is a file, ...) prints one
 ``error:`` line naming the field and the limit and exits with status 2, with no traceback. Only
 :class:`~semsched.core.errors.SemschedError` is treated so: any other exception is a bug and keeps its traceback.
+
+Modules: ``simulate``, ``sweep``, ``demo``, ``reproduce`` (:mod:`semsched.experiments`), ``bench``
+(:mod:`semsched.bench`), ``gateway`` (:mod:`semsched.gateway`, served with uvicorn), ``profile`` and ``fidelity``
+(:mod:`semsched.calibrate`), ``listing`` (``policies``, ``profiles``, ``workloads``: each parameter with its type,
+default and doc, from the registries; ``tiers [PATH] [--yaml]``: a tier table shown or written as a template),
+``urgency`` (``train``, ``eval``, ``cost``), ``length eval`` (seed 000's buckets), ``lengths eval`` (seed 002's
+distribution predictors); ``predictions`` (what a policy does with predictions a workload does not carry);
+``common`` (run options and the checks made before any run, each error naming the option; ``--workers`` and
+``--ray``, which never change a report; progress bars; output files: ``simulate --out`` adds ``series.csv`` and
+``series.png``). ``semsched --version`` also says whether the compiled core runs (:mod:`semsched.compiled`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,33 @@
 Adding one means writing one module in this package with a ``@register_experiment`` class; nothing else
 changes. The contract every experiment follows is ../shared/EXPERIMENTS.md: the same requests for every policy
 of a figure, ``report.md`` + ``results.json`` + one PNG per figure + ``requests.csv``, and a ``--quick`` grid.
+
+Infrastructure:
+
+* ``registry``: ``@register_experiment``, ``Experiment`` (``name``, ``summary``, ``run(ctx)``).
+* ``framework``: ``ExperimentContext`` (``run_policies``: every policy on fresh requests from one workload,
+  recorded for ``requests.csv``; ``run_grid``: whole grids handed to the ``--workers``/``--ray`` runner of
+  :mod:`semsched.sim.parallel`), ``Figure`` (paper vs ours, config, command, table, ratios with their direction,
+  notes, plot), ``run_experiment`` (writes to a scratch directory and moves it into place, so a failed run
+  leaves no half report).
+* ``report``: ``report.md``, ``results.json``, ``requests.csv``, one PNG per figure; ``record`` copies a full run
+  into ``docs/reproductions/``. ``plots``: each policy always in the same colour. ``numbers``: medians, ratios
+  and table cells the experiments share.
+
+Experiments (``semsched reproduce NAME``):
+
+* ``semantic`` (seed 000): predictor accuracy, latency and batching, request spikes against FCFS, SJF and HPJF,
+  the emergency department on real triage data.
+* ``proserve`` (seed 001): TDG ratio and SLO attainment against load versus vLLM-FCFS, weighted VTC,
+  Sarathi-FCFS/-Priority and FairBatching; per-priority, ablation and priority-weight figures; the estimator's
+  MAPE; PD and co-located clusters, GoRouting vs Min-Load.
+* ``sagesched`` (seed 002): mean TTLT and TTFT against rate versus FCFS, FastServe, SSJF, LTR and TRAIL with real
+  lengths and online predictors; ablations; overhead per request against cluster size.
+* ``tiers`` (seed 003): the tier table, the cost table priced with :mod:`semsched.latency.roofline`,
+  starvation, reservation sweep, trace and gamma arrivals around a measured capacity.
+* ``laps-sd`` (seed 004): the Spec-Bench and MBPP logs replayed at batch 1, LAPS-SD (the paper's and ours)
+  against LP-SJF, LAS and FCFS; K = 2-10; beyond the paper: a predictor instead of the oracle, Poisson arrivals.
+* ``demo``: every baseline policy on the embedded workload (``semsched demo``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,25 @@ requests has a target reports no attainment (``None``, "—" in tables), never 1
 Modules: :mod:`.request_metrics` (one request), :mod:`.tdg` (eq. 3 of seed 001), :mod:`.summary`
 (aggregation), :mod:`.report` (JSON, CSV, rich tables), :mod:`.units` (one display unit per table column),
 :mod:`.plots` (PNG figures), :mod:`.series` (per-minute monitoring series of a simulated run).
+
+In more detail:
+
+* ``request_metrics``: TTFT, TPOT, ITL, E2E, normalized latency; per-target SLO outcomes, three-valued: met,
+  missed, or ``None`` where the request has no target; rejected, dropped or unfinished requests miss every target
+  they have. ``REQUEST_ATTRIBUTES``: one line per ``requests.csv`` column (``urgency``, ``urgency_true``,
+  ``predicted_length``, the rejection reason among them).
+* ``summary``: ``summarize`` (overall and per priority class; ``ttft_tpot_attainment`` is PROSERVE's figure;
+  rejections counted by kind, ``rejections_by_reason``; requests a run with ``allow_stalls`` ended STALLED);
+  ``metric_column`` (JSON and CSV keep seconds under unit-suffixed names).
+* ``tdg``: seed 001 eq. 3 and the TDG ratio (``TDGWeights.paper_defaults``).
+* ``units``: one display unit per kind of duration, chosen by the largest: request latencies (TTFT, E2E)
+  together, token gaps (TPOT, ITL), normalized latency; ms below 10 s, then s, min, h.
+* ``report``: JSON, CSV and rich tables (rejected and dropped counts shown; ``sweep_table``).
+* ``plots``: matplotlib figures that draw "no data" instead of failing; what every figure shares, the
+  experiments' too (legend outside the axes, ``n/a``/``no SLO`` for a missing bar, log axes only over a decade).
+* ``series``: ``monitoring_series`` (per-minute bins of a run: preemptions by mode and reason, SLO compliance per
+  priority, queue depth, served-token share against target shares, swap blocks, rejections by kind), read
+  through the ``MonitorRecord`` protocol; ``write_series_csv``, ``plots.plot_series``.
 """
 
 from semsched.metrics.report import (

@@ -9,6 +9,35 @@ request's urgency level), ``registry`` (named workloads, their parameters and th
 ``ktas_ed`` (the emergency-department workload on real triage data), ``answer_workloads`` (``alpaca-eval``,
 ``mt-bench``, ``mixed``: real prompts with one model's real output lengths, read by ``answers``),
 ``fit_default`` (regenerates the packaged length fit).
+
+In more detail:
+
+* ``workload``: :class:`Workload`, arrays of arrivals, prompt and output lengths, priorities, tiers, clients;
+  optional ``urgency``, ``urgency_true``, ``predicted_length``, ``prompt_text``, ``accept_lengths`` (seed 004:
+  logged tokens per verification round), checked and carried through ``head``/``slice_time``/``with_*``;
+  ``to_requests`` makes fresh :class:`~semsched.core.request.Request` objects for every run.
+* ``arrivals``: Poisson, gamma and seed 000's spikes. ``lengths``: empirical, quantile fit with a Gaussian
+  copula, uniform. ``traces``: Azure CSV and Mooncake JSONL loaders with row/field errors, ``rescale_to_rate``.
+* ``tiers``: ``assign_tiers``, ``tiers_from_column``. ``urgency``: levels drawn from a ``side_stream`` of the
+  seed, so a seed's arrivals, lengths and tiers do not depend on them; ``urgency_error`` mislabels with
+  :func:`semsched.predict.oracle.mislabel`, the truth kept as ``urgency_true``.
+* ``ktas_ed``: ``ktas-ed``, seed 000's emergency department: KTAS triage patients in spikes, prompt tokens
+  counted with the shared Llama-2 tokenizer, urgency = KTAS level - 1 from the expert, the nurse or
+  :func:`semsched.predict.urgency.cross_val_levels`.
+* ``answers``, ``answer_workloads``: one model's AlpacaEval ``model_outputs.json`` or MT-Bench/Spec-Bench
+  ``model_answer/*.jsonl`` (format told from the content, lengths in Llama-2 tokens, errors naming the file);
+  ``alpaca-eval:outputs=PATH``, ``mt-bench:answers=PATH``, ``mixed:parts=PATH+PATH``: real prompts with real
+  output lengths, Poisson arrivals, rows in seeded shuffled passes or ``order=file``.
+* ``spec_bench``: Spec-Bench speculative-decoding logs (``load_spec_bench``: one ``SpecTurn`` per turn with its
+  rounds; every malformed line a ``SpecBenchError`` naming file, line and field; short names ``eagle``,
+  ``sps-68m``, ``vanilla``), workloads ``spec-bench`` (logged rounds replayed) and ``mbpp-spec`` (MBPP prompts,
+  rounds from a fitted acceptance model, :mod:`semsched.sim.acceptance`).
+* ``registry``: each workload a builder registered with ``@register_workload`` and a frozen, validated config
+  dataclass; specs ``name:key=value;key=value`` (``trace:path=FILE``, or a bare ``.csv``/``.jsonl`` path;
+  ``spikes`` caps outputs at seed 000's 500 tokens by default); ``parse_workload_spec`` validates without
+  building; ``uses_rate`` says whether the rate changes the arrivals; the expected request count is checked
+  against ``max_requests`` (default 1,000,000) before anything is drawn. The embedded default fit is
+  ``data/azure_conv_fit.json``.
 """
 
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierError, TierSpec
