@@ -126,6 +126,8 @@ class ExperimentContext:
         self._runner: PointRunner = runner or InProcess()
         self.figures: list[Figure] = []
         self.runs: list[RecordedRun] = []
+        #: the record's claim table (:class:`~semsched.experiments.curves.Claim`), in the order added
+        self.claims: list[Any] = []
 
     def run_policies(
         self,
@@ -158,6 +160,14 @@ class ExperimentContext:
                 self.runs.append(RecordedRun(point.figure_id, policy, run, dict(point.columns)))
             results.append(per_policy)
         return results
+
+    def add_claim(self, claim: Any) -> None:
+        """A row of the claim table that opens the report (:class:`~semsched.experiments.curves.Claim`)."""
+        from semsched.experiments.curves import Claim
+
+        if not isinstance(claim, Claim):
+            raise ExperimentError(f"add_claim takes a Claim, got {type(claim).__name__}")
+        self.claims.append(claim)
 
     def add_figure(self, figure: Figure) -> None:
         if any(existing.id == figure.id for existing in self.figures):

@@ -144,6 +144,45 @@ def line_chart(
     _save(figure, path)
 
 
+def band_chart(
+    path: Path,
+    xs: Sequence[float],
+    series: Mapping[str, Sequence[object]],
+    marks: Sequence[tuple[str, float, float | None]] = (),
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+) -> None:
+    """One line per policy through its medians with the min-max over seeds as a shaded band (each item of a
+    series has ``median``, ``low`` and ``high``, as :class:`~semsched.experiments.curves.Band`); ``marks`` are
+    collapses ``(policy, x, value)``, drawn as crosses (a missing value at the bottom of the axes)."""
+    figure, ax = _figure()
+    colours = policy_colours(list(series))
+    drawn = False
+    for policy, bands in series.items():
+        points = [(x, _finite(b.median), _finite(b.low), _finite(b.high))  # type: ignore[attr-defined]
+                  for x, b in zip(xs, bands, strict=True)]
+        points = [p for p in points if not math.isnan(p[1])]
+        if not points:
+            continue
+        drawn = True
+        px, med, low, high = (list(column) for column in zip(*points, strict=True))
+        ax.plot(px, med, marker="o", label=policy, color=colours[policy])
+        ax.fill_between(px, low, high, color=colours[policy], alpha=0.18, linewidth=0)
+    for policy, x, value in marks:
+        if policy not in colours:
+            continue
+        if value is None or not math.isfinite(value):
+            ax.plot([x], [0], marker="x", markersize=10, color=colours[policy], transform=ax.get_xaxis_transform(),
+                    clip_on=False)
+        else:
+            ax.plot([x], [value], marker="x", markersize=10, color=colours[policy])
+    ax.set_xlabel(xlabel)
+    _finish(ax, figure, ylabel=ylabel, title=title, log=False, drawn=drawn)
+    _save(figure, path)
+
+
 def _figure() -> tuple[Figure, Axes]:
     figure = Figure(figsize=(9.0, 4.2), layout="constrained")  # room for the legend on the right
     FigureCanvasAgg(figure)

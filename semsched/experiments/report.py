@@ -9,15 +9,17 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from semsched.experiments.curves import Claim
 from semsched.experiments.framework import ExperimentContext, Figure, Table
-from semsched.experiments.registry import Experiment
+from semsched.experiments.registry import Experiment, ExperimentError
 from semsched.metrics import request_metrics, write_requests_csv
 
 
@@ -62,7 +64,12 @@ def results_document(ctx: ExperimentContext, meta: Mapping[str, Any]) -> dict[st
         }
         for fig in ctx.figures
     ]
-    return {"meta": _json_safe(meta), "figures": figures}
+    claims = [
+        {"claim": c.claim, "paper": c.paper, "ours": c.ours, "where": c.where, "verdict": c.verdict, "why": c.why,
+         "figure": c.figure}
+        for c in ctx.claims
+    ]
+    return {"meta": _json_safe(meta), "claims": claims, "figures": figures}
 
 
 def write_all_requests(path: Path, ctx: ExperimentContext) -> None:
@@ -97,11 +104,13 @@ def report_markdown(ctx: ExperimentContext, experiment: Experiment, meta: Mappin
         "- files: `results.json` (these numbers), `requests.csv` (every request of every run, with the figure "
         "id), one PNG per figure",
         "",
-        "## Paper vs ours",
-        "",
-        *_overview(ctx.figures),
-        "",
     ]
+    if ctx.claims:
+        lines += ["## Claims", "", *claims_table(ctx.claims), "", "## Figures", ""]
+        lines += [f"- [{fig.id}](#{fig.id}): {fig.title}" + (" (beyond the paper)" if fig.beyond_paper else "")
+                  for fig in ctx.figures] + [""]
+    else:
+        lines += ["## Paper vs ours", "", *_overview(ctx.figures), ""]
     reproduced = [fig for fig in ctx.figures if not fig.beyond_paper]
     beyond = [fig for fig in ctx.figures if fig.beyond_paper]
     for fig in reproduced:
@@ -113,10 +122,59 @@ def report_markdown(ctx: ExperimentContext, experiment: Experiment, meta: Mappin
     return "\n".join(lines).rstrip() + "\n"
 
 
+#: the most characters a committed record may hold (../shared/EXPERIMENTS.md); the rest lives in results.json
+MAX_RECORD_CHARS = 20_000
+#: the most numbers one table cell of a record may hold
+MAX_NUMBERS_PER_CELL = 3
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+
+
+def claims_table(claims: Sequence[Claim]) -> list[str]:
+    """The table a record opens with: one row per claim of the paper."""
+    rows = tuple(
+        (c.claim + (f" ([{c.figure}](#{c.figure}))" if c.figure else ""), c.paper, c.ours, c.where or "—",
+         f"**{c.verdict}**: {c.why}")
+        for c in claims
+    )
+    return markdown_table(Table(("claim", "paper", "ours: median [min-max]", "where", "verdict"), rows))
+
+
+def numbers_in(cell: str) -> int:
+    """How many numbers a table cell holds (a link to a figure and a name that starts with a letter, such as
+    ``a100-qwen1.5-7b`` or ``p99``, do not count)."""
+    cell = re.sub(r"\[[^\]]*\]\(#[^)]*\)", "", cell)  # a link to a figure
+    cell = re.sub(r"(?<![\w.])[A-Za-z_][\w.\-]*", " ", cell)  # a name (a100-qwen1.5-7b, p99): not a number
+    return len(_NUMBER.findall(cell))
+
+
+def record_problems(text: str) -> list[str]:
+    """What keeps a record from being readable: over :data:`MAX_RECORD_CHARS`, or a table cell with more than
+    :data:`MAX_NUMBERS_PER_CELL` numbers (each named)."""
+    problems = []
+    if len(text) > MAX_RECORD_CHARS:
+        problems.append(f"{len(text):,} characters (at most {MAX_RECORD_CHARS:,}; move detail to results.json)")
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        for cell in line.strip().strip("|").split("|"):
+            if numbers_in(cell) > MAX_NUMBERS_PER_CELL:
+                problems.append(f"line {number}: a cell holds {numbers_in(cell)} numbers: {cell.strip()[:80]!r}")
+    return problems
+
+
 def record(report_dir: Path, docs_dir: Path, name: str) -> Path:
     """Copy a full run's report into ``docs_dir/NAME.md`` with its PNGs under ``docs_dir/img/`` (as
-    ``NAME_<id>.png``), the committed record of ../shared/EXPERIMENTS.md."""
+    ``NAME_<id>.png``), the committed record of ../shared/EXPERIMENTS.md.
+
+    Refuses (:class:`~semsched.experiments.registry.ExperimentError`, nothing written) a report that is not a
+    readable record: no claim table, over :data:`MAX_RECORD_CHARS` characters, or a cell with more than
+    :data:`MAX_NUMBERS_PER_CELL` numbers."""
     text = (report_dir / "report.md").read_text()
+    problems = ([] if "\n## Claims\n" in text else ["no claim table (the experiment adds none)"])
+    problems += record_problems(text)
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise ExperimentError(f"{report_dir / 'report.md'} is not a readable record: {shown}")
     images = docs_dir / "img"
     images.mkdir(parents=True, exist_ok=True)
     for png in sorted(report_dir.glob("*.png")):
@@ -152,8 +210,12 @@ def _section(fig: Figure, *, level: str) -> list[str]:
         "",
     ]
     lines += ["**How we ran it.**", "", "```", fig.command, "```", ""]
-    lines += ["```json", json.dumps(_json_safe(fig.config), indent=2), "```", ""]
-    lines += ["**Our result.**", "", *markdown_table(fig.table), "", f"![{fig.id}]({fig.id}.png)", ""]
+    lines += [f"Its configuration (workload, rates, seeds, profile, policies with parameters) is "
+              f"`results.json` → figure `{fig.id}` → `config`.", ""]
+    lines += ["**Our result.**", ""]
+    if fig.headline:
+        lines += [f"Headline: {fig.headline}.", ""]
+    lines += [*markdown_table(fig.table), "", f"![{fig.id}]({fig.id}.png)", ""]
     if fig.ratios:
         lines += [f"**Ratios ({fig.ratio_direction}).**", ""]
         lines += [f"- {name}: {_fmt(value)}" for name, value in fig.ratios.items()] + [""]

@@ -39,7 +39,12 @@ def test_report_has_every_file_and_section(quick_report: tuple[str, Path]) -> No
     figures = document["figures"]
     assert figures and document["meta"]["experiment"] == name and document["meta"]["quick"] is True
     report = (out / "report.md").read_text()
-    assert "## Paper vs ours" in report
+    if document["claims"]:  # a record's claim table: one row per claim, before any figure
+        assert report.index("## Claims") < report.index(f"{figures[0]['id']}: {figures[0]['title']}")
+        for claim in document["claims"]:
+            assert claim["verdict"] in {"reproduced", "partly", "not"} and claim["claim"] in report
+    else:
+        assert "## Paper vs ours" in report
     for figure in figures:
         assert set(figure) >= REQUIRED_KEYS
         assert f"{figure['id']}: {figure['title']}" in report
