@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from semsched.experiments.curves import Claim
-from semsched.experiments.framework import ExperimentContext, Figure, Table
+from semsched.experiments.framework import REPORT_MARKER, ExperimentContext, Figure, Table
 from semsched.experiments.registry import Experiment, ExperimentError
 from semsched.metrics import request_metrics, write_requests_csv
 
@@ -167,10 +167,12 @@ def record(report_dir: Path, docs_dir: Path, name: str) -> Path:
     ``NAME_<id>.png``), the committed record of ../shared/EXPERIMENTS.md.
 
     Refuses (:class:`~semsched.experiments.registry.ExperimentError`, nothing written) a report that is not a
-    readable record: no claim table, over :data:`MAX_RECORD_CHARS` characters, or a cell with more than
+    readable record: no claim table (when it reproduces a paper: semsched's own demo has no claims), over :data:`MAX_RECORD_CHARS` characters, or a cell with more than
     :data:`MAX_NUMBERS_PER_CELL` numbers."""
     text = (report_dir / "report.md").read_text()
-    problems = ([] if "\n## Claims\n" in text else ["no claim table (the experiment adds none)"])
+    results = report_dir / REPORT_MARKER
+    reproduces = not results.is_file() or bool(json.loads(results.read_text()).get("meta", {}).get("source"))
+    problems = [] if "\n## Claims\n" in text or not reproduces else ["no claim table (the experiment adds none)"]
     problems += record_problems(text)
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
@@ -197,9 +199,8 @@ def _overview(figures: Iterable[Figure]) -> list[str]:
     rows = []
     for fig in figures:
         paper = "; ".join(f"{k} {_fmt(v)}" for k, v in fig.paper.items()) or "— (no number in the source)"
-        ratios = "; ".join(f"{k}: {_fmt(v)}" for k, v in fig.ratios.items()) or "—"
-        rows.append((f"[{fig.id}](#{fig.id})", fig.title, paper, fig.headline or "—", ratios))
-    return markdown_table(Table(("figure", "what", "paper", "ours (headline)", "ratios"), tuple(rows)))
+        rows.append((f"[{fig.id}](#{fig.id})", fig.title, paper, fig.headline or "—"))
+    return markdown_table(Table(("figure", "what", "paper", "ours (headline; ratios in its section)"), tuple(rows)))
 
 
 def _section(fig: Figure, *, level: str) -> list[str]:

@@ -128,6 +128,9 @@ def _report(tmp_path: Path, body: str) -> Path:
 
 def test_record_refuses_an_unreadable_report(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
+    own = _report(tmp_path / "own", "# demo\n") if (tmp_path / "own").mkdir() is None else tmp_path
+    (own / "results.json").write_text('{"meta": {"source": ""}, "claims": [], "figures": []}')
+    assert record(own, docs, "demo") == docs / "demo.md"  # semsched's own experiment: no paper, no claims
     with pytest.raises(ExperimentError, match="no claim table"):
         record(_report(tmp_path, "# r\n\n## Paper vs ours\n"), docs, "x")
     crowded = "# r\n\n## Claims\n\n| claim | ours |\n|---|---|\n| c | 1, 2, 3, 4 |\n"
@@ -136,7 +139,7 @@ def test_record_refuses_an_unreadable_report(tmp_path: Path) -> None:
         record(_report(tmp_path / "b", crowded) if (tmp_path / "b").mkdir() is None else tmp_path, docs, "x")
     long = "# r\n\n## Claims\n\n" + "x" * MAX_RECORD_CHARS
     assert "characters" in record_problems(long)[0]
-    assert not docs.exists()  # nothing written
+    assert not (docs / "x.md").exists()  # nothing written
     good = "# r\n\n## Claims\n\n| claim | ours |\n|---|---|\n| c | 1.2 [1-3] |\n"
     assert record(_report(tmp_path / "c", good) if (tmp_path / "c").mkdir() is None else tmp_path, docs, "x") \
         == docs / "x.md"
