@@ -13,8 +13,12 @@ Infrastructure:
   notes, plot), ``run_experiment`` (writes to a scratch directory and moves it into place, so a failed run
   leaves no half report).
 * ``report``: ``report.md``, ``results.json``, ``requests.csv``, one PNG per figure; ``record`` copies a full run
-  into ``docs/reproductions/``. ``plots``: each policy always in the same colour. ``numbers``: medians, ratios
-  and table cells the experiments share.
+  into ``docs/reproductions/`` and refuses one that is not a readable record (no claim table, over 20k
+  characters, a table cell with more than three numbers). ``plots``: each policy always in the same colour.
+  ``numbers``: medians, ratios and table cells the experiments share.
+* ``curves``: a headline as a curve (``LoadCurve``: per-seed values over load, median with min-max band, ours
+  vs the best baseline per load, the largest-gain load, the loads where ours holds, collapses shown), and the
+  claim table's rows (``Claim``, ``ratio_verdict``) that ``ctx.add_claim`` puts at the top of a report.
 
 Experiments (``semsched reproduce NAME``):
 
@@ -40,7 +44,7 @@ import pkgutil
 from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, run_experiment
 from semsched.experiments.registry import EXPERIMENTS, Experiment, ExperimentError, register_experiment
 
-_INFRASTRUCTURE = {"framework", "registry", "report", "plots", "numbers"}
+_INFRASTRUCTURE = {"framework", "registry", "report", "plots", "numbers", "curves"}
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE:
