@@ -29,8 +29,9 @@ Experiments (``semsched reproduce NAME``):
   MAPE; PD and co-located clusters, GoRouting vs Min-Load.
 * ``sagesched`` (seed 002): mean TTLT and TTFT against rate versus FCFS, FastServe, SSJF, LTR and TRAIL with real
   lengths and online predictors; ablations; overhead per request against cluster size.
-* ``tiers`` (seed 003): the tier table, the cost table priced with :mod:`semsched.latency.roofline`,
-  starvation, reservation sweep, trace and gamma arrivals around a measured capacity.
+* ``tiers`` (seed 003): the tier table's comparison as curves over a measured capacity, the SLO scale and load
+  the article leaves open and its windowed p99 statistic, the cost table priced with
+  :mod:`semsched.latency.roofline`, starvation, reservation sweep.
 * ``laps-sd`` (seed 004): the Spec-Bench and MBPP logs replayed at batch 1, LAPS-SD (the paper's and ours)
   against LP-SJF, LAS and FCFS; K = 2-10; beyond the paper: a predictor instead of the oracle, Poisson arrivals.
 * ``demo``: every baseline policy on the embedded workload (``semsched demo``).
