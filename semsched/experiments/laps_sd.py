@@ -549,17 +549,14 @@ def _gate(base: _Base, case: Case, runs: Mapping[Any, PolicyRun], headline_curve
                                     "requests": grid.counts[-1], "policy": "lp-sjf"}),
         command=base.command("gate"),
         notes=[
-            f"Per seed the oracle is worse than U(1 ± {LENGTH_ERROR:g}) at {worse['lp-sjf']} of {points} (load, "
-            f"seed) points for LP-SJF, {worse['laps-sd']} for LAPS-SD. Under speculation a request's time is its "
-            "length over its tokens per round (68M draft: about 1.5-3.6, 10th-90th percentile), so the true "
-            "length is not the true execution time: SJF by true length is no oracle of time and noise can "
-            "reorder for the better by chance.",
-            f"Control where the gate must hold: without speculation, {grid.counts[-1]} requests at once, a "
-            "request's time grows with its length alone (prefill is small), so LP-SJF with true lengths is "
-            f"shortest processing time first, optimal at batch 1: oracle {_num(_median(control['oracle']))} s vs "
-            f"{_num(_median(control['predicted']))} s predicted (medians), "
-            f"{'at least as good on every seed' if control_ok else 'WORSE on some seed'} (a test enforces it).",
-            f"laps-sd oracle / laps-sd: {_gain_text(laps)}.",
+            f"The oracle is worse than U(1 ± {LENGTH_ERROR:g}) at {worse['lp-sjf']} of {points} (load, seed) "
+            f"points for LP-SJF, {worse['laps-sd']} for LAPS-SD: under speculation a request's time is its length "
+            "over its tokens per round (68M draft: 1.5-3.6, 10th-90th percentile), so the true length is no "
+            "oracle of time and noise can reorder for the better by chance.",
+            f"Control where the gate must hold (tested): no speculation, {grid.counts[-1]} requests at once, "
+            "time grows with length alone, so LP-SJF with true lengths is shortest processing time first: "
+            f"oracle {_num(_median(control['oracle']))} s vs {_num(_median(control['predicted']))} s (medians), "
+            f"{'at least as good on every seed' if control_ok else 'WORSE on some seed'}.",
         ],
         extra={"laps_sd": laps.ours_document(), "control": control, "control_holds": control_ok,
                "oracle_worse_points": worse},
@@ -869,8 +866,7 @@ def _untried(base: _Base) -> list[Figure]:
     heavy = _figure(
         curve, "untried-heavy-tail",
         title="Untried: long heavy-tailed outputs, the 68M draft's acceptance spread",
-        paper_says="Not run by the paper (issue 30): its claim of about 39 % (best baseline / LAPS-SD 1.64) and "
-                   "LP-SJF 1.47x is what this setting approaches.",
+        paper_says="Not run by the paper; approaches its 39 % (1.64x) and LP-SJF 1.47x.",
         paper={"reduction_vs_baselines": PAPER_REDUCTION, "lp_sjf_over_laps": PAPER_LP_SJF},
         config=base.config(workload=f"{ALPACA} pooled, rows drawn without replacement", loads=list(grid.loads),
                            requests_per_run=grid.requests, method=UNTRIED_METHOD,
@@ -904,8 +900,7 @@ def _untried(base: _Base) -> list[Figure]:
         config=base.config(errors=errors, load=UNTRIED_LOAD, prediction="true x exp(N(0, σ²))",
                            method=UNTRIED_METHOD),
         command=base.command("untried-error"),
-        notes=[f"LP-SJF / LAPS-SD over σ: {_gain_text(lp)}; 1.47 is {'inside' if inside else 'outside'} the "
-               "range. LAPS-SD's eq. 6 reads the same predicted length, so it degrades too."],
+        notes=["LAPS-SD's eq. 6 reads the same predicted length as LP-SJF, so it degrades too."],
         extra={"lp_sjf_over_laps": _gains(lp)},
         headline=(f"best baseline / LAPS-SD {_gain_text(sweep_curve)}; LP-SJF / LAPS-SD {_gain_text(lp)} "
                   f"(paper 1.47: {'inside' if inside else 'outside'})"),
@@ -974,7 +969,7 @@ def _predictor(base: _Base) -> Figure:
                      "best baseline / laps-sd+"), tuple(rows)),
         plot=lambda path: line_chart(path, series, xlabel="workload (0 chatbot, 1 mini-thinky, 2 mbpp)",
                                      ylabel="mean latency (s)", title="mean latency with predicted lengths"),
-        notes=["Median over seeds of each run's mean latency."],
+        notes=["LP-SJF, eq. 6 and laps-sd+ read the predictor's mean."],
         headline="best baseline / LAPS-SD with a real predictor: " + ", ".join(
             f"{row[0]} {row[-2]}" for row in rows),
         beyond_paper=True,
