@@ -399,11 +399,11 @@ def direction_verdict(paper: float, ours: Band, *, tolerance: float = RATIO_TOLE
     if ours.median is None or ours.low is None or ours.high is None:
         return "not", "no value: the runs left no requests to measure"
     if ours.low <= paper <= ours.high or abs(ours.median / paper - 1) <= tolerance:
-        return "reproduced", f"the paper's {paper:.3g} is in our range or within {tolerance:.0%} of our median"
+        return "reproduced", f"the paper's {paper:.3g} is in our range or within {tolerance:.0%}"
     if ours.median != 1 and (ours.median > 1) == (paper > 1):
         size = "stronger" if abs(ours.median - 1) > abs(paper - 1) else "weaker"
-        return "partly", f"same direction as the paper, {size} ({ours.median:.3g} vs {paper:.3g})"
-    return "not", f"opposite direction to the paper ({ours.median:.3g} vs {paper:.3g})"
+        return "partly", f"same direction, {size} ({ours.median:.3g} vs {paper:.3g})"
+    return "not", f"opposite direction ({ours.median:.3g} vs {paper:.3g})"
 
 
 def level_verdict(paper: float, ours: Band) -> tuple[str, str]:
@@ -413,7 +413,7 @@ def level_verdict(paper: float, ours: Band) -> tuple[str, str]:
         return "not", "no value"
     gap = ours.median - paper
     if ours.low <= paper <= ours.high or abs(gap) <= LEVEL_CLOSE:
-        return "reproduced", f"within {LEVEL_CLOSE:.0%} of the paper's {paper:.1%} (or in our range)"
+        return "reproduced", f"within {LEVEL_CLOSE:.0%} of the paper's {paper:.1%} or in our range"
     if abs(gap) <= LEVEL_NEAR:
         return "partly", f"{abs(gap):.1%} {'below' if gap < 0 else 'above'} the paper, within {LEVEL_NEAR:.0%}"
     return "not", f"{abs(gap):.1%} {'below' if gap < 0 else 'above'} the paper's {paper:.1%}"
@@ -613,7 +613,7 @@ class _Base:
 
 #: a curve figure lists its collapses one by one up to this many; more are counted per policy (each is in
 #: results.json, ``ours.collapses``, and drawn as a cross)
-LISTED_COLLAPSES = 4
+LISTED_COLLAPSES = 2
 
 
 def _curve_figure(curve: LoadCurve, figure_id: str, *, percent: bool, **kwargs: Any) -> Figure:
@@ -723,10 +723,10 @@ def _premium_figure(base: _Base, curve: LoadCurve, runs: Runs, ceiling: Sequence
         curve,
         "premium",
         percent=True,
-        title="PREMIUM SLO attainment over load, against its idle ceiling (§6.2, §3.1's SLOs)",
+        title="PREMIUM attainment over its idle ceiling vs load (§6.2, §3.1's SLOs)",
         paper_says=(
-            "§6.2: PREMIUM SLO compliance 72 % (FIFO), 98.1 % (priority), 99.6 % (+ preemption), 99.9 % "
-            "(+ SLO) at one unstated load; §3.1's PREMIUM targets: TTFT 200 ms, TPOT 30 ms, E2E 5 s."
+            "§6.2: PREMIUM SLO compliance 72 / 98.1 / 99.6 / 99.9 % (FIFO, priority, + preemption, + SLO) at an "
+            "unstated load; §3.1: PREMIUM TTFT 200 ms, TPOT 30 ms, E2E 5 s."
         ),
         paper={
             f"PREMIUM SLO compliance (%), {c}": v
@@ -741,18 +741,16 @@ def _premium_figure(base: _Base, curve: LoadCurve, runs: Runs, ceiling: Sequence
         ),
         command=base.command(
             "premium",
-            f"compare_policies(at_rate(w, load * capacity), {list(TABLE_POLICIES)}) "
-            f"for load in {list(loads)}; ceiling: fcfs at {CEILING_LOAD} x capacity",
+            f"compare_policies(at_rate(w, load * capacity), TABLE_POLICIES) for load in {list(loads)}; "
+            f"ceiling: fcfs at {CEILING_LOAD}x",
         ),
         notes=[
-            f"Idle ceiling: FCFS's PREMIUM attainment of the same requests at {CEILING_LOAD:g}x capacity, per "
-            f"seed ({_band(ceiling, 100)} %): with §3.1's SLOs, long prompts miss 200 ms TTFT and long "
-            f"outputs 5 s E2E on an idle engine. {OURS} keeps {ends[loads[0]]} of it at {loads[0]:g}x, "
-            f"{ends[loads[-1]]} at {loads[-1]:g}x.",
-            f"Engine: Qwen1.5-4B on one A100 (profile {DEFAULT_PROFILE}, seed 000's corrected Appendix B; the 7B "
-            "slip of issue 30 is not used here), not the article's Llama 70B: compare policies, not milliseconds.",
-            f"{TIERED} plays the article's fourth column; its shedding fires whenever PREMIUM's p99 misses, which "
-            "with these SLOs is always (figure throughput).",
+            f"Idle ceiling: FCFS's PREMIUM attainment of the same requests at {CEILING_LOAD:g}x, per seed "
+            f"({_band(ceiling, 100)} %; long prompts miss 200 ms TTFT, long outputs 5 s E2E). {OURS} keeps "
+            f"{ends[loads[0]]} of it at {loads[0]:g}x, {ends[loads[-1]]} at {loads[-1]:g}x.",
+            f"Engine: Qwen1.5-4B on one A100 ({DEFAULT_PROFILE}; issue 30's 7B slip is not used here), not "
+            "Llama 70B: compare policies, not milliseconds.",
+            f"{TIERED} plays the article's fourth column; it sheds at every load here (figure throughput).",
         ],
         extra={
             "idle_ceiling_per_seed": list(ceiling),
@@ -785,8 +783,8 @@ def _throughput_figure(base: _Base, runs: Runs) -> Figure:
         curve,
         "throughput",
         percent=False,
-        title="output tokens/s over load (§6.2's throughput row)",
-        paper_says="§6.2: 4,200 (FIFO), 4,100, 3,950, 3,900 output tok/s: the full scheduler costs 5-6 %.",
+        title="throughput vs load (§6.2)",
+        paper_says="§6.2: 4200 (FIFO), 4100, 3950, 3900 output tok/s: the full scheduler costs 5-6 %.",
         paper={
             f"output tok/s, {c}": v
             for c, v in zip(ARTICLE_COLUMNS, PAPER_TABLE_62["throughput (output tok/s)"], strict=True)
@@ -795,10 +793,7 @@ def _throughput_figure(base: _Base, runs: Runs) -> Figure:
             ARTICLE_MIX, loads_of_capacity=list(loads), slo_scale=1.0, policies=list(TABLE_POLICIES)
         ),
         command=base.command("throughput", "the runs of figure premium"),
-        notes=[
-            f"Rejected (shed) requests produce no tokens: {TIERED} rejects {shed} % of all requests at "
-            f"{top:g}x (per seed in results.json, figure premium)."
-        ],
+        notes=[f"Shed requests produce no tokens: {TIERED} rejects {shed} % of all requests at {top:g}x."],
     )
 
 
@@ -835,11 +830,10 @@ def _windowed_figure(base: _Base, first: Runs, second: Runs, setting: Setting) -
         curve,
         "windowed",
         percent=True,
-        title="the article's windowed p99 compliance, with SLOs PREMIUM meets on an idle engine",
+        title="the article's windowed p99 compliance, SLOs met on an idle engine",
         paper_says=(
-            "§3.2's SLOMonitor: a tier complies while the p99 TTFT and p99 TPOT of its last 200 "
-            "requests (§6.1: window_size=200) are within target. §6.2 prints 72 -> 99.9 % for PREMIUM "
-            "without saying whether it counts requests or these checks."
+            "§3.2: a tier complies while the p99 TTFT and TPOT of its last 200 requests (§6.1) are within "
+            "target; §6.2's 72 -> 99.9 % may count these checks or requests."
         ),
         paper={
             f"PREMIUM SLO compliance (%), {c}": v
@@ -856,23 +850,21 @@ def _windowed_figure(base: _Base, first: Runs, second: Runs, setting: Setting) -
         ),
         command=base.command(
             "windowed",
-            f"w.with_tiers(scaled_tiers({setting.feasible:g})); as figure premium; "
-            "windowed_compliance(run.requests, 'PREMIUM')",
+            f"as premium on w.with_tiers(scaled_tiers({setting.feasible:g})); windowed_compliance(run.requests, "
+            "'PREMIUM')",
         ),
         notes=[
             f"SLOs x{setting.feasible:g}: "
             + (
-                f"the smallest scale at which PREMIUM's idle ceiling reaches {IDLE_TARGET:.0%} on every seed, "
-                "per request and windowed"
+                f"the least scale whose idle ceiling is {IDLE_TARGET:.0%} on every seed by both statistics"
                 if setting.reached()
                 else f"no scale's idle ceiling reaches {IDLE_TARGET:.0%} on every seed: the largest tried"
             )
             + f" (medians, per request/windowed %: {ceilings}).",
-            f"At §3.1's own SLOs this statistic is at most {max(at_article, default=0):.1%} for any policy and "
-            "load: PREMIUM's p99 TTFT exceeds 200 ms even on an idle engine.",
-            f"Matched load: FCFS's per-request PREMIUM attainment reaches the article's FIFO "
-            f"{PAPER_FIFO_PREMIUM:.0%} at {setting.matched:g}x ({setting.how}); figures slo-scale and table62 "
-            "run there.",
+            f"At §3.1's SLOs it is at most {max(at_article, default=0):.1%} for any policy and load (figure "
+            "premium's runs).",
+            f"Matched load: FCFS's PREMIUM attainment per request is the article's FIFO {PAPER_FIFO_PREMIUM:.0%} "
+            f"at {setting.matched:g}x ({setting.how}).",
         ],
         extra={
             "attainment_per_seed": _per_seed(second, keys, TABLE_POLICIES, "PREMIUM.slo_attainment"),
@@ -910,26 +902,26 @@ def _scale_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
         if not seen:
             return f"{policy}: no value"
         where = "inside" if min(seen) <= paper <= max(seen) else "outside"
-        return f"{policy} {min(seen):.1%}-{max(seen):.1%} ({where} of the article's {paper:.1%})"
+        return f"{policy} {min(seen):.0%}-{max(seen):.0%}, {where} the article's {paper:.1%}"
 
     fifo_paper, full_paper = (v / 100 for v in PAPER_TABLE_62["PREMIUM SLO compliance (%)"][::3])
     return _curve_figure(
         curve,
         "slo-scale",
         percent=True,
-        title=f"PREMIUM attainment as the SLOs loosen, at the matched load {setting.matched:g}x",
-        paper_says="The article prints SLO targets (§3.1) but not the load of §6.2; its FIFO column is 72 %.",
+        title="PREMIUM attainment vs SLO scale at the matched load",
+        paper_says="§6.2 gives neither load nor how its SLOs relate to §3.1's.",
         paper={"PREMIUM SLO compliance (%), FIFO": 72, "PREMIUM SLO compliance (%), + SLO": 99.9},
         config=base.config(
             ARTICLE_MIX, load_of_capacity=setting.matched, slo_scales=list(scales), policies=list(TABLE_POLICIES)
         ),
         command=base.command(
             "slo-scale",
-            f"compare_policies(at_rate(w, {setting.matched:g} * capacity)"
-            f".with_tiers(scaled_tiers(k)), ...) for k in {list(scales)}",
+            f"compare_policies(at_rate(w, {setting.matched:g} * capacity).with_tiers(scaled_tiers(k)), "
+            f"TABLE_POLICIES) for k in {list(scales)}",
         ),
         notes=[
-            "Over the SLO scales, per request and seed: "
+            "Range over scales and seeds, per request: "
             + "; ".join(
                 (
                     inside(FIFO, fifo_paper, "PREMIUM.slo_attainment"),
@@ -937,7 +929,7 @@ def _scale_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
                 )
             )
             + ".",
-            "Windowed (the article's statistic): "
+            "Windowed: "
             + "; ".join(
                 (inside(FIFO, fifo_paper, "PREMIUM.windowed"), inside(TIERED, full_paper, "PREMIUM.windowed"))
             )
@@ -947,6 +939,8 @@ def _scale_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
     )
 
 
+#: the article's columns as a table header names them
+_SHORT_COLUMNS = dict(zip(ARTICLE_COLUMNS, ("FIFO", "priority", "+ preemption", "+ SLO"), strict=True))
 _TABLE_ROWS: tuple[tuple[str, str | None, str, float], ...] = (
     # label, the article's row (None: it has none), our key, scale to the label's unit
     ("PREMIUM p99 TTFT (ms)", "PREMIUM p99 TTFT (ms)", "PREMIUM.ttft_p99_s", 1000.0),
@@ -966,8 +960,8 @@ def _table62_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
     point = ("scale", setting.feasible)
     columns = ["metric"]
     for column, policy in ARTICLE_COLUMNS.items():
-        columns += [f"{column}: paper", f"ours ({policy})"]
-    columns.append(f"ours ({PLAIN_TIERED})")
+        columns += [f"{_SHORT_COLUMNS[column]}: paper", policy]
+    columns.append(PLAIN_TIERED)
     rows = []
     for label, paper_row, key, scale in _TABLE_ROWS:
         cells = [label]
@@ -981,10 +975,7 @@ def _table62_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
     return Figure(
         id="table62",
         title=f"the §6.2 table at the matched load ({setting.text()})",
-        paper_says=(
-            "§6.2, 'Priority Scheduler vs FIFO Under Mixed Traffic (A100, Llama 70B)': no load, mix or "
-            "duration given."
-        ),
+        paper_says="§6.2 'Priority Scheduler vs FIFO Under Mixed Traffic (A100, Llama 70B)'.",
         paper={
             f"{metric}, {column}": value
             for metric, values in PAPER_TABLE_62.items()
@@ -998,7 +989,7 @@ def _table62_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
             tiers=_tier_table(setting.feasible),
             article_columns=ARTICLE_COLUMNS,
         ),
-        command=base.command("table62", f"the runs of figure slo-scale at k = {setting.feasible:g}"),
+        command=base.command("table62", f"figure slo-scale's runs at k = {setting.feasible:g}"),
         table=Table(tuple(columns), tuple(rows)),
         plot=_tier_bars(
             {
@@ -1017,10 +1008,8 @@ def _table62_figure(base: _Base, runs: Runs, setting: Setting) -> Figure:
             f"({TIERED}), paper 72 -> 99.9 %"
         ),
         notes=[
-            "Cells: median [min-max] over seeds. 'windowed' is the article's statistic (figure windowed); "
-            "'per request' counts requests meeting every target (TTFT, TPOT, E2E), rejected ones as misses.",
-            "FIFO is vLLM's FCFS: under KV pressure it preempts too (the latest arrival), so its preemptions/min "
-            "need not be 0.",
+            "'Per request': requests meeting every target (TTFT, TPOT, E2E); rejected ones miss. FIFO is vLLM's "
+            "FCFS: it preempts under KV pressure too.",
         ],
     )
 
@@ -1052,21 +1041,20 @@ def _claims(
     best_simple = max(premium_compliance[p] for p in BASELINES)
     claims = [
         premium.claim(
-            f"the full scheduler beats every simpler column on PREMIUM SLO ({OURS} / best of "
-            f"{', '.join(BASELINES)}, attainment over idle ceiling)",
+            f"{OURS} beats every simpler column on PREMIUM SLO (over its idle ceiling; / best baseline)",
             paper=premium_compliance[TIERED] / best_simple,
             paper_text=f"{premium_compliance[TIERED]:g} / {best_simple:g}",
             figure="premium",
             load=min(premium.loads, key=lambda load: abs(load - setting.matched)),
         ),
         ratio_claim(
-            "priority + preemption + SLO lifts PREMIUM compliance over FIFO (per request)",
+            "+ SLO lifts PREMIUM compliance over FIFO (per request)",
             (premium_compliance[TIERED], premium_compliance[FIFO]),
             (TIERED, "PREMIUM.slo_attainment"),
             (FIFO, "PREMIUM.slo_attainment"),
         ),
         Claim(
-            "priority + preemption + SLO holds PREMIUM at 99.9 % compliance (windowed p99)",
+            "+ SLO holds PREMIUM compliance at 99.9 % (windowed p99)",
             f"{premium_compliance[TIERED]:g} %",
             _cell(windowed),
             *level_verdict(premium_compliance[TIERED] / 100, windowed),
@@ -1074,32 +1062,32 @@ def _claims(
             where,
         ),
         ratio_claim(
-            "PREMIUM p99 TTFT falls from FIFO's (FIFO / + SLO)",
+            "PREMIUM p99 TTFT falls (FIFO / + SLO)",
             (table["PREMIUM p99 TTFT (ms)"][FIFO], table["PREMIUM p99 TTFT (ms)"][TIERED]),
             (FIFO, "PREMIUM.ttft_p99_s"),
             (TIERED, "PREMIUM.ttft_p99_s"),
         ),
         ratio_claim(
-            "STANDARD compliance rises too (+ SLO / FIFO, per request)",
+            "STANDARD compliance rises too (+ SLO / FIFO)",
             (table["STANDARD SLO compliance (%)"][TIERED], table["STANDARD SLO compliance (%)"][FIFO]),
             (TIERED, "STANDARD.slo_attainment"),
             (FIFO, "STANDARD.slo_attainment"),
         ),
         ratio_claim(
-            "BACKGROUND bears the cost: its p99 TTFT grows (+ SLO / FIFO)",
+            "BACKGROUND bears the cost: p99 TTFT grows (+ SLO / FIFO)",
             (table["BACKGROUND p99 TTFT (ms)"][TIERED], table["BACKGROUND p99 TTFT (ms)"][FIFO]),
             (TIERED, "BACKGROUND.ttft_p99_s"),
             (FIFO, "BACKGROUND.ttft_p99_s"),
         ),
         ratio_claim(
-            "the full scheduler costs 5-6 % of throughput (+ SLO / FIFO tok/s)",
+            "+ SLO costs 5-6 % of throughput (/ FIFO)",
             (table["throughput (output tok/s)"][TIERED], table["throughput (output tok/s)"][FIFO]),
             (TIERED, "output_tokens_per_s"),
             (FIFO, "output_tokens_per_s"),
             tolerance=THROUGHPUT_TOLERANCE,
         ),
         ratio_claim(
-            "the SLO layer preempts less than priority + preemption (per minute)",
+            "+ SLO preempts less than + preemption (per minute)",
             (table["preemptions/min"][TIERED], table["preemptions/min"][PREEMPT]),
             (TIERED, "preemptions_per_min"),
             (PREEMPT, "preemptions_per_min"),
@@ -1143,8 +1131,8 @@ def _starvation_claim(runs: Runs) -> Claim:
     )
     held = band.median is not None and band.median >= 1 + AGING_GAIN
     why = (
-        f"aging {'cuts' if held else 'does not cut'} the longest wait by the rule's {AGING_GAIN:.0%} (PREMIUM "
-        f"overload fills the engine); a fair share cuts it {_num(fair.median)}x"
+        f"aging cuts the longest wait by {'at least' if held else 'less than'} the rule's {AGING_GAIN:.0%}; "
+        f"a fair share by {_num(fair.median)}x"
     )
     return Claim(
         "§4: aging guarantees eventual service (longest BACKGROUND wait, no aging / aging)",
@@ -1164,20 +1152,13 @@ def _reservation_claim(runs: Runs, specs: Sequence[str], setting: Setting) -> Cl
         runs.values("reservation", reserved, "PREMIUM.queueing_delay_p99_s"),
         runs.values("reservation", none, "PREMIUM.queueing_delay_p99_s"),
     )
-    attainment = seed_ratios(
-        runs.values("reservation", reserved, "PREMIUM.slo_attainment"),
-        runs.values("reservation", none, "PREMIUM.slo_attainment"),
-    )
     if band.median is not None and band.median <= 0.1:
         verdict = "reproduced"
     elif band.median is not None and band.median < 1:
         verdict = "partly"
     else:
         verdict = "not"
-    why = (
-        f"PREMIUM p99 queueing x{_num(band.median)} (rule: at most 0.1 reproduced, below 1 partly), "
-        f"attainment x{_num(attainment.median)}"
-    )
+    why = f"PREMIUM p99 queueing x{_num(band.median)} (rule: at most 0.1; partly below 1)"
     return Claim(
         f"§7.2: reserving {PAPER_RESERVE:.0%} of KV blocks keeps PREMIUM from queueing (p99 queueing, "
         "reserved / none)",
@@ -1284,7 +1265,7 @@ def _costs_figure() -> Figure:
     }
     return Figure(
         id="costs",
-        title="preemption costs for Llama 3 70B on A100 (§1.3), from the model's shape",
+        title="preemption costs, Llama 3 70B on A100 (§1.3)",
         paper_says=(
             "§1.3: swap, recompute and drop costs (ms) for six request states; swap and recompute within "
             "1-4 % of each other, a crossover near 16K tokens."
@@ -1309,16 +1290,13 @@ def _costs_figure() -> Figure:
         },
         ratio_direction="ours / paper: above 1, our model prices the preemption dearer",
         notes=[
-            f"The table does not follow from the article's own code: its swap "
-            f"({SEED_CODE_BYTES_PER_TOKEN_LAYER} B x {SEED_CODE_LAYERS} layers per token over "
-            f"{SEED_CODE_PCIE_GBPS:g} Gb/s, both ways) gives "
-            f"{min(code_vs_paper):.2f}-{max(code_vs_paper):.2f}x the table's swap column, while its recompute "
-            f"({SEED_CODE_PREFILL_TOKENS_PER_S:,} tok/s) matches the recompute column; the swap column looks "
-            "derived from the recompute one (per-row numbers in results.json).",
-            f"Ours: Llama 3 70B's real KV cache ({shape.kv_bytes_per_token:,} B/token, GQA) over PCIe 4.0 x16 "
-            f"(25 GB/s), against the prefill roofline on {narrow.gpus} A100s at MFU {COST_MFU}: swap is cheaper "
-            "on every row and the gap widens with length (attention is quadratic): no crossover. Drop (the work "
-            "lost) needs the article's unstated max_output_tokens to compare.",
+            f"The table does not follow from the article's own code: its swap ({SEED_CODE_BYTES_PER_TOKEN_LAYER} "
+            f"B x {SEED_CODE_LAYERS} layers per token over {SEED_CODE_PCIE_GBPS:g} Gb/s, both ways) gives "
+            f"{min(code_vs_paper):.2f}-{max(code_vs_paper):.2f}x the table's swap column; its recompute "
+            f"({SEED_CODE_PREFILL_TOKENS_PER_S} tok/s) gives the recompute column (results.json).",
+            f"Ours: Llama 3 70B's KV cache ({shape.kv_bytes_per_token} B/token, GQA) over PCIe 4.0 x16 (25 GB/s) "
+            f"against the prefill roofline on {narrow.gpus} A100s at MFU {COST_MFU}: swap is cheaper on every "
+            "row, more so with length (no crossover). Drop needs the unstated max_output_tokens.",
         ],
         headline=(
             f"512+10 tokens: swap {_ms(first.swap_s)} (paper 52 ms), recompute {_ms(first.recompute_s)} on "
@@ -1364,11 +1342,8 @@ def _starvation_figure(base: _Base, runs: Runs) -> Figure:
     duration = runs.runs[("starvation", PLAIN_TIERED)][0].requests[-1].arrival_time_s
     return Figure(
         id="starvation",
-        title="BACKGROUND under sustained PREMIUM overload: aging and fair share (§4)",
-        paper_says=(
-            "§4: aging (0.1/s, capped at 1.5 levels) 'guarantees eventual service for all priority "
-            "levels'; by design it never lifts BACKGROUND above PREMIUM. No measured number."
-        ),
+        title="BACKGROUND under PREMIUM overload: aging, fair share (§4)",
+        paper_says="§4: aging (0.1/s, capped at 1.5 levels) 'guarantees eventual service'. No number.",
         paper={},
         ours={
             "per_seed": {
@@ -1381,20 +1356,19 @@ def _starvation_figure(base: _Base, runs: Runs) -> Figure:
         command=base.command(
             "starvation",
             f"w = build_workload({STARVATION_WORKLOAD!r}, ...); compare_policies("
-            f"at_rate(w, {STARVATION_LOAD} * capacity), {list(STARVATION_POLICIES)})",
+            f"at_rate(w, {STARVATION_LOAD} * capacity), STARVATION_POLICIES)",
         ),
         table=Table(("policy", *(label for label, _, _ in keys)), tuple(rows)),
         plot=_wait_plot(runs),
         notes=[
-            f"PREMIUM is 80 % of the traffic at {STARVATION_LOAD:g}x capacity (PREMIUM alone asks "
-            f"{0.8 * STARVATION_LOAD:.1f}x), BACKGROUND 20 %; arrivals last about {duration:.0f} s, then the "
-            "queue drains. Wait: arrival to first scheduled.",
-            "Aging's cap (1.5 levels) is below the gap from BACKGROUND to PREMIUM (2), and PREMIUM ages too: only "
-            f"uncapped aging or a fair share ({FAIR_TIERED}: 10 % of served tokens) bounds the wait.",
+            f"PREMIUM is 80 % of the traffic (alone {0.8 * STARVATION_LOAD:.1f}x capacity), BACKGROUND 20 %; "
+            f"arrivals last about {duration:.0f} s. Wait: arrival to first scheduled. Aging's cap (1.5 levels) is "
+            "below the gap from BACKGROUND to PREMIUM (2): only uncapped aging or a fair share bounds the wait.",
         ],
-        headline="; ".join(
-            f"{p}: longest BACKGROUND wait {_band(runs.values('starvation', p, 'BACKGROUND.wait_max_s'))} s"
-            for p in (AGED, NOT_AGED, FAIR_TIERED)
+        headline="longest BACKGROUND wait (s, median): "
+        + ", ".join(
+            f"{label} {runs.median('starvation', p, 'BACKGROUND.wait_max_s') or 0:.0f}"
+            for label, p in (("aging", AGED), ("no aging", NOT_AGED), ("fair share", FAIR_TIERED))
         ),
     )
 
@@ -1444,11 +1418,8 @@ def _reservation_figure(base: _Base, runs: Runs, specs: Sequence[str], setting: 
     medians = {spec: {key: runs.median("reservation", spec, key) for _, key, _ in keys} for spec in specs}
     return Figure(
         id="reservation",
-        title=f"capacity reservation for PREMIUM (§7.2) at {RESERVATION_LOAD:g}x, SLOs x{setting.feasible:g}",
-        paper_says=(
-            "§7.2: reserving a fraction of KV blocks (e.g. 30 %) for PREMIUM 'guarantees that premium "
-            "requests are never queued waiting for preemption', at the other tiers' expense. No number."
-        ),
+        title="KV reservation for PREMIUM (§7.2)",
+        paper_says="§7.2: reserving KV blocks (e.g. 30 %) 'guarantees that premium requests are never queued'.",
         paper={"reserved fraction suggested": PAPER_RESERVE},
         ours={
             "per_seed": {
@@ -1469,7 +1440,10 @@ def _reservation_figure(base: _Base, runs: Runs, specs: Sequence[str], setting: 
         ),
         table=Table(("reserved", *(label for label, _, _ in keys)), tuple(rows)),
         plot=_reservation_plot(fractions, specs, medians),
-        notes=["PREMIUM (the protected tier) may use the reserved blocks; the others may not, even when idle."],
+        notes=[
+            f"At {RESERVATION_LOAD:g}x capacity, SLOs x{setting.feasible:g}. Only PREMIUM (the protected tier) may "
+            "use the reserved blocks."
+        ],
     )
 
 
