@@ -29,6 +29,7 @@ from semsched.experiments.tiers import (
     _costs_figure,
     at_rate,
     background_numbers,
+    cost_verdict,
     direction_verdict,
     feasible_scale,
     level_verdict,
@@ -142,6 +143,9 @@ def test_verdicts_follow_their_stated_rules() -> None:
     assert direction_verdict(0.929, Band.of([0.5, 0.6, 0.7]), tolerance=0.03)[0] == "partly"
     assert direction_verdict(0.929, Band.of([0.97, 0.975, 0.98]), tolerance=0.03)[0] == "partly"
     assert direction_verdict(0.929, Band.of([0.92, 0.93, 0.94]), tolerance=0.03)[0] == "reproduced"
+    assert cost_verdict(0.929, Band.of([0.92, 0.93, 0.94]))[0] == "reproduced"
+    assert cost_verdict(0.929, Band.of([0.97, 0.99, 1.0]))[0] == "partly"  # cheaper than the paper says
+    assert cost_verdict(0.929, Band.of([0.3, 0.36, 0.5]))[0] == "not"
     assert level_verdict(0.999, Band.of([0.995, 0.996, 0.998]))[0] == "reproduced"
     assert level_verdict(0.999, Band.of([0.96, 0.96, 0.97]))[0] == "partly"
     assert level_verdict(0.999, Band.of([0.5, 0.6, 0.7]))[0] == "not"
