@@ -125,6 +125,9 @@ class Policy:
     #: the deployment's tier table when the policy was given one (``tiered:tier_table=``): the vLLM adapter
     #: takes the SLOs of a request that names a tier from it (default: :data:`semsched.core.tiers.DEFAULT_TIERS`)
     tier_table: tuple[TierSpec, ...] | None = None
+    #: swap every victim's KV to CPU instead of recomputing it: set by the registry for ``preemption=swap`` on a
+    #: policy that has no ``preemption`` parameter of its own and leaves :meth:`preemption_mode` to this class
+    swap_victims: bool = False
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = config if config is not None else self.config_cls()
@@ -172,7 +175,7 @@ class Policy:
         return ()
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
-        return PreemptionMode.RECOMPUTE
+        return PreemptionMode.SWAP if self.swap_victims else PreemptionMode.RECOMPUTE
 
     def swap_tokens(self, request: Request, view: SchedulerView) -> int:
         """For a SWAP victim: how many of its computed tokens to save to CPU; the rest are freed and

@@ -5,10 +5,17 @@ The spec syntax is the same everywhere: on the command line (where ``,`` separat
 
 Adding a policy means writing one file in this package with a ``@register_policy`` class; nothing else
 changes (the package ``__init__`` imports every module it finds).
+
+One parameter works on every policy that has none of that name and leaves ``preemption_mode`` to the base class:
+``preemption=swap`` (default ``recompute``) swaps each victim's KV to CPU instead of recomputing it
+(:attr:`~semsched.core.policy.Policy.swap_victims`; the engine needs CPU blocks,
+``SchedulerConfig.num_cpu_blocks``, and recomputes what they cannot hold). Seed 002's reproduction runs every
+baseline that way (issue 30).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 from semsched.core.errors import SemschedError
@@ -54,14 +61,34 @@ class PolicyRegistry:
         name, params = parse_spec(spec)
         cls = self.get(name)
         params.update(overrides)
+        swap = _generic_preemption(cls, name, params)
         config = build_config(cls.config_cls, params, policy=name)
         try:
-            return cls(config)
+            policy = cls(config)
         except ProfileError as error:  # the profile a policy prices its work with: name the policy
             raise PolicyError(f"policy {name!r}: parameter 'profile': {error}") from None
+        policy.swap_victims = swap
+        return policy
 
 
 _SYNTAX = SpecSyntax("policy", PolicyError)
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+def _generic_preemption(cls: type[Policy], name: str, params: dict[str, Any]) -> bool:
+    """``preemption=swap|recompute`` on a policy with no ``preemption`` parameter of its own: whether its victims
+    are swapped (:attr:`Policy.swap_victims`; default recompute). Taken out of ``params``. A policy that chooses
+    each victim's mode itself (it overrides ``preemption_mode``) refuses it."""
+    if "preemption" not in params or any(f.name == "preemption" for f in dataclasses.fields(cls.config_cls)):
+        return False
+    value = str(params.pop("preemption"))
+    if value not in PREEMPTION_MODES:
+        raise PolicyError(f"policy {name!r}: parameter 'preemption' must be one of {', '.join(PREEMPTION_MODES)}, "
+                          f"got {value!r}")
+    if cls.preemption_mode is not Policy.preemption_mode:
+        raise PolicyError(f"policy {name!r}: parameter 'preemption': this policy chooses each victim's "
+                          "preemption mode itself (see its own parameters)")
+    return value == "swap"
 
 POLICIES = PolicyRegistry()
 
