@@ -464,7 +464,7 @@ def _gains(curve: LoadCurve) -> dict[str, Any]:
 
 def _fig5_notes(arrivals: str, median_output: float) -> list[str]:
     if arrivals != "poisson":
-        return ["Settings as fig5-poisson; each burst is the paper's setting in small, bursts keep arriving."]
+        return ["Settings as fig5-poisson."]
     return [
         "Spec-Bench qa and math_reasoning stand in for Chatbot Instruction Prompts and Mini-Thinky (not in "
         "../shared/data); MBPP's rounds come from the log's coding fit.",
@@ -538,8 +538,7 @@ def _gate(base: _Base, case: Case, runs: Mapping[Any, PolicyRun], headline_curve
     return _figure(
         lp, "gate", show=("laps-sd oracle", PAPER_LAPS),
         title="Sanity gate: oracle against predicted lengths",
-        paper_says="Not in the paper (its predictor's error is not given). Gate: the oracle does at least as well "
-                   "as the prediction on the policy's own objective, mean latency.",
+        paper_says="Not in the paper. Gate: the oracle at least as good as the prediction on mean latency.",
         paper={},
         config=base.config(case=case.key, loads=list(grid.loads),
                            control={"engine": "no speculation", "arrivals": "once",
@@ -651,8 +650,7 @@ def _fig5_once(base: _Base) -> Figure:
     return _figure(
         curve, "fig5-once",
         title="Fig. 5 as the paper ran it: N requests at once",
-        paper_says="Fig. 5: 10-50 requests at once; LAPS-SD about 39 % below the baselines, LP-SJF 1.47x slower, "
-                   "LAS 31 % slower; MBPP's latency the shortest.",
+        paper_says="Fig. 5 (10-50 at once): as fig5-poisson; MBPP's latency the shortest.",
         paper={"reduction_vs_baselines": PAPER_REDUCTION, "lp_sjf_over_laps": PAPER_LP_SJF,
                "las_reduction": PAPER_LAS},
         config=base.config(counts=list(grid.counts), policies=policies(method), method=PLOTTED_METHOD),
@@ -896,8 +894,7 @@ def _untried(base: _Base) -> list[Figure]:
         notes=[f"Outputs: AlpacaEval's instructions with 23 models' real answers pooled ({tail} tokens in one "
                "seed's requests); rounds drawn per request from the 68M draft's fit over all its Spec-Bench "
                f"rounds (tokens per round {_yield_spread(method)}), so execution time varies well "
-               "beyond length. LP-SJF/LAPS-SD: "
-               f"{_gain_text(_only(curve, 'lp-sjf'))}; LAS/LAPS-SD: {_gain_text(_only(curve, 'las'))}.",
+               f"beyond length. LAS/LAPS-SD: {_gain_text(_only(curve, 'las'))}.",
                f"Gate here: LP-SJF oracle / U(1 ± {LENGTH_ERROR:g}) gain {_gain_text(gate)}."],
         extra={"lp_sjf_over_laps": _gains(_only(curve, "lp-sjf")), "gate_lp_sjf": gate.ours_document()},
     )
@@ -916,8 +913,7 @@ def _untried(base: _Base) -> list[Figure]:
     sweep_figure = _figure(
         sweep_curve, "untried-error",
         title="Untried: the length predictor's error swept",
-        paper_says="The paper predicts lengths with a fine-tuned LLM and gives no error figure: the sweep says "
-                   "whether its LP-SJF 1.47x falls inside the range.",
+        paper_says="The paper gives no predictor error: is its LP-SJF 1.47x inside the sweep?",
         paper={"lp_sjf_over_laps": PAPER_LP_SJF},
         config=base.config(errors=errors, load=UNTRIED_LOAD, prediction="true x exp(N(0, σ²))",
                            method=UNTRIED_METHOD),

@@ -96,6 +96,7 @@ def test_the_report_opens_with_one_claim_per_paper_claim_and_fits_a_record(
     text = (report / "report.md").read_text()
     assert text.index("## Claims") < text.index("## fig5-poisson")
     assert record_problems(text) == []
+    assert record_problems(text.replace("](", "](img/laps-sd_")) == []  # as recorded, the PNGs under img/
     claims = results["claims"]
     for claim in claims:
         assert claim["verdict"] in VERDICTS and claim["why"] and claim["figure"] in FIGURES, claim
