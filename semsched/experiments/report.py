@@ -167,9 +167,13 @@ def record(report_dir: Path, docs_dir: Path, name: str) -> Path:
     ``NAME_<id>.png``), the committed record of ../shared/EXPERIMENTS.md.
 
     Refuses (:class:`~semsched.experiments.registry.ExperimentError`, nothing written) a report that is not a
-    readable record: no claim table (when it reproduces a paper: semsched's own demo has no claims), over :data:`MAX_RECORD_CHARS` characters, or a cell with more than
+    readable record: no claim table (when it reproduces a paper: semsched's own demo has no claims), over
+    :data:`MAX_RECORD_CHARS` characters as written (image paths included), or a cell with more than
     :data:`MAX_NUMBERS_PER_CELL` numbers."""
     text = (report_dir / "report.md").read_text()
+    pngs = sorted(report_dir.glob("*.png"))
+    for png in pngs:  # the record's text as written, image paths included, is what the limits apply to
+        text = text.replace(f"]({png.name})", f"](img/{name}_{png.name})")
     results = report_dir / REPORT_MARKER
     reproduces = not results.is_file() or bool(json.loads(results.read_text()).get("meta", {}).get("source"))
     problems = [] if "\n## Claims\n" in text or not reproduces else ["no claim table (the experiment adds none)"]
@@ -179,9 +183,8 @@ def record(report_dir: Path, docs_dir: Path, name: str) -> Path:
         raise ExperimentError(f"{report_dir / 'report.md'} is not a readable record: {shown}")
     images = docs_dir / "img"
     images.mkdir(parents=True, exist_ok=True)
-    for png in sorted(report_dir.glob("*.png")):
+    for png in pngs:
         shutil.copyfile(png, images / f"{name}_{png.name}")
-        text = text.replace(f"]({png.name})", f"](img/{name}_{png.name})")
     target = docs_dir / f"{name}.md"
     target.write_text(text)
     return target

@@ -149,3 +149,13 @@ def test_the_figure_draws_bands_and_collapses(tmp_path: Path) -> None:
     figure = _curve().figure("fig", title="t", paper_says="p", paper={}, config={}, command="c")
     figure.plot(tmp_path / "fig.png")
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_record_limit_counts_the_image_paths_as_written(tmp_path: Path) -> None:
+    head = "# r\n\n## Claims\n\n![fig](fig.png)\n"
+    body = head + "x" * (MAX_RECORD_CHARS - len(head) - 1) + "\n"
+    assert len(body) == MAX_RECORD_CHARS and not record_problems(body)
+    report = _report(tmp_path, body)
+    (report / "fig.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(ExperimentError, match="characters"):  # img/x_fig.png is longer than fig.png
+        record(report, tmp_path / "docs", "x")
