@@ -37,7 +37,7 @@ from typing import Any
 
 from semsched.core.plan import PreemptionMode
 from semsched.core.scheduler import SchedulerConfig
-from semsched.experiments.curves import Band, Claim, LoadCurve, ratio_verdict
+from semsched.experiments.curves import Band, Claim, LoadCurve, _ranges, ratio_verdict
 from semsched.experiments.framework import ExperimentContext, Figure, GridPoint, Table
 from semsched.experiments.numbers import median as _median
 from semsched.experiments.numbers import num as _num
@@ -201,7 +201,7 @@ class SageSched(Experiment):
         ctx.add_figure(_overhead_figure(base))
         _gate(base, gate_rows)
         _warm(base, fig7)
-        _swap(base)
+        _swap(base, fig7)
 
 
 class _Base:
@@ -346,9 +346,7 @@ def _gain_claim(curve: LoadCurve, claim: str, figure_id: str) -> Claim:
     at = curve.largest_gain_load()
     gain = curve.gain(at) if at is not None else Band(None, None, None)
     verdict, why = ratio_verdict(PAPER_GAIN, gain, tolerance=GAIN_TOLERANCE)
-    good = curve.as_good_loads()
-    where = (f"at {at:g}x; as good at " + (f"{min(good):g}-{max(good):g}x" if good else "no load")
-             if at is not None else "—")
+    where = f"at {at:g}x; as good at {_ranges(curve.as_good_loads(), curve.loads)}" if at is not None else "—"
     return Claim(claim, "1.40 (28.7 % lower)", gain.cell(), verdict, why, figure_id, where)
 
 
@@ -844,7 +842,7 @@ def _warm(base: _Base, fig7: Runs) -> None:
                                    "warm"))
 
 
-def _swap(base: _Base) -> None:
+def _swap(base: _Base, fig7: Runs) -> None:
     """fig7 at the side loads with swap preemption for every policy and CPU space for every victim."""
     spec = base.mixed_spec()
     scheduler = SchedulerConfig(num_cpu_blocks=SWAP_BLOCKS)
@@ -853,6 +851,8 @@ def _swap(base: _Base) -> None:
     entries = contenders(None, policy_params="preemption=swap")
     runs = base.over_load("swap", spec, entries, base.grid.side_loads, capacity=capacity, cluster=cluster)
     curve = _curve(base, runs, "mean TTLT (s)", ttlt, base.grid.side_loads, strict=False)
+    top = base.grid.side_loads[-1]
+    versus = {label: _versus(runs[label][top], fig7[label][top]).median for label in runs}
     title = "Mean TTLT over load, every policy swapping its victims' KV"
     figure = curve.figure(
         "swap", title=title,
@@ -863,7 +863,9 @@ def _swap(base: _Base) -> None:
                            capacity=capacity.as_config(), contenders=[c.__dict__ for c in entries]),
         command=base.command("swap", "fig7 with preemption=swap on every policy"),
         notes=["Victims' KV to CPU (65,536 blocks) and back at the profile's 1e-4 s a token each way (seed "
-               "000's beta), about a recompute's cost. Share swapped: results.json (swapped_share)."],
+               "000's beta), about a recompute's cost. Share swapped: results.json (swapped_share).",
+               f"Swap / recompute (fig7) mean TTLT at {top:g}x, medians: "
+               + ", ".join(f"{label} {_num(versus[label])}" for label in versus) + "."],
         extra={"swapped_share": {label: {f"{ld:g}": [_swapped_share(r) for r in per_seed]
                                          for ld, per_seed in per_load.items()}
                                  for label, per_load in runs.items()}})
