@@ -11,7 +11,8 @@ smallest index runs first.
   oracle-length Gittins with the paper's preemption had a mean TTLT 1.4-1.6x FCFS's, and without displacement
   but evicting the largest index still 1.1x. By default the cost-index policies therefore do not displace, and
   under KV pressure evict the request with the least progress, the cheapest to recompute (as ``sjf``); then
-  oracle-length Gittins is 0.90x FCFS's (``semsched reproduce sagesched``, fig11, shows both).
+  oracle-length Gittins is 0.90x FCFS's (these figures were measured on the A100/Qwen1.5-7B profile before its
+  prefill coefficient was corrected, issue 30, and not re-measured since).
 * **Tier SLOs on top of the index** (``slo_slack``, off by default; issue 16's "Gittins with tiers"). A waiting
   request of a protected tier (priority <= ``protect_priority``: SYSTEM and PREMIUM) that has not started and has
   used ``1 - slo_slack`` of its TTFT SLO, but not all of it, goes before every other waiting request, earliest TTFT
