@@ -5,8 +5,9 @@ seeds per point: :class:`LoadCurve` holds every policy's per-seed values and red
 min-max band, ours against the best baseline per load (the ratio in the direction that makes bigger better for
 us), the load where the gain is largest, the loads where ours is at least as good as the best baseline, and
 every **collapse** (one seed's value 3x the others', or a run that left requests unfinished), which is shown,
-never averaged away. :meth:`LoadCurve.figure` turns it into a report :class:`~semsched.experiments.framework.Figure`
-(table with at most three numbers a cell, a PNG with bands, the per-seed values in ``results.json``).
+never averaged away. :meth:`LoadCurve.figure` turns it into a report
+:class:`~semsched.experiments.framework.Figure` (table with at most three numbers a cell, a PNG with bands,
+the per-seed values in ``results.json``).
 
 A record opens with one table, one row per paper claim (:class:`Claim`): the claim in words, the paper's
 number, ours as a median and range, and a verdict computed from them (:func:`ratio_verdict`, or the
@@ -85,7 +86,8 @@ class Collapse:
 
     def text(self) -> str:
         if self.value is None:
-            return f"{self.policy} at {self.load:g}x, seed {self.seed}: no value (requests unfinished or none served)"
+            return (f"{self.policy} at {self.load:g}x, seed {self.seed}: no value "
+                    "(requests unfinished or none served)")
         return (f"{self.policy} at {self.load:g}x, seed {self.seed}: {num(self.value)} against "
                 f"{num(self.others_median)} on the other seeds")
 
@@ -250,7 +252,8 @@ class LoadCurve:
         return text
 
     def table(self) -> Table:
-        policies = [self.ours, *self.baselines, *(p for p in self.values if p != self.ours and p not in self.baselines)]
+        others = [p for p in self.values if p != self.ours and p not in self.baselines]
+        policies = [self.ours, *self.baselines, *others]
         rows = []
         for load in self.loads:
             best = self.best_baseline(load)
@@ -288,7 +291,8 @@ class LoadCurve:
                extra: Mapping[str, Any] | None = None) -> Figure:
         """The report figure of this curve; ``extra`` adds entries to its ``ours`` in results.json."""
         where = self.largest_gain_load()
-        ratios = {f"{self.metric}, {self.direction()}, at {load:g}x": self.gain(load).median for load in self.loads}
+        ratios = {f"{self.metric}, {self.direction()}, at {load:g}x": self.gain(load).median
+                  for load in self.loads}
         collapse_notes = [f"Collapse: {c.text()}." for c in self.collapses()]
         return Figure(
             id=figure_id, title=title, paper_says=paper_says, paper=paper,

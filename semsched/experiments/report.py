@@ -203,7 +203,8 @@ def _overview(figures: Iterable[Figure]) -> list[str]:
     for fig in figures:
         paper = "; ".join(f"{k} {_fmt(v)}" for k, v in fig.paper.items()) or "— (no number in the source)"
         rows.append((f"[{fig.id}](#{fig.id})", fig.title, paper, fig.headline or "—"))
-    return markdown_table(Table(("figure", "what", "paper", "ours (headline; ratios in its section)"), tuple(rows)))
+    columns = ("figure", "what", "paper", "ours (headline; ratios in its section)")
+    return markdown_table(Table(columns, tuple(rows)))
 
 
 def _section(fig: Figure, *, level: str) -> list[str]:

@@ -236,5 +236,7 @@ def profile_roofline(profile: str, *, mfu: float = 0.5, mbu: float = 0.8) -> Roo
         model, gpu = PROFILE_HARDWARE[profile]
     except KeyError:
         known = ", ".join(sorted(PROFILE_HARDWARE))
-        raise ValueError(f"profile {profile!r}: no GPU and model on record for its roofline; known: {known}") from None
+        raise ValueError(
+            f"profile {profile!r}: no GPU and model on record for its roofline; known: {known}"
+        ) from None
     return RooflineLatencyModel(model, gpu, mfu=mfu, mbu=mbu)
