@@ -128,6 +128,8 @@ class ExperimentContext:
         self.runs: list[RecordedRun] = []
         #: the record's claim table (:class:`~semsched.experiments.curves.Claim`), in the order added
         self.claims: list[Any] = []
+        #: what the full grid leaves out, when it is cut to fit the time (printed in the report's header)
+        self.grid_note = ""
 
     def run_policies(
         self,

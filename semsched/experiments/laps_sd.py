@@ -212,6 +212,7 @@ class LapsSD(Experiment):
     source = "../shared/seeds/004_7571ab2906d9891d.txt"
 
     def run(self, ctx: ExperimentContext) -> None:
+        ctx.grid_note = "100 requests a run (150-300 before issue 30), 3 seeds, K in 2-6, 8, 10"
         base = _Base(ctx, Grid.of(ctx))
         try:
             base.method("eagle", ctx.seed)

@@ -41,6 +41,7 @@ def run_meta(ctx: ExperimentContext, experiment: Experiment, command: str) -> di
         "source": experiment.source,
         "command": command or f"semsched reproduce {ctx.name}{' --quick' if ctx.quick else ''} --seed {ctx.seed}",
         "quick": ctx.quick,
+        "grid_note": ctx.grid_note,
         "seed": ctx.seed,
         "commit": _commit(),
         "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M"),
@@ -99,8 +100,8 @@ def report_markdown(ctx: ExperimentContext, experiment: Experiment, meta: Mappin
     lines += [
         f"- command: `{meta['command']}`",
         f"- commit: `{meta['commit']}`; date (UTC): {meta['date_utc']}; machine: {meta['machine']}",
-        f"- grid: {'quick (reduced: fewer rates, shorter runs, fewer seeds)' if ctx.quick else 'full'}; "
-        f"seed {ctx.seed}",
+        f"- grid: {'quick (reduced: fewer rates, shorter runs, fewer seeds)' if ctx.quick else 'full'}"
+        f"{f' (cut: {ctx.grid_note})' if ctx.grid_note and not ctx.quick else ''}; seed {ctx.seed}",
         "- files: `results.json` (these numbers), `requests.csv` (every request of every run, with the figure "
         "id), one PNG per figure",
         "",

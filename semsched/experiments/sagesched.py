@@ -187,6 +187,7 @@ class SageSched(Experiment):
     source = "../shared/seeds/002_48809d3cedd523d8.txt"
 
     def run(self, ctx: ExperimentContext) -> None:
+        ctx.grid_note = "fig8, warm, swap and the gate at 2 loads (1.2x, 1.5x), not the headline's 7"
         base = _Base(ctx, Grid.of(ctx))
         try:
             base.check_data()
