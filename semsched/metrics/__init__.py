@@ -9,8 +9,9 @@ A request meets its SLO when it finishes and meets every target it has (TTFT, TP
 requests has a target reports no attainment (``None``, "—" in tables), never 100 %.
 
 Modules: :mod:`.request_metrics` (one request), :mod:`.tdg` (eq. 3 of seed 001), :mod:`.summary`
-(aggregation), :mod:`.report` (JSON, CSV, rich tables), :mod:`.units` (one display unit per table column),
-:mod:`.plots` (PNG figures), :mod:`.series` (per-minute monitoring series of a simulated run).
+(aggregation), :mod:`.goodput` (tier-weighted goodput, per-tier attainment), :mod:`.report` (JSON, CSV, rich
+tables), :mod:`.units` (one display unit per table column), :mod:`.plots` (PNG figures), :mod:`.series`
+(per-minute monitoring series of a simulated run).
 
 In more detail:
 
@@ -21,6 +22,9 @@ In more detail:
 * ``summary``: ``summarize`` (overall and per priority class; ``ttft_tpot_attainment`` is PROSERVE's figure;
   rejections counted by kind, ``rejections_by_reason``; requests a run with ``allow_stalls`` ended STALLED);
   ``metric_column`` (JSON and CSV keep seconds under unit-suffixed names).
+* ``goodput``: the production mix's headline (issue 31): ``tier_weighted_goodput`` (requests a second that
+  finished and met every SLO they have, weighted by tier, ``TIER_WEIGHTS`` 8/4/2/1) and ``tier_attainment``
+  (per tier name; ``None`` for a tier without targets).
 * ``tdg``: seed 001 eq. 3 and the TDG ratio (``TDGWeights.paper_defaults``).
 * ``units``: one display unit per kind of duration, chosen by the largest: request latencies (TTFT, E2E)
   together, token gaps (TPOT, ITL), normalized latency; ms below 10 s, then s, min, h.
@@ -32,6 +36,7 @@ In more detail:
   through the ``MonitorRecord`` protocol; ``write_series_csv``, ``plots.plot_series``.
 """
 
+from semsched.metrics.goodput import TIER_WEIGHTS, tier_attainment, tier_weighted_goodput
 from semsched.metrics.report import (
     class_table,
     comparison_table,
@@ -56,6 +61,7 @@ from semsched.metrics.units import MISSING, TimeUnit, time_unit_for
 __all__ = [
     "MISSING",
     "REQUEST_ATTRIBUTES",
+    "TIER_WEIGHTS",
     "ClassSummary",
     "Distribution",
     "RequestMetrics",
@@ -74,6 +80,8 @@ __all__ = [
     "request_tdg_gains",
     "summarize",
     "tdg_totals",
+    "tier_attainment",
+    "tier_weighted_goodput",
     "time_unit_for",
     "write_json",
     "write_requests_csv",
