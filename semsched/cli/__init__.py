@@ -1,12 +1,13 @@
-"""Command line: ``semsched simulate | sweep | demo | reproduce | profile | fidelity | policies | profiles |
-workloads | tiers | urgency | length | lengths | bench | gateway``, one module per command, each with
+"""Command line: ``semsched simulate | sweep | demo | reproduce | advise | profile | fidelity | policies |
+profiles | workloads | tiers | urgency | length | lengths | bench | gateway``, one module per command, each with
 ``register(subparsers)`` and a handler.
 
 Bad input (unknown policy, malformed trace row, negative rate, an output path that is a file, ...) prints one
 ``error:`` line naming the field and the limit and exits with status 2, with no traceback. Only
 :class:`~semsched.core.errors.SemschedError` is treated so: any other exception is a bug and keeps its traceback.
 
-Modules: ``simulate``, ``sweep``, ``demo``, ``reproduce`` (:mod:`semsched.experiments`), ``bench``
+Modules: ``simulate``, ``sweep``, ``demo``, ``reproduce`` (:mod:`semsched.experiments`), ``advise``
+(:mod:`semsched.experiments.advise`), ``bench``
 (:mod:`semsched.bench`), ``gateway`` (:mod:`semsched.gateway`, served with uvicorn), ``profile`` and ``fidelity``
 (:mod:`semsched.calibrate`), ``listing`` (``policies``, ``profiles``, ``workloads``: each parameter with its type,
 default and doc, from the registries; ``tiers [PATH] [--yaml]``: a tier table shown or written as a template),
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from semsched.cli import (
+    advise,
     bench,
     demo,
     fidelity,
@@ -44,8 +46,8 @@ from semsched.cli import (
 from semsched.compiled import status as compiled_status
 from semsched.core.errors import SemschedError
 
-COMMANDS = (simulate, sweep, demo, reproduce, profile, fidelity, gateway, listing, urgency, length, lengths,
-            bench)
+COMMANDS = (simulate, sweep, demo, reproduce, advise, profile, fidelity, gateway, listing, urgency, length,
+            lengths, bench)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
