@@ -62,12 +62,34 @@ class ClusterSpec:
     ground_truth: GroundTruth | None = None
     #: a PD-disaggregated cluster (prefill and decode pools, the KV link); None: co-located
     pd: PDSpec | None = None
-    #: speculative decoding on every instance (seed 004: the drafting method, its costs, the acceptance model of
-    #: requests without a log); the scheduler reserves ``draft_tokens`` lookahead slots per decode. None: off
+    #: speculative decoding on every instance, or on the first ``speculating_instances`` (seed 004: the drafting
+    #: method, its costs, the acceptance model of requests without a log); the scheduler reserves ``draft_tokens``
+    #: lookahead slots per decode. None: off
     speculation: SpeculationSpec | None = None
+    #: how many instances speculate with ``speculation``: the first k (instances 0..k-1); the others decode one
+    #: token a step and reserve no lookahead slots. None: every instance (with ``speculation``)
+    speculating_instances: int | None = None
     #: an instance left idle while it holds work it could run (a scheduler defect) ends those requests STALLED,
     #: counted and shown in red, instead of stopping the run with a SimulationError (``--allow-stalls``)
     allow_stalls: bool = False
+
+    def speculates(self, index: int) -> bool:
+        """Whether instance ``index`` runs speculative decoding."""
+        if self.speculation is None:
+            return False
+        return self.speculating_instances is None or index < self.speculating_instances
+
+    def _check_speculating_instances(self) -> None:
+        k = self.speculating_instances
+        if k is None:
+            return
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.num_instances:
+            raise ValueError(
+                f"speculating_instances: must be an integer from 0 to num_instances ({self.num_instances}) "
+                f"or None (got {k!r})"
+            )
+        if self.speculation is None:
+            raise ValueError("speculating_instances: says how many instances speculate; give speculation too")
 
     def __post_init__(self) -> None:
         if self.num_instances < 1:
@@ -78,6 +100,7 @@ class ClusterSpec:
                 f"pd.num_decode_instances = {self.pd.num_instances} instances; got {self.num_instances})"
             )
         make_router(self.router)  # an unknown name or a bad parameter fails here, before anything runs
+        self._check_speculating_instances()
         if self.speculation is not None:
             if self.pd is not None:
                 raise ValueError("speculation: not simulated on a PD-disaggregated cluster (leave pd or it out)")
@@ -129,7 +152,7 @@ def build_simulation(
     count = cluster.num_instances if cluster.pd is None else cluster.pd.num_instances
     instances = [
         Instance(
-            Scheduler(cluster.scheduler, make_policy(policy)),
+            Scheduler(_scheduler_config(cluster, index), make_policy(policy)),
             executor=_executor(cluster, latency, info.overheads, index),
         )
         for index in range(count)
@@ -150,11 +173,18 @@ def build_simulation(
     )
 
 
+def _scheduler_config(cluster: ClusterSpec, index: int) -> SchedulerConfig:
+    """The cluster's scheduler configuration; an instance that does not speculate reserves no lookahead slots."""
+    if cluster.speculation is None or cluster.speculates(index):
+        return cluster.scheduler
+    return dataclasses.replace(cluster.scheduler, num_lookahead_tokens=0)
+
+
 def _executor(
     cluster: ClusterSpec, latency: LatencyModel, overheads: EngineOverheads, index: int
 ) -> ModelExecutor:
     truth = None if cluster.ground_truth is None else cluster.ground_truth.sampler(index)
-    if cluster.speculation is not None:
+    if cluster.speculation is not None and cluster.speculates(index):
         return SpeculativeExecutor(latency, cluster.speculation, overheads=overheads, truth=truth)
     return ModelExecutor(latency, overheads=overheads, truth=truth)
 

@@ -14,7 +14,7 @@ from semsched.policies import make_policy
 from semsched.sim.acceptance import fit_acceptance
 from semsched.sim.engine import Instance, Simulation
 from semsched.sim.router import make_router
-from semsched.sim.runner import ClusterSpec, PolicyRun, run_policy
+from semsched.sim.runner import ClusterSpec, PolicyRun, build_simulation, run_policy
 from semsched.sim.speculative import SpeculationError, SpeculationSpec, SpeculativeExecutor, speculation_preset
 from semsched.workloads import Workload
 from semsched.workloads.traces import data_dir
@@ -216,6 +216,67 @@ def test_fast_forward_prices_stretches_of_rounds_ahead_with_per_round_outcomes(m
     assert slow.result.num_events == slow.result.num_steps == fast.result.num_steps
     assert fast.result.num_events < fast.result.num_steps
     assert sum(r.num_preemptions for r in slow.requests) > 0  # the cache ran out: stretches end at its blocks
+
+    def outcomes(run: PolicyRun) -> list[tuple[object, ...]]:
+        return [(r.request_id, r.state, r.finish_reason, r.num_preemptions, r.token_times_s().tolist())
+                for r in run.requests]
+
+    assert outcomes(fast) == outcomes(slow)
+
+
+def _half_speculating() -> ClusterSpec:
+    spec = speculation_preset("eagle")
+    return ClusterSpec(profile="a100-qwen1.5-7b", num_instances=2, router="round-robin", speculation=spec,
+                       speculating_instances=1)
+
+
+def test_speculating_instances_speculate_only_on_the_first_k() -> None:
+    """Round-robin sends even ids to instance 0 (speculating) and odd ids to instance 1 (plain): every logged
+    round of 6 tokens shows on instance 0 as one emission time, while instance 1 emits a token a step."""
+    cluster = _half_speculating()
+    requests = [Request(str(i), prompt_tokens=32, max_output_tokens=60, arrival_time_s=0.01 * i, output_tokens=60,
+                        accept_lengths=(6,) * 10) for i in range(8)]
+    simulation = build_simulation("fcfs", cluster)
+    simulation.run(requests)
+    speculative, plain = (instance.executor for instance in simulation.instances)
+    assert isinstance(speculative, SpeculativeExecutor) and not isinstance(plain, SpeculativeExecutor)
+    assert [i.scheduler.config.num_lookahead_tokens for i in simulation.instances] == [5, 0]
+    for request in requests:
+        assert request.state is RequestState.FINISHED
+        times = len(set(request.token_times_s().tolist()))
+        if int(request.request_id) % 2 == 0:
+            assert speculative.rounds_run(request.request_id) > 0
+            assert times == 1 + speculative.rounds_run(request.request_id) < 60
+        else:
+            assert speculative.rounds_run(request.request_id) == 0
+            assert times == 60
+
+
+def test_speculating_instances_are_checked() -> None:
+    spec = speculation_preset("eagle")
+    for bad in (-1, 3, True):
+        with pytest.raises(ValueError, match="speculating_instances"):
+            ClusterSpec(num_instances=2, speculation=spec, speculating_instances=bad)
+    with pytest.raises(ValueError, match="speculating_instances: .* give speculation"):
+        ClusterSpec(num_instances=2, speculating_instances=1)
+    assert [ClusterSpec(num_instances=3, speculation=spec, speculating_instances=k).speculates(1)
+            for k in (None, 0, 1, 2)] == [True, False, False, True]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "laps-sd", "las"])
+def test_fast_forward_matches_stepping_on_a_half_speculating_cluster(policy: str) -> None:
+    logs = [tuple(int(v) for v in np.random.default_rng(s).integers(1, 7, 80)) for s in range(30)]
+    spec = speculation_preset("eagle", fit_acceptance(logs, draft_tokens=5), seed=5)
+    rng = np.random.default_rng(9)
+    arrivals = np.cumsum(rng.exponential(0.2, 40))
+    workload = Workload.untiered("w", arrivals, rng.integers(16, 400, 40), rng.integers(20, 300, 40))
+    cluster = ClusterSpec(profile="a100-qwen1.5-7b", num_instances=2, router="least-outstanding",
+                          scheduler=SchedulerConfig(num_gpu_blocks=160, num_cpu_blocks=64), speculation=spec,
+                          speculating_instances=1)
+    fast = run_policy(workload, policy, cluster, fast_forward=True)
+    slow = run_policy(workload, policy, cluster, fast_forward=False)
+    assert slow.result.num_events == slow.result.num_steps == fast.result.num_steps
+    assert fast.result.num_events < fast.result.num_steps
 
     def outcomes(run: PolicyRun) -> list[tuple[object, ...]]:
         return [(r.request_id, r.state, r.finish_reason, r.num_preemptions, r.token_times_s().tolist())
