@@ -8,8 +8,9 @@ Start with :func:`semsched.sim.runner.run_policy` (one workload, one policy spec
 Modules:
 
 * ``runner``: ``ClusterSpec`` (instances, profile, router spec (an unknown router is refused before anything
-  runs), PD, ``predictor`` (a ``PredictorCost``), ``length_predictor``, ``speculation``, ``ground_truth``,
-  ``allow_stalls``), ``build_simulation``, ``run_policy``, ``compare_policies``; ``PolicyRun`` (requests,
+  runs), PD, ``predictor`` (a ``PredictorCost``), ``length_predictor``, ``speculation`` (on every instance or the
+  first ``speculating_instances``), ``ground_truth``, ``allow_stalls``), ``build_simulation``, ``run_policy``,
+  ``compare_policies``; ``PolicyRun`` (requests,
   ``SimResult``, ``Summary``, wall time; ``series(bin_s)``).
 * ``engine``: ``Simulation``: step completions in an event heap ordered by (time, sequence number), merged
   with the arrival stream sorted by ``handover_time_s`` (a request's ``ready_time_s`` when a predictor must

@@ -8,7 +8,7 @@ each request's tier; the tier table is :mod:`semsched.core.tiers`), ``urgency`` 
 request's urgency level), ``registry`` (named workloads, their parameters and the request-count limit),
 ``ktas_ed`` (the emergency-department workload on real triage data), ``answer_workloads`` (``alpaca-eval``,
 ``mt-bench``, ``mixed``: real prompts with one model's real output lengths, read by ``answers``),
-``fit_default`` (regenerates the packaged length fit).
+``fit_default`` (regenerates the packaged length fit), ``production`` (``production-mix`` and its cluster).
 
 In more detail:
 
@@ -32,6 +32,10 @@ In more detail:
   rounds; every malformed line a ``SpecBenchError`` naming file, line and field; short names ``eagle``,
   ``sps-68m``, ``vanilla``), workloads ``spec-bench`` (logged rounds replayed) and ``mbpp-spec`` (MBPP prompts,
   rounds from a fitted acceptance model, :mod:`semsched.sim.acceptance`).
+* ``production``: ``production-mix`` (issue 31): the Azure conversation trace's arrivals, real prompts and
+  output lengths of many models (AlpacaEval, MT-Bench), four tiers with SLOs (SYSTEM 2 %), triage-classifier
+  urgency on 20 % of the requests (the others none: ``NO_URGENCY``); ``production_cluster``: half the engines
+  speculating (``ClusterSpec.speculating_instances``), ``least-outstanding``, an online length predictor.
 * ``registry``: each workload a builder registered with ``@register_workload`` and a frozen, validated config
   dataclass; specs ``name:key=value;key=value`` (``trace:path=FILE``, or a bare ``.csv``/``.jsonl`` path;
   ``spikes`` caps outputs at seed 000's 500 tokens by default); ``parse_workload_spec`` validates without
@@ -62,6 +66,7 @@ from semsched.workloads.lengths import (
     fitted_lengths,
     spearman_correlation,
 )
+from semsched.workloads.production import ProductionConfig  # registers "production-mix"
 from semsched.workloads.registry import (
     DEFAULT_MAX_REQUESTS,
     WORKLOADS,
@@ -107,6 +112,7 @@ __all__ = [
     "MbppSpecConfig",
     "MixedConfig",
     "MtBenchConfig",
+    "ProductionConfig",
     "QuantileLengths",
     "SpecBenchConfig",
     "TierError",

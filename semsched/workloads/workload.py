@@ -22,6 +22,11 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+NO_URGENCY = -1
+"""An ``urgency`` (or ``urgency_true``) entry for a request without an urgency level: its request's is ``None``
+(a workload where only some requests carry a level, e.g. ``production-mix``)."""
+
+
 class WorkloadError(SemschedError):
     """A workload is malformed or cannot be built; the message names the field and the bad index or value."""
 
@@ -37,7 +42,8 @@ class Workload:
 
     Optional per-request data, ``None`` when the workload has none: ``urgency`` (the level the scheduler
     believes, 0 = most urgent; possibly a prediction), ``urgency_true`` (the true level beside a believed one;
-    only with ``urgency``), both integers >= 0; ``predicted_length`` (a point prediction of the output tokens,
+    only with ``urgency``), both integers >= 0, or :data:`NO_URGENCY` (-1) for a request without a level;
+    ``predicted_length`` (a point prediction of the output tokens,
     >= 1); ``prompt_text`` (the prompt itself); ``client`` (who sent each request, a non-empty string of at most
     :data:`~semsched.core.request.MAX_CLIENT_CHARS` characters; per-client fairness, ``vtc``); ``accept_lengths``
     (speculative decoding, seed 004: the tokens each verification round of a logged run emitted, per request,
@@ -104,13 +110,13 @@ class Workload:
             self._check_size(name, size)
 
     def _check_optional(self) -> None:
-        minimum = {"urgency": 0, "urgency_true": 0, "predicted_length": 1}
+        minimum = {"urgency": NO_URGENCY, "urgency_true": NO_URGENCY, "predicted_length": 1}
         for name, least in minimum.items():
             values = getattr(self, name)
             if values is not None:
                 array = np.asarray(_frozen_array(name, values, int), dtype=np.int64)
                 self._check_size(name, array.shape[0])
-                _check_at_least(name, array, least)
+                _check_at_least(name, array, least, " (-1: no urgency level)" if least == NO_URGENCY else "")
                 object.__setattr__(self, name, array)
         if self.urgency_true is not None and self.urgency is None:
             raise WorkloadError("urgency_true: given without urgency (the believed level it stands beside)")
@@ -230,8 +236,8 @@ class Workload:
             ttft_slo_s=spec.ttft_slo_s,
             tpot_slo_s=spec.tpot_slo_s,
             e2e_slo_s=spec.e2e_slo_s,
-            urgency=_item(self.urgency, i),
-            urgency_true=_item(self.urgency_true, i),
+            urgency=_level(self.urgency, i),
+            urgency_true=_level(self.urgency_true, i),
             predicted_output=None if self.predicted_length is None else LengthDistribution.point(
                 int(self.predicted_length[i])
             ),
@@ -354,15 +360,18 @@ def _frozen_array(name: str, values: object, kind: type) -> npt.NDArray[np.gener
     return array
 
 
-def _check_at_least(name: str, values: IntArray, minimum: int) -> None:
+def _check_at_least(name: str, values: IntArray, minimum: int, note: str = "") -> None:
     bad = np.flatnonzero(values < minimum)
     if bad.size:
         i = int(bad[0])
-        raise WorkloadError(f"{name}[{i}]: must be >= {minimum} (got {int(values[i])})")
+        raise WorkloadError(f"{name}[{i}]: must be >= {minimum}{note} (got {int(values[i])})")
 
 
-def _item(values: IntArray | None, i: int) -> int | None:
-    return None if values is None else int(values[i])
+def _level(values: IntArray | None, i: int) -> int | None:
+    """An urgency level, ``None`` where there is none (no array, or :data:`NO_URGENCY`)."""
+    if values is None or values[i] == NO_URGENCY:
+        return None
+    return int(values[i])
 
 
 def _taken(values: IntArray | None, index: npt.NDArray[np.intp]) -> IntArray | None:

@@ -131,9 +131,9 @@ def _with_semantics() -> Workload:
     ("change", "message"),
     [
         ({"urgency": np.array([0, 1, 2])}, "urgency: has 3 entries but arrival_time_s has 4"),
-        ({"urgency": np.array([0, -1, 2, 3])}, "urgency[1]: must be >= 0 (got -1)"),
+        ({"urgency": np.array([0, -2, 2, 3])}, "urgency[1]: must be >= -1 (-1: no urgency level) (got -2)"),
         ({"urgency": np.array([0.5, 1, 2, 3])}, "urgency: must hold integers"),
-        ({"urgency_true": np.array([0, 0, 0, -2])}, "urgency_true[3]: must be >= 0 (got -2)"),
+        ({"urgency_true": np.array([0, 0, 0, -2])}, "urgency_true[3]: must be >= -1 (-1: no urgency level)"),
         ({"urgency_true": np.array([0, 0, 0])}, "urgency_true: has 3 entries"),
         ({"urgency": None}, "urgency_true: given without urgency"),
         ({"predicted_length": np.array([5, 0, 7, 8])}, "predicted_length[1]: must be >= 1 (got 0)"),
@@ -171,6 +171,12 @@ def test_to_requests_carries_urgency_predictions_and_text() -> None:
     ]  # fmt: skip
     assert [r.predicted_output for r in requests] == [LengthDistribution.point(n) for n in (5, 6, 7, 8)]
     assert all(isinstance(r.urgency, int) and isinstance(r.urgency_true, int) for r in requests)
+
+
+def test_no_urgency_entries_give_requests_without_a_level() -> None:
+    workload = make_workload().with_urgency(np.array([-1, 1, -1, 0]), urgency_true=np.array([-1, 2, -1, 0]))
+    requests = workload.to_requests()
+    assert [(r.urgency, r.urgency_true) for r in requests] == [(None, None), (1, 2), (None, None), (0, 0)]
 
 
 def _semantics(workload: Workload) -> tuple[object, ...]:
