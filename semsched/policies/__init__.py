@@ -57,6 +57,13 @@ emitted in it, one step at a time even in a fast-forwarded stretch), ``laps-sd``
 a request becomes perceptible once its acceptance rate settles, then is placed by eq. 6 and ordered SJF; displaces
 only non-perceptible requests, swapping their KV; ``order=predicted`` and ``tiers=true`` are ours), ``las``
 (least attained service, displacing past ``quantum_s``), ``lp-sjf`` (``ssjf`` under seed 004's name).
+
+Issue 31: ``utility`` (``utility.py``: weight from tier and urgency over the Gittins index of the predicted
+remaining cost, keyed once at enqueue; late requests after those in time; optional promotion of TTFT deadlines at
+risk with displacement, hard tier/urgency classes, TPOT protection (``tiered.prefill_within``) and hopeless
+demotion or rejection; victims by least weighted work lost with a preemption limit; a starvation floor in a share
+of admissions; the core gets its order from ``waiting_order`` over heaps and bisected lines, vLLM from
+``waiting_key``).
 """
 
 from __future__ import annotations

@@ -534,50 +534,67 @@ class Tiered(Policy):
             self._shares.record(request.priority, num_tokens, now_s)
 
     def _prefill_within(self, target_s: float, num_decode: int, context_tokens: int, most: int) -> int:
-        """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s``: the largest ``m``
-        below ``most`` whose step fits, else the floor (step time grows with the prefill). Solved in closed form
-        on the analytic latency model, then checked against the model's own step times (so the boundary is the
-        one a search would find); a binary search on any other model."""
+        """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s``
+        (:func:`prefill_within`)."""
         assert self._latency is not None
-        step_s = self._latency.step_time_s
-        low = min(self.config.min_prefill_tokens, max(most, 0))
-        if low >= most or step_s([(most, 0)], num_decode, context_tokens) <= target_s:
-            return max(most, low)
-        if isinstance(self._latency, AnalyticLatencyModel):
-            return self._analytic_prefill_within(self._latency, target_s, num_decode, context_tokens, low, most)
-        high = most  # invariant: high exceeds the target; low is allowed (within it, or the floor)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if step_s([(middle, 0)], num_decode, context_tokens) <= target_s:
-                low = middle
-            else:
-                high = middle
-        return low
+        return prefill_within(self._latency, target_s, num_decode, context_tokens, most,
+                              self.config.min_prefill_tokens)
 
     @staticmethod
     def _analytic_prefill_within(
         latency: AnalyticLatencyModel, target_s: float, num_decode: int, context_tokens: int, low: int, most: int
     ) -> int:
-        """:meth:`_prefill_within` on the analytic model, whose step time ``α1·m² + α2·m + decode`` does not fall
-        as ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target -
-        decode`` is the guess, then the exact step times move it to the boundary (a step or two)."""
-        step_s = latency.step_time_s
-        config = latency.config
-        decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
-        room_s = target_s - decode_s
-        if room_s <= 0:
-            guess = low
-        elif config.alpha1 > 0:
-            root = (-config.alpha2 + math.sqrt(config.alpha2 * config.alpha2 + 4 * config.alpha1 * room_s)) \
-                / (2 * config.alpha1)
-            guess = int(root) if math.isfinite(root) else most
-        elif config.alpha2 > 0:
-            guess = int(room_s / config.alpha2)
+        """:func:`analytic_prefill_within` (kept under its old name for its tests)."""
+        return analytic_prefill_within(latency, target_s, num_decode, context_tokens, low, most)
+
+
+def prefill_within(
+    latency: LatencyModel, target_s: float, num_decode: int, context_tokens: int, most: int, floor_tokens: int
+) -> int:
+    """Largest prefill in [floor_tokens, most] whose step (one fresh chunk beside ``num_decode`` decodes on
+    ``context_tokens``) stays within ``target_s``: the largest ``m`` below ``most`` whose step fits, else the floor
+    (step time grows with the prefill). Solved in closed form on the analytic latency model, then checked against
+    the model's own step times (so the boundary is the one a search would find); a binary search on any other
+    model. Shared by the policies that protect TPOT (``tiered``, ``utility``)."""
+    step_s = latency.step_time_s
+    low = min(floor_tokens, max(most, 0))
+    if low >= most or step_s([(most, 0)], num_decode, context_tokens) <= target_s:
+        return max(most, low)
+    if isinstance(latency, AnalyticLatencyModel):
+        return analytic_prefill_within(latency, target_s, num_decode, context_tokens, low, most)
+    high = most  # invariant: high exceeds the target; low is allowed (within it, or the floor)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if step_s([(middle, 0)], num_decode, context_tokens) <= target_s:
+            low = middle
         else:
-            guess = most
-        guess = min(max(guess, low), most - 1)
-        while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
-            guess += 1
-        while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
-            guess -= 1
-        return guess
+            high = middle
+    return low
+
+
+def analytic_prefill_within(
+    latency: AnalyticLatencyModel, target_s: float, num_decode: int, context_tokens: int, low: int, most: int
+) -> int:
+    """:func:`prefill_within` on the analytic model, whose step time ``α1·m² + α2·m + decode`` does not fall as
+    ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target - decode`` is
+    the guess, then the exact step times move it to the boundary (a step or two)."""
+    step_s = latency.step_time_s
+    config = latency.config
+    decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
+    room_s = target_s - decode_s
+    if room_s <= 0:
+        guess = low
+    elif config.alpha1 > 0:
+        root = (-config.alpha2 + math.sqrt(config.alpha2 * config.alpha2 + 4 * config.alpha1 * room_s)) \
+            / (2 * config.alpha1)
+        guess = int(root) if math.isfinite(root) else most
+    elif config.alpha2 > 0:
+        guess = int(room_s / config.alpha2)
+    else:
+        guess = most
+    guess = min(max(guess, low), most - 1)
+    while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
+        guess += 1
+    while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
+        guess -= 1
+    return guess

@@ -34,6 +34,7 @@ from semsched.latency import load_profile
 from semsched.policies import POLICIES
 from semsched.policies.fastserve import FastServe, FastServeConfig
 from semsched.policies.tiered import Tiered
+from semsched.policies.utility import Utility
 from semsched.policies.vtc import VTC, client_of
 from semsched.sim.disagg import PDSpec
 from semsched.sim.engine import SimResult, Simulation
@@ -278,6 +279,19 @@ def fastserve_bound_s(config: FastServeConfig, shorts: list[Request]) -> float:
     return config.starve_s + config.check_s + 2 * holding_s
 
 
+def check_utility_bound(result: Run) -> None:
+    """A request that has waited ``starve_s`` has starved and takes one of the next ``starve_every`` admissions
+    (no starved request entered the queue before the long one): it starts within ``starve_s`` and the hold of the
+    slot by ``starve_every + 1`` short requests (the one running when it starved, then the admissions before its
+    turn)."""
+    (policy,) = result.policies
+    assert isinstance(policy, Utility) and policy.config.starve_s > 0
+    long, shorts = _stream_parts(result)
+    holding_s = max((r.finish_time_s or math.inf) - _wait_s(r) - r.arrival_time_s for r in shorts)
+    bound_s = policy.config.starve_s + (policy.config.starve_every + 1) * holding_s
+    assert _wait_s(long) <= bound_s, f"the long request waited {_wait_s(long):.2f} s, bound {bound_s:.2f} s"
+
+
 def check_vtc_bound(result: Run) -> None:
     """The fairness bound: while both clients wait, their counters differ by at most ``(I + B·O) / w_min``. The
     long request's client has nothing else, so its counter stands still while it waits: the short client is
@@ -318,10 +332,12 @@ def check_tiered_fair_share_bound(result: Run) -> None:
 BOUND_CHECKS: dict[str, Callable[[Run], None]] = {
     "fastserve": check_fastserve_bound,
     "vtc": check_vtc_bound,
+    "utility": check_utility_bound,
 }
 #: configurations that turn on a bound a docstring states for them (``possible ...; with X, bounded by ...``)
 CONFIGURED_BOUND_CHECKS: dict[str, Callable[[Run], None]] = {
     "tiered:aging_per_s=0;fair_shares=0/0/0/0.1;share_window_s=4;rekey_s=1": check_tiered_fair_share_bound,
+    "utility:starve_s=2": check_utility_bound,  # (the default, 60 s, outlasts the stream)
 }
 
 
