@@ -29,7 +29,8 @@ def _medians(contender: dict, loads: list[float]) -> list[float]:
 
 
 @pytest.mark.skipif(not CODE_TRACE.is_file(), reason="needs ../shared/data")
-def test_advice_on_a_real_trace_is_the_smallest_worst_regret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_advice_on_a_real_trace_is_the_smallest_worst_regret(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     report = _advise(tmp_path, "--workload", str(CODE_TRACE), "--contenders", "fcfs,priority,tiered")
     loads = report["loads"]
     contenders = {c["label"]: c for c in report["contenders"]}
@@ -97,3 +98,12 @@ def test_a_trace_too_short_to_compare_is_refused(tmp_path: Path, capsys: pytest.
     assert main(["advise", "--workload", str(trace), "--contenders", "fcfs", "--out", str(tmp_path / "o"),
                  "--workers", "1"]) == 2
     assert "--workload" in capsys.readouterr().err
+
+
+def test_contenders_are_priced_with_the_users_engine() -> None:
+    from semsched.experiments.advise import priced_with
+
+    assert priced_with("slide-batching:profile=a100-qwen1.5-7b;first_token_weight=4.7", "my-engine") == \
+        "slide-batching:profile=my-engine;first_token_weight=4.7"
+    assert priced_with("tiered", "my-engine") == "tiered:profile=my-engine"
+    assert priced_with("fcfs", "my-engine") == "fcfs"  # no latency model to price with
