@@ -101,6 +101,7 @@ _QUEUED = "utility.queued_s"  # when it last entered the queue
 _MARK = "utility.mark"  # the order of that entry (its heap entries' mark)
 _DEMOTED = "utility.demoted"  # 1.0: hopeless and demoted at admission
 _FIRST_TOKEN = "utility.first_token_s"  # when it was first seen decoding (its TPOT allowance's start)
+_ENTRY = "utility.entry"  # the preemption count at its last entry into the queue
 _VICTIM_WEIGHT = "utility.victim_weight"  # w, or 0 when demoted: the weight of its work in the victim order
 #: the work a request at the preemption limit counts as losing: more than any request's weighted tokens
 _LIMITED = 1e30
@@ -324,6 +325,7 @@ class Utility(Policy):
             self._late.clear()
             self._entered = _Line()
             self._deadlines.clear()
+        self._enqueue(request, now_s)  # (a no-op unless it was preempted since it was last counted in)
         if self._starving(request, now_s):
             return (_STARVING, request.policy_state[_QUEUED], request.arrival_time_s)
         if self.at_risk(request, now_s):
@@ -349,10 +351,17 @@ class Utility(Policy):
     def on_leave(self, request: Request) -> None:
         self._running_version += 1
         request.policy_state.pop(_MARK, None)  # its entries here are stale, though it reads as waiting
+        request.policy_state.pop(_ENTRY, None)  # it enters the next instance's queue afresh
         self._tpot_watch.pop(request.request_id, None)
 
     def _enqueue(self, request: Request, now_s: float) -> None:
+        """``request`` entered the queue (arrival, or its latest preemption): its entry time, index and mark, once
+        per entry (the vLLM adapter re-keys a preempted request before it reports the preemption: see
+        :meth:`waiting_key`)."""
         state = request.policy_state
+        if state.get(_ENTRY) == request.num_preemptions:
+            return
+        state[_ENTRY] = request.num_preemptions
         mark = next(self._marks)
         state[_MARK], state[_QUEUED] = mark, now_s
         state[_INDEX] = self.cost_per_weight(request)

@@ -94,3 +94,31 @@ def test_slide_batching_serves_every_request_in_a_real_engine(tiny_model_dir: Pa
         outputs = llm.generate(prompts, params, priority=[i % 2 for i in range(len(max_tokens))], use_tqdm=False)
     assert [len(out.outputs[0].token_ids) for out in outputs] == max_tokens
     assert all(out.outputs[0].finish_reason == "length" for out in outputs)
+
+
+def test_utility_serves_every_request_in_a_real_engine(tiny_model_dir: Path) -> None:
+    """``utility`` with its time-dependent layers on (deadlines at risk with displacement, TPOT protection,
+    hopeless demotion, a short starvation floor, re-keyed every 50 ms) in a real engine whose KV cache holds only
+    some of the requests at once, with tiers (and their SLOs), urgency and predicted lengths from ``extra_args``:
+    every request ends with exactly its tokens."""
+    from vllm import SamplingParams
+
+    rng = random.Random(3)
+    max_tokens = [rng.randrange(4, 64) for _ in range(12)]
+    prompts = [{"prompt_token_ids": [rng.randrange(100, 31000) for _ in range(rng.randrange(16, 300))]}
+               for _ in max_tokens]
+    tiers = ["PREMIUM", "STANDARD", "BACKGROUND"]
+    params = [SamplingParams(max_tokens=k, ignore_eos=True, temperature=0.0,
+                             extra_args={"tier": tiers[i % 3], "urgency": i % 4,
+                                         "predicted_lengths": [max(1, k // 2), 2 * k],
+                                         "predicted_probs": [0.5, 0.5]})
+              for i, k in enumerate(max_tokens)]
+    spec = ("utility:risk_slack=0.5;protect_tpot=true;hopeless=demote;starve_s=0.5;check_s=0.05;"
+            "profile=a100-qwen1.5-4b")
+    options = {"scheduler_cls": ADAPTER, "env": {"SEMSCHED_POLICY": spec}, "num_gpu_blocks": 24,
+               "max_num_seqs": 4}
+    with running_llm(tiny_model_dir, **options) as llm:
+        outputs = llm.generate(prompts, params, priority=[1 + i % 3 for i in range(len(max_tokens))],
+                               use_tqdm=False)
+    assert [len(out.outputs[0].token_ids) for out in outputs] == max_tokens
+    assert all(out.outputs[0].finish_reason == "length" for out in outputs)

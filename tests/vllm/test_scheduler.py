@@ -147,12 +147,12 @@ LOCKSTEP_CONFIG = HarnessConfig(num_blocks=25, block_size=32, max_num_seqs=8, ma
 """KV-bound: the workload needs more blocks than there are, so displacement frees blocks."""
 LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs=4, max_num_batched_tokens=128)
 """Sequence-slot-bound: blocks for everything, four slots, so displacement frees slots."""
-# tiered without aging and fastserve without starvation promotion: the harness's clock is the engine's, not the
-# lockstep's step count
+# tiered without aging, fastserve and utility without starvation promotion: the harness's clock is the engine's,
+# not the lockstep's step count
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
                      "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3", "hpjf", "semantic",
                      "semantic:stage_aware=strict", "gittins:displace=true;victim=index", "fastserve:starve_s=0",
-                     "trail"]
+                     "trail", "utility:starve_s=0"]
 #: the lockstep policies that displace running work (their workloads must show preemptions)
 PREEMPTING = ("priority-preempt", "srpt", "tiered", "semantic", "gittins", "fastserve", "trail")
 
@@ -245,7 +245,7 @@ def test_adapter_and_core_scheduler_decide_alike(tiny_model_dir: Path, policy: s
 
 
 PREDICTED_POLICIES = ["srpt:length=predicted", "gittins", "gittins:displace=true;victim=index",
-                      "mean:displace=true", "trail", "ssjf", "ltr:starve_s=0"]
+                      "mean:displace=true", "trail", "ssjf", "ltr:starve_s=0", "utility:starve_s=0"]
 
 
 @pytest.mark.parametrize("policy", PREDICTED_POLICIES)
