@@ -6,7 +6,10 @@
   at all (``slo_met is None``, e.g. SYSTEM) counts too, since there was nothing for it to miss. A rejected,
   dropped or unfinished request never counts: :mod:`.request_metrics` makes it miss every target it has, and one
   without targets did not finish. The sum is divided by the run's duration, by default first arrival to last
-  finish (:func:`.summary.default_duration_s`, the same span ``summarize`` uses).
+  finish (:func:`.summary.default_duration_s`, the same span ``summarize`` uses). With long-tailed outputs that
+  span is dominated by the drain after the last arrival (on the production mix one answer of thousands of tokens
+  can double it), and it differs between policies run on the same requests; to compare policies, pass
+  ``duration_s=workload.duration_s()`` (the arrival span, the same for every policy).
 * **tier attainment**: per tier name, the share of the tier's requests *with a target* that finished and met
   every target they have (the same definition as ``ClassSummary.slo_attainment``); ``None`` for a tier none of
   whose requests has a target (SYSTEM) or that sent no request, never 100 %.
