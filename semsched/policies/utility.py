@@ -159,8 +159,8 @@ class UtilityConfig(PolicyConfig):
                                             "preemption costs (use the engine's own)")
     model: str = param("qwen1.5-4b", "model whose KV cache a swap moves: " + ", ".join(sorted(KNOWN_SHAPES)))
     link_gb_per_s: float = param(25.0, "host link bandwidth in GB/s, one direction (PCIe 4.0 x16: ~25)")
-    check_s: float = param(0.1, "inside vLLM: how often the waiting queue is re-keyed for starvation and "
-                                "deadlines at risk (seconds)")
+    check_s: float = param(1.0, "inside vLLM: how often the waiting queue is re-keyed for starvation, lateness "
+                                "and deadlines at risk (seconds; each re-key is O(n) in the waiting requests)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -256,8 +256,8 @@ class Utility(Policy):
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":
             return self.config.protect_tpot
-        if hook == "victims_for":
-            return self.config.displace
+        if hook == "victims_for":  # (only a request at risk displaces; the vLLM adapter then skips re-keying
+            return self.config.displace and self.config.risk_slack > 0  # a saturated engine's queue)
         if hook == "admit":
             return self.config.hopeless != "off"
         return super().uses_hook(hook)
