@@ -6,7 +6,7 @@ its capacity measured on the user's cluster the way the reproductions measure it
 (:func:`semsched.experiments.tiers.measure_capacity`: FCFS at overload), and every contender replayed on every
 window at each load (a fraction of that capacity). Each run is scored by the scoreboard's production headline:
 **tier-weighted goodput** (:func:`semsched.metrics.goodput.tier_weighted_goodput`: requests per second that meet
-every SLO they have, weighted by tier) and per-tier SLO attainment.
+every SLO they have, weighted by tier, over the window's arrival span) and per-tier SLO attainment.
 
 The advice is the contender whose worst regret over the loads is smallest: at each load its median goodput over the
 seeds against the best contender's, the worst of those ratios (ties: the larger mean goodput). A contender is not
@@ -249,11 +249,15 @@ def tier_weights(tiers: Sequence[TierSpec]) -> dict[int, float]:
 
 
 def outcome(run: PolicyRun, weights: dict[int, float] = TIER_WEIGHTS) -> Outcome:
+    """One run scored. Goodput is over the arrival span, the same for every contender on a window (over first
+    arrival to last finish, a long answer's drain would decide it)."""
     requests: Sequence[Request] = run.requests
     stranded = sum(1 for r in requests if r.state is RequestState.STALLED or not r.state.is_terminal)
     rejected = sum(1 for r in requests if r.state in (RequestState.REJECTED, RequestState.DROPPED))
-    return Outcome(tier_weighted_goodput(requests, weights=weights), dict(tier_attainment(requests)), stranded,
-                   rejected)
+    arrivals = [r.arrival_time_s for r in requests]
+    span_s = max(arrivals) - min(arrivals)
+    goodput = tier_weighted_goodput(requests, span_s if span_s > 0 else None, weights=weights)
+    return Outcome(goodput, dict(tier_attainment(requests)), stranded, rejected)
 
 
 def _oracle_reason(spec: str, workload: Workload, cluster: ClusterSpec) -> str:
