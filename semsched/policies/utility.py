@@ -26,9 +26,10 @@ once it cannot (it counts for no goodput whenever it ends). Everything below rea
 * **Fair-share floor.** A request that has waited ``starve_s`` since it entered the queue has starved: starved
   requests take every ``starve_every``-th admission, in the order they entered the queue (the bound below), so
   that a sustained overload, where every request waits that long, does not turn the whole order into FIFO.
-* **Victims** under KV pressure and for displacement: requests below the preemption limit first, then demoted
-  ones, then the least weighted work lost (``w`` times computed tokens: what a recompute redoes), then the latest
-  arrival. ``preemption`` decides per victim between swapping and recomputing its KV (``cheapest``: whichever
+* **Victims** under KV pressure and for displacement: requests below the preemption limit first, the least
+  weighted work lost (``w`` times computed tokens: what a recompute redoes; a demoted request's counts as none),
+  then the latest arrival; among those at the limit, the latest arrival. ``preemption`` decides per victim
+  between swapping and recomputing its KV (``cheapest``: whichever
   :class:`~semsched.latency.preemption.PreemptionCostModel` prices lower, when the host has room for the whole
   cache; inside vLLM every preemption is a recompute).
 * **Preemption limit.** A request preempted ``preemption_limit`` times is preempted again only when every running
