@@ -455,7 +455,7 @@ def _premium(run: PolicyRun, setup: Setup, seed: int) -> Value:
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("spikes", "seed 000", "urgency-0 normalized latency (s/token)", False, (12, 4), _spikes_setup,
+    Benchmark("spikes", "seed 000", "urgency-0 normalized latency (s/token)", False, (10, 4), _spikes_setup,
               _urgency0, "all levels (s/token)", _all_levels,
               about="Spikes of 1-100 requests (azure-conv lengths, outputs <= 500, urgency levels), the run's "
                     "size counted in spikes; the gap between spikes sets the load."),
@@ -463,7 +463,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "TTFT+TPOT attainment", _ttft_tpot,
               about="azure-conv on A100/Qwen1.5-7B, HIGH/LOW at random with TTFT/TPOT SLOs from the median prompt "
                     "(proserve's main setting)."),
-    Benchmark("sagesched", "seed 002", "mean TTLT (s)", False, (400, 120), _sagesched_setup, _ttlt,
+    Benchmark("sagesched", "seed 002", "mean TTLT (s)", False, (300, 120), _sagesched_setup, _ttlt,
               "mean TTFT (s)", _ttft,
               about="Real AlpacaEval + Spec-Bench prompts and answer lengths, lengths predicted online "
                     "(semantic-knn, cold) for every contender; no value when a request is not served."),
@@ -481,7 +481,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               _mean_e2e, "not served", _not_served, seed_benchmark=False, takes_workload=True,
               about="Prompts up to 100k tokens (a synthetic Mooncake-format trace, or yours with --workload) on "
                     "one A100/Qwen1.5-4B with 131k tokens of KV."),
-    Benchmark("production", "issue 31", "tier-weighted goodput (req/s)", True, (500, 120), _production_setup,
+    Benchmark("production", "issue 31", "tier-weighted goodput (req/s)", True, (300, 100), _production_setup,
               _goodput, "PREMIUM attainment", _premium, seed_benchmark=False, available=_production_missing,
               about="The production mix: Azure conversation arrivals, four tiers with SLOs, urgency on a share, "
                     "real prompts and answers with online prediction, half the engines speculating."),
@@ -711,8 +711,8 @@ def _guarded(text: str, target: str, benchmark: Benchmark, results: Mapping[str,
 def _per_load_verdict(held: Sequence[bool], what: str) -> tuple[str, str]:
     met = sum(held)
     if met == len(held):
-        return "reproduced", f"target met at every load ({what})"
-    return ("partly" if met else "not"), f"target met at {met} of {len(held)} loads ({what})"
+        return "reproduced", f"met at every load ({what})"
+    return ("partly" if met else "not"), f"met at {met} of {len(held)} loads ({what})"
 
 
 def _regret_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
@@ -720,9 +720,9 @@ def _regret_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
     medians = [bands[load].median for load in result.loads]
     held = [m is not None and m <= REGRET_TARGET for m in medians]
     worst = max(result.loads, key=lambda load: _rank(bands[load]))
-    verdict, why = _per_load_verdict(held, "median over seeds")
+    verdict, why = _per_load_verdict(held, "seeds' median")
     return Claim(text, target, Band.of(medians).cell(), verdict, why, result.benchmark.name,
-                 f"loads' medians; worst at {worst:g}x")
+                 f"worst at {worst:g}x")
 
 
 def _goodput_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
@@ -735,7 +735,7 @@ def _goodput_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
                   for k, v in enumerate(ours)]
         medians.append(Band.of(ratios).median)
     held = [m is not None and m >= GOODPUT_TARGET for m in medians]
-    verdict, why = _per_load_verdict(held, "utility / best other, median over seeds")
+    verdict, why = _per_load_verdict(held, "utility / best other, seeds' median")
     return Claim(text, target, Band.of(medians).cell(), verdict, why, result.benchmark.name, "loads' medians")
 
 
@@ -769,16 +769,17 @@ def _served_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
 def _regret_figure(ctx: ExperimentContext, results: Mapping[str, BenchmarkResult], skipped: Mapping[str, str],
                    entries: Mapping[str, str], loads: Sequence[float]) -> Figure:
     regrets = {name: result.regret() for name, result in results.items()}
-    order = sorted(entries, key=lambda label: (_worst(label, results, regrets), label))
+    order = sorted(entries, key=lambda label: (*_overall(label, results, regrets), label))
     names = [b.name for b in BENCHMARKS]
     rows = []
     for label in order:
         cells = [_regret_cell(results[name], regrets[name], label) if name in results else "not run"
                  for name in names]
-        worst = _worst(label, results, regrets)
-        rows.append((label, *cells, "—" if not math.isfinite(worst) else num(worst)))
+        mean, worst = _overall(label, results, regrets)
+        rows.append((label, *cells, "—" if not math.isfinite(worst) else f"{num(mean)}, {num(worst)}"))
     loads_text = ", ".join(f"{x:g}" for x in loads)
-    table = Table((f"contender (cells: regret at {loads_text}x)", *names, "worst, seeds' benchmarks"), tuple(rows))
+    table = Table((f"contender (cells: regret at {loads_text}x)", *names, "seeds' benchmarks: geomean, worst"),
+                  tuple(rows))
     tuned = {label: spec for label, spec in entries.items() if label != spec}
     duplicates = {label: spec for label, spec in tuned_specs().items() if label not in entries and
                   spec in entries.values()}
@@ -786,9 +787,11 @@ def _regret_figure(ctx: ExperimentContext, results: Mapping[str, BenchmarkResult
               for label, message in result.errors.items()]
     notes = [
         "Regret: per seed, the contender's headline over the best contender's on that seed (the best's over its "
-        "own for a higher-is-better headline), median over seeds; 1.00 is the best. `*`: a seed without a value "
-        "left out; `S`: every seed stranded requests; `—`: no value; `error`: the contender raised "
-        "(results.json has the message).",
+        "own for a higher-is-better headline), median over seeds; 1.00 is the best, 99 the cap (a zero against a "
+        "positive best). `*`: a seed without a value left out; `S`: every seed stranded requests; `—`: no value; "
+        "`error`: the contender raised (results.json has the message). Rows by the geometric mean over the seeds' "
+        "benchmarks. Every contender of a point runs on the same requests; per-seed values, side values, requests "
+        "not served and stranded per run are in results.json, figure by figure.",
         "Tuned specs: " + ("; ".join(f"{label} = `{spec}`" for label, spec in tuned.items()) or "none in this run")
         + ". A seed's tuned spec equal to a default is that default's row: "
         + ", ".join(f"{label} (`{spec}`)" for label, spec in duplicates.items()) + ".",
@@ -822,17 +825,21 @@ def _regret_figure(ctx: ExperimentContext, results: Mapping[str, BenchmarkResult
     )
 
 
-def _worst(label: str, results: Mapping[str, BenchmarkResult], regrets: Mapping[str, Mapping[str, Any]]) -> float:
-    """The contender's largest median regret over the seeds' benchmarks and loads (inf: a missing one)."""
-    worst = 0.0
+def _overall(label: str, results: Mapping[str, BenchmarkResult], regrets: Mapping[str, Mapping[str, Any]]
+             ) -> tuple[float, float]:
+    """The contender's geometric mean and largest median regret over the seeds' benchmarks and loads (inf for
+    both when it has an error or a missing value there)."""
+    medians = []
     for name, result in results.items():
         if not result.benchmark.seed_benchmark:
             continue
         if label in result.errors:
-            return math.inf
-        for band in regrets[name][label].values():
-            worst = max(worst, math.inf if band.median is None else band.median)
-    return worst
+            return math.inf, math.inf
+        medians += [band.median for band in regrets[name][label].values()]
+    present = [m for m in medians if m is not None]
+    if not present or len(present) < len(medians):
+        return math.inf, math.inf
+    return float(np.exp(np.mean(np.log(present)))), max(present)
 
 
 def _regret_cell(result: BenchmarkResult, regret: Mapping[str, Mapping[float, Band]], label: str) -> str:
@@ -844,7 +851,8 @@ def _regret_cell(result: BenchmarkResult, regret: Mapping[str, Mapping[float, Ba
         if band.median is None:
             parts.append("S" if any(o.stranded for o in outcomes) else "—")
         else:
-            parts.append(f"{band.median:.2f}" + ("*" if band.missing else ""))
+            parts.append((f"{band.median:.2f}" if band.median < 10 else f"{band.median:.0f}")
+                         + ("*" if band.missing else ""))
     return " ".join(parts)
 
 
@@ -865,10 +873,11 @@ def _best_label(per_label: Mapping[str, Mapping[float, Band]], load: float) -> s
 def _regret_headline(order: Sequence[str], results: Mapping[str, BenchmarkResult],
                      regrets: Mapping[str, Mapping[str, Any]]) -> str:
     best = order[0] if order else "—"
-    worst = _worst(best, results, regrets)
-    text = f"smallest worst-case regret on the seeds' benchmarks: {best} ({num(worst)})"
+    mean, worst = _overall(best, results, regrets)
+    text = f"smallest regret on the seeds' benchmarks (geometric mean, worst): {best} ({num(mean)}, {num(worst)})"
     if UTILITY in order:
-        text += f"; utility {num(_worst(UTILITY, results, regrets))}"
+        mean, worst = _overall(UTILITY, results, regrets)
+        text += f"; utility ({num(mean)}, {num(worst)})"
     return text
 
 
@@ -931,13 +940,13 @@ def _benchmark_figure(ctx: ExperimentContext, result: BenchmarkResult) -> Figure
         second = ranked[1][1] if len(ranked) > 1 else None
         rows.append((
             f"{load:g}",
-            _named(best, bands, load), _named(second, bands, load),
+            _named(best, bands, load), _named(second, bands, load, band=False),
             _value_cell(result, "vllm-fcfs", bands, load),
             _value_cell(result, UTILITY, bands, load),
             _regret_only(result, regret, UTILITY, load),
             *((_side_cell(result, sides, best, UTILITY, load),) if benchmark.side else ()),
         ))
-    columns = ("load", "best", "runner-up", "vllm-fcfs", "utility", "utility's regret",
+    columns = ("load", "best [seeds' min-max]", "runner-up", "vllm-fcfs", "utility", "utility's regret",
                *((f"{benchmark.side}: best, utility",) if benchmark.side else ()))
     middle = loads[len(loads) // 2]
     shown = sorted(regret, key=lambda label: _rank(regret[label][middle]))[:SHOWN]
@@ -976,8 +985,10 @@ def _rank(band: Band) -> float:
     return math.inf if band.median is None else band.median
 
 
-def _named(label: str | None, bands: Mapping[str, Mapping[float, Band]], load: float) -> str:
-    return "—" if label is None else f"{label} {bands[label][load].cell()}"
+def _named(label: str | None, bands: Mapping[str, Mapping[float, Band]], load: float, *, band: bool = True) -> str:
+    if label is None:
+        return "—"
+    return f"{label} {bands[label][load].cell() if band else num(bands[label][load].median)}"
 
 
 def _value_cell(result: BenchmarkResult, label: str, bands: Mapping[str, Mapping[float, Band]],
@@ -989,7 +1000,7 @@ def _value_cell(result: BenchmarkResult, label: str, bands: Mapping[str, Mapping
     band = bands[label][load]
     if band.median is None and any(o.stranded for o in result.outcomes[label][load]):
         return "stranded"
-    return band.cell()
+    return num(band.median) + (f" ({band.missing} n/a)" if band.missing else "")
 
 
 def _regret_only(result: BenchmarkResult, regret: Mapping[str, Mapping[float, Band]], label: str,
@@ -1016,25 +1027,29 @@ def _fates(result: BenchmarkResult, attribute: str) -> dict[str, dict[str, list[
 
 def _benchmark_notes(result: BenchmarkResult) -> list[str]:
     capacity = sorted(set(result.setup.capacity_per_s.values()))
-    notes = [f"Capacity {', '.join(num(c) for c in capacity[:3])} req/s (fcfs at overload); every contender on "
-             "the same requests per load and seed; per-seed values, side values, requests not served and "
-             "stranded per run: results.json."]
-    stranded = sorted({label for label, per_load in result.outcomes.items()
-                       for outcomes in per_load.values() if any(o.stranded for o in outcomes)})
-    if stranded:
-        notes.append("Stranded requests (no value) in runs of: " + ", ".join(stranded) + ".")
-    not_served = sorted({label for label, per_load in result.outcomes.items()
-                         for outcomes in per_load.values() if any(o.refused for o in outcomes)})
-    if not_served:
-        notes.append("Requests rejected or dropped in runs of: " + ", ".join(not_served) + ".")
+    notes = [f"Capacity {', '.join(num(c) for c in capacity[:3])} req/s (fcfs at overload)."]
+    fates = (("Stranded requests (no value)", "stranded"), ("Rejected or dropped requests", "refused"))
+    for what, attribute in fates:
+        labels = sorted({label for label, per_load in result.outcomes.items()
+                         for outcomes in per_load.values() if any(getattr(o, attribute) for o in outcomes)})
+        if labels:
+            notes.append(f"{what} in runs of {_listed(labels)}.")
     if result.errors:
-        notes.append("Raised (error): " + ", ".join(sorted(result.errors)) + ".")
+        notes.append(f"Raised (error): {_listed(sorted(result.errors))}.")
     return notes
 
 
+def _listed(labels: Sequence[str], limit: int = 4) -> str:
+    """``a, b, c`` (and how many more past ``limit``: every one is in results.json)."""
+    more = len(labels) - limit
+    return ", ".join(labels[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
 def _benchmark_headline(result: BenchmarkResult, regret: Mapping[str, Mapping[float, Band]]) -> str:
-    best = [f"{_best_label(regret, load) or '—'} at {load:g}x" for load in result.loads]
-    text = "best: " + ", ".join(best)
+    best: dict[str, list[float]] = {}
+    for load in result.loads:
+        best.setdefault(_best_label(regret, load) or "—", []).append(load)
+    text = "best: " + ", ".join(f"{label} at {'/'.join(f'{x:g}' for x in at)}x" for label, at in best.items())
     if UTILITY in regret and UTILITY not in result.errors:
         text += "; utility's regret " + " / ".join(num(regret[UTILITY][x].median) for x in result.loads)
     return text
