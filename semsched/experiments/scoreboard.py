@@ -341,6 +341,9 @@ def _spec_setup(arrivals: str) -> Callable[[Sequence[int], int, str | None], Set
     def setup(seeds: Sequence[int], num_requests: int, _: str | None) -> Setup:
         method = laps_sd.PLOTTED_METHOD
         spec = laps_sd.WORKLOADS[laps_sd.PLOTTED].format(log=method)
+        logs = data_dir() / "spec_bench" / "model_answer"
+        if not logs.is_dir():
+            raise DataNotFoundError(f"{logs}: missing (set SEMSCHED_DATA_DIR to the shared data)")
         fallback = mbpp_acceptance(method, "coding")
         clusters = {seed: _stalls(ClusterSpec(
             profile=laps_sd.PROFILE, scheduler=laps_sd.ENGINE,
@@ -875,7 +878,7 @@ def _regret_headline(order: Sequence[str], results: Mapping[str, BenchmarkResult
     best = order[0] if order else "—"
     mean, worst = _overall(best, results, regrets)
     text = f"smallest regret on the seeds' benchmarks (geometric mean, worst): {best} ({num(mean)}, {num(worst)})"
-    if UTILITY in order:
+    if UTILITY in order and best != UTILITY:
         mean, worst = _overall(UTILITY, results, regrets)
         text += f"; utility ({num(mean)}, {num(worst)})"
     return text

@@ -248,3 +248,14 @@ def test_the_full_grid_is_the_issues() -> None:
     assert len(set(names)) == len(names) and {"long-context", "production"} <= set(names)
     for benchmark in BENCHMARKS:
         assert benchmark.num_requests(quick=True) < benchmark.num_requests(quick=False)
+
+
+def test_a_users_trace_replaces_the_long_context_requests(trace: Path) -> None:
+    long_context = next(b for b in BENCHMARKS if b.name == "long-context")
+    assert long_context.takes_workload
+    ctx = ExperimentContext("scoreboard", quick=True, seed=0, workload=str(trace))
+    result = run_benchmark(ctx, long_context, {"fcfs": "fcfs"}, (0.6,), (0,), 30)
+    mine = build_workload(str(trace), rate_per_s=1.0, seed=0, num_requests=None).head(30)
+    assert result.setup.config["workload"] == str(trace)
+    assert result.setup.config["prompt_tokens_max"] == int(mine.prompt_tokens.max())
+    assert [o.num_requests for o in result.outcomes["fcfs"][0.6]] == [30]
