@@ -724,7 +724,7 @@ def _regret_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
     held = [m is not None and m <= REGRET_TARGET for m in medians]
     worst = max(result.loads, key=lambda load: _rank(bands[load]))
     verdict, why = _per_load_verdict(held, "seeds' median")
-    return Claim(text, target, Band.of(medians).cell(), verdict, why, result.benchmark.name,
+    return Claim(text, target, _cell(Band.of(medians)), verdict, why, result.benchmark.name,
                  f"worst at {worst:g}x")
 
 
@@ -739,7 +739,7 @@ def _goodput_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
         medians.append(Band.of(ratios).median)
     held = [m is not None and m >= GOODPUT_TARGET for m in medians]
     verdict, why = _per_load_verdict(held, "utility / best other, seeds' median")
-    return Claim(text, target, Band.of(medians).cell(), verdict, why, result.benchmark.name, "loads' medians")
+    return Claim(text, target, _cell(Band.of(medians)), verdict, why, result.benchmark.name, "loads' medians")
 
 
 def _ceiling_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
@@ -750,7 +750,7 @@ def _ceiling_claim(text: str, target: str, result: BenchmarkResult) -> Claim:
     band = Band.of(ratios)
     met = band.median is not None and band.median >= CEILING_TARGET
     why = "median over seeds " + ("meets" if met else "misses") + " the target"
-    return Claim(text, target, band.cell(), "reproduced" if met else "not", why, result.benchmark.name,
+    return Claim(text, target, _cell(band), "reproduced" if met else "not", why, result.benchmark.name,
                  f"at {load:g}x; seeds' min-max")
 
 
@@ -984,6 +984,13 @@ def _benchmark_figure(ctx: ExperimentContext, result: BenchmarkResult) -> Figure
     )
 
 
+def _cell(band: Band) -> str:
+    """``median [min-max]`` (``Band.cell``), the range left out where it prints as one number."""
+    if band.median is None or num(band.low) != num(band.high):
+        return band.cell()
+    return num(band.median) + (f" ({band.missing} n/a)" if band.missing else "")
+
+
 def _rank(band: Band) -> float:
     return math.inf if band.median is None else band.median
 
@@ -991,7 +998,7 @@ def _rank(band: Band) -> float:
 def _named(label: str | None, bands: Mapping[str, Mapping[float, Band]], load: float, *, band: bool = True) -> str:
     if label is None:
         return "—"
-    return f"{label} {bands[label][load].cell() if band else num(bands[label][load].median)}"
+    return f"{label} {_cell(bands[label][load]) if band else num(bands[label][load].median)}"
 
 
 def _value_cell(result: BenchmarkResult, label: str, bands: Mapping[str, Mapping[float, Band]],
@@ -1010,7 +1017,7 @@ def _regret_only(result: BenchmarkResult, regret: Mapping[str, Mapping[float, Ba
                  load: float) -> str:
     if label not in result.contenders or label in result.errors:
         return "—"
-    return regret[label][load].cell()
+    return _cell(regret[label][load])
 
 
 def _side_cell(result: BenchmarkResult, sides: Mapping[str, Mapping[float, Sequence[Value]]], best: str | None,
