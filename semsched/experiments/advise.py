@@ -33,10 +33,10 @@ import numpy as np
 from semsched.core.errors import SemschedError
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS, TierSpec
+from semsched.experiments.scoreboard import priced_with
 from semsched.experiments.tiers import at_rate, measure_capacity
 from semsched.metrics.goodput import TIER_WEIGHTS, tier_attainment, tier_weighted_goodput
 from semsched.policies import POLICIES
-from semsched.policies.registry import parse_spec
 from semsched.sim.parallel import InProcess, PointProgress, PointRunner, SimPoint
 from semsched.sim.runner import ClusterSpec, PolicyRun
 from semsched.workloads import Workload, WorkloadError, build_workload
@@ -378,18 +378,6 @@ def advise(settings: AdviseSettings, runner: PointRunner | None = None, progress
                      "--predictor length=NAME to include them")
     return Advice(settings, seeds[0].name, len(seeds[0]), capacity, ordered, regrets, best.label, gains,
                   goodput_gain, notes)
-
-
-def priced_with(spec: str, profile: str) -> str:
-    """``spec`` pricing its work with the user's engine (``profile=``), for a policy that has that parameter: a
-    tuned spec from a reproduction names the paper's profile, which is not the engine the advice is for."""
-    name, params = parse_spec(spec)
-    if not any(f.name == "profile" for f in dataclasses.fields(POLICIES.get(name).config_cls)):
-        return spec
-    if params.get("profile") == profile:
-        return spec
-    params["profile"] = profile
-    return f"{name}:" + ";".join(f"{key}={value}" for key, value in params.items())
 
 
 def _with_stalls(cluster: ClusterSpec) -> ClusterSpec:

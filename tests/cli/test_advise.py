@@ -101,7 +101,7 @@ def test_a_trace_too_short_to_compare_is_refused(tmp_path: Path, capsys: pytest.
 
 
 def test_contenders_are_priced_with_the_users_engine() -> None:
-    from semsched.experiments.advise import priced_with
+    from semsched.experiments.scoreboard import priced_with
 
     assert priced_with("slide-batching:profile=a100-qwen1.5-7b;first_token_weight=4.7", "my-engine") == \
         "slide-batching:profile=my-engine;first_token_weight=4.7"
