@@ -35,6 +35,12 @@ Experiments (``semsched reproduce NAME``):
 * ``laps-sd`` (seed 004): the Spec-Bench and MBPP logs replayed at batch 1, LAPS-SD (the paper's and ours)
   against LP-SJF, LAS and FCFS; K = 2-10; beyond the paper: a predictor instead of the oracle, Poisson arrivals.
 * ``demo``: every baseline policy on the embedded workload (``semsched demo``).
+* ``scoreboard`` (issue 31): every registered policy and each seed's tuned spec on one benchmark per seed plus
+  long-context and production traffic, over load and seeds: the regret table and heatmap, ``utility``'s targets
+  as the claim table. ``scoreboard.contenders`` and ``priced_with`` are what ``advise`` uses too.
+
+Not an experiment: ``advise`` (``semsched advise``) replays the scoreboard's contenders on a user's own trace over
+a load range and picks the one with the smallest worst regret in tier-weighted goodput.
 """
 
 from __future__ import annotations
