@@ -42,6 +42,9 @@ from semsched.experiments.advise import (
 from semsched.policies.tier_table import load_tier_table
 from semsched.sim.runner import DEFAULT_PROFILE
 
+#: the length predictor advise puts in front of the engines unless told otherwise: it reads prompt lengths only, so
+#: it runs on any trace, and the gateway has it (``classifier.length: input-length``)
+DEFAULT_PREDICTOR = "length=input-length"
 #: the most seeds and loads one advice runs (each multiplies every contender's runs)
 MAX_SEEDS = 20
 MAX_LOADS = 12
@@ -68,8 +71,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--max-batched-tokens", type=int, default=defaults.max_num_batched_tokens)
     parser.add_argument("--max-seqs", type=int, default=defaults.max_num_seqs)
     parser.add_argument("--predictor", action="append", default=None, metavar="SPEC",
-                        help="an online output-length predictor, length=NAME;... (as `semsched simulate "
-                             "--predictor`); the workload must carry prompt texts. Default: none")
+                        help="the online output-length predictor in front of the engines, length=NAME;... (as "
+                             f"`semsched simulate --predictor`; semantic-knn needs prompt texts). Default: "
+                             f"{DEFAULT_PREDICTOR}, which reads prompt lengths only, as the gateway's "
+                             "classifier.length can")
+    parser.add_argument("--no-predictor", action="store_true",
+                        help="no length predictor: policies that order by predicted lengths are then not advised")
     parser.add_argument("--loads", default=",".join(f"{x:g}" for x in DEFAULT_LOADS),
                         help="fractions of the measured capacity (default %(default)s)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
@@ -87,6 +94,10 @@ def register(sub: Any) -> None:
 
 def settings_of(args: argparse.Namespace) -> AdviseSettings:
     """Every option checked, before anything runs."""
+    if args.no_predictor and args.predictor:
+        raise UsageError("--no-predictor: leave --predictor out with it")
+    if args.predictor is None and not args.no_predictor:
+        args.predictor = [DEFAULT_PREDICTOR]
     loads = float_list(args.loads, "--loads")
     if len(loads) > MAX_LOADS:
         raise UsageError(f"--loads: at most {MAX_LOADS} loads (got {len(loads)})")

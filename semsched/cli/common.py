@@ -42,6 +42,7 @@ from semsched.sim.prediction import (
     is_length_spec,
     make_length_predictor,
     parse_length_spec,
+    spec_reads_text,
 )
 from semsched.sim.runner import DEFAULT_PROFILE, ClusterSpec, PolicyRun, compare_policies
 from semsched.sim.speculative import SpeculationError, SpeculationSpec, speculation_preset
@@ -296,10 +297,12 @@ def predictor_specs(texts: Sequence[str]) -> tuple[PredictorCost | None, LengthP
 
 def check_prompts_for_prediction(cluster: ClusterSpec, workload: Workload) -> None:
     """A length predictor reads prompts: refuse, before any run, a workload that carries none."""
-    if cluster.length_predictor is not None and workload.prompt_text is None:
+    length = cluster.length_predictor
+    if length is not None and workload.prompt_text is None and spec_reads_text(length):
         raise UsageError(
-            f"--predictor: {cluster.length_predictor.spec}: workload {workload.name!r} carries no prompt texts; "
-            "online length prediction needs them (alpaca-eval, mt-bench, mixed, ktas-ed)"
+            f"--predictor: {length.spec}: workload {workload.name!r} carries no prompt texts; this predictor "
+            "needs them (alpaca-eval, mt-bench, mixed, ktas-ed); length=input-length and length=histogram "
+            "do not"
         )
 
 

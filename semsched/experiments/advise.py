@@ -38,6 +38,7 @@ from semsched.experiments.tiers import at_rate, measure_capacity
 from semsched.metrics.goodput import TIER_WEIGHTS, tier_attainment, tier_weighted_goodput
 from semsched.policies import POLICIES
 from semsched.sim.parallel import InProcess, PointProgress, PointRunner, SimPoint
+from semsched.sim.prediction import spec_reads_text
 from semsched.sim.runner import ClusterSpec, PolicyRun
 from semsched.workloads import Workload, WorkloadError, build_workload
 
@@ -337,9 +338,10 @@ def advise(settings: AdviseSettings, runner: PointRunner | None = None, progress
     if not cluster.allow_stalls:  # a stall is counted against the contender, not the end of the advice
         cluster = _with_stalls(cluster)
     seeds = windows(settings)
-    if cluster.length_predictor is not None and any(w.prompt_text is None for w in seeds):
-        raise AdviseError(f"--predictor: {cluster.length_predictor.spec}: workload {settings.workload!r} carries "
-                          "no prompt texts to predict lengths from; leave --predictor out")
+    length = cluster.length_predictor
+    if length is not None and any(w.prompt_text is None for w in seeds) and spec_reads_text(length):
+        raise AdviseError(f"--predictor: {length.spec}: workload {settings.workload!r} carries no prompt texts "
+                          "for this predictor; length=input-length or length=histogram need none")
     for window in seeds:
         _check_servable(window, cluster)
     capacity = measure_capacity(seeds[0], settings.workload, 0, cluster).requests_per_s

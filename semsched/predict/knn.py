@@ -154,6 +154,8 @@ class InputLengthPredictor(NeighbourPredictor):
     name = "input-length"
     summary = "distribution of finished requests with a similar prompt length (seed 002's baseline)"
     config_cls = NeighbourConfig
+    #: reads prompt lengths only: a run (or a trace) without prompt texts can use it
+    reads_text = False
 
     def similarity(self, prompts: Prompts, rows: Corpus) -> npt.NDArray[np.float32]:
         mine = prompts.prompt_tokens.astype(np.float32)[:, None]
@@ -179,6 +181,8 @@ class HistogramPredictor:
     name = "histogram"
     summary = "the global histogram of finished requests' output lengths"
     config_cls = HistogramConfig
+    #: reads no prompt at all: a run (or a trace) without prompt texts can use it
+    reads_text = False
 
     def __init__(self, config: HistogramConfig, warmup: Corpus | None = None) -> None:
         self.config = config

@@ -238,7 +238,13 @@ class OnlinePrediction:
         cls, predictor: OnlineLengthPredictor, requests: Sequence[Request], *, encode: Encoder | None = None
     ) -> OnlinePrediction:
         """Embed every request's prompt text in one call of ``encode`` (default :func:`embed_texts`), each
-        distinct text once."""
+        distinct text once; for a predictor that reads no text (:func:`reads_text`), nothing is embedded and a
+        request needs no prompt text."""
+        prompt_tokens = np.fromiter((r.prompt_tokens for r in requests), dtype=np.int64, count=len(requests))
+        if not reads_text(predictor):
+            blank = tuple(request.prompt_text or "" for request in requests)
+            no_vectors = np.zeros((len(requests), 1), dtype=np.float32)
+            return cls(predictor, requests, Prompts(blank, prompt_tokens, no_vectors))
         texts = [_prompt_text(request) for request in requests]
         distinct = list(dict.fromkeys(texts))
         vectors = np.asarray((encode or embed_texts)(distinct), dtype=np.float32)
@@ -248,7 +254,6 @@ class OnlinePrediction:
             )
         position = {text: i for i, text in enumerate(distinct)}
         rows = np.fromiter((position[text] for text in texts), dtype=np.int64, count=len(texts))
-        prompt_tokens = np.fromiter((r.prompt_tokens for r in requests), dtype=np.int64, count=len(requests))
         return cls(predictor, requests, Prompts(tuple(texts), prompt_tokens, vectors[rows]))
 
     def handed_over(self, request: Request, now_s: float) -> None:
@@ -299,6 +304,26 @@ def start_prediction(
     spec: LengthPredictorSpec, requests: Sequence[Request], *, encode: Encoder | None = None
 ) -> OnlinePrediction:
     """A fresh predictor for ``spec`` driven over ``requests`` (their prompts embedded now)."""
-    if requests:
+    if requests and spec_reads_text(spec):
         _prompt_text(requests[0])  # a workload without prompts fails before the predictor is made
     return OnlinePrediction.start(make_length_predictor(spec), requests, encode=encode)
+
+
+def reads_text(predictor: OnlineLengthPredictor) -> bool:
+    """Whether ``predictor`` reads prompt texts (their embeddings); False for one that declares ``reads_text =
+    False`` (``input-length``, ``histogram``: prompt lengths or nothing), also under a noise wrapper."""
+    inner = getattr(predictor, "predictor", None)
+    if inner is not None and not reads_text(inner):
+        return False
+    return bool(getattr(predictor, "reads_text", True))
+
+
+def spec_reads_text(spec: LengthPredictorSpec) -> bool:
+    """:func:`reads_text` of the predictor ``spec`` names, from its class (nothing is built); True for a name the
+    registry does not know (the factory, which may be another, names it when it builds one)."""
+    from semsched.predict.length_registry import predictor_class
+
+    try:
+        return bool(getattr(predictor_class(spec.name), "reads_text", True))
+    except SemschedError:
+        return True

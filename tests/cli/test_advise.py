@@ -48,11 +48,15 @@ def test_advice_on_a_real_trace_is_the_smallest_worst_regret(tmp_path: Path,
 
 
 def test_an_oracle_contender_is_shown_but_never_advised(tmp_path: Path) -> None:
-    # azure-conv (the embedded default) has no prompt texts: sjf would order by the true lengths
-    report = _advise(tmp_path, "--contenders", "fcfs,sjf")
-    sjf = next(c for c in report["contenders"] if c["label"] == "sjf")
-    assert "oracle" in sjf["ineligible"]
+    report = _advise(tmp_path, "--contenders", "fcfs,sjf,gittins")
+    rows = {c["label"]: c for c in report["contenders"]}
+    assert "length=oracle" in rows["sjf"]["ineligible"]  # sjf's default reads the true lengths
+    assert rows["gittins"]["ineligible"] == ""  # predicted online from prompt lengths (the default predictor)
     assert report["advice"]["label"] != "sjf"
+    # without a predictor, a policy that orders by predicted lengths would see the true ones: not advised
+    bare = _advise(tmp_path / "bare", "--contenders", "fcfs,gittins", "--no-predictor")
+    gittins = next(c for c in bare["contenders"] if c["label"] == "gittins")
+    assert "predicted lengths" in gittins["ineligible"] and bare["advice"]["label"] != "gittins"
 
 
 def test_windows_of_a_trace_are_disjoint_and_full(tmp_path: Path) -> None:

@@ -284,3 +284,21 @@ def test_uniform_mix_is_parsed_kept_in_the_spec_and_checked() -> None:
     assert parse_length_spec(spec.spec) == spec
     with pytest.raises(LengthPredictionError, match="uniform_mix"):
         parse_length_spec("length=semantic-knn;uniform_mix=2")
+
+
+def test_a_predictor_that_reads_no_text_runs_on_a_trace_without_prompts() -> None:
+    from semsched.sim.prediction import parse_length_spec, spec_reads_text
+
+    assert not spec_reads_text(parse_length_spec("length=input-length"))
+    assert not spec_reads_text(parse_length_spec("length=histogram;uniform_mix=0.2"))
+    assert spec_reads_text(parse_length_spec("length=semantic-knn"))
+    rng = np.random.default_rng(3)
+    workload = Workload.untiered("bare", np.sort(rng.uniform(0, 20, 60)), rng.integers(10, 400, 60),
+                                 rng.integers(1, 300, 60))
+    cluster = ClusterSpec(length_predictor=parse_length_spec("length=input-length"))
+    run = run_policy(workload, "gittins", cluster)
+    assert all(r.predicted_output is not None for r in run.requests)
+    # the later requests are predicted from the finished ones: not every prediction is the cold prior
+    assert len({r.predicted_output for r in run.requests}) > 1
+    with pytest.raises(LengthPredictionError, match="no prompt text"):
+        run_policy(workload, "gittins", ClusterSpec(length_predictor=parse_length_spec("length=semantic-knn")))
