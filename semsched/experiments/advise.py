@@ -9,10 +9,11 @@ window at each load (a fraction of that capacity). Each run is scored by the sco
 every SLO they have, weighted by tier, over the window's arrival span) and per-tier SLO attainment.
 
 The advice is the contender whose worst regret over the loads is smallest: at each load its median goodput over the
-seeds against the best contender's, the worst of those ratios (ties: the larger mean goodput). A contender is not
-eligible when a run ended with a request stranded (a scheduler defect, counted, never hidden), or when it orders by
-predicted output lengths on a workload that carries neither predictions nor prompt texts to predict from: it would
-have seen the true lengths (an oracle), which no deployment has. Both are shown in the table with the reason.
+seeds against the best eligible contender's, the worst of those ratios (ties: the larger mean goodput). A
+contender is not eligible when a run ended with a request stranded (a scheduler defect, counted, never hidden), or
+when it would have seen the true output lengths (an oracle, which no deployment has): a ``length=oracle`` spec, or
+one that orders by predicted lengths on a cluster without a length predictor (the CLI puts ``input-length`` in
+front by default, which reads prompt lengths only). Both are shown in the table with the reason.
 
 The gain per tier is against ``vllm-fcfs`` (vLLM's own FCFS scheduler), as the ratio of SLO attainment, the median
 and range over every (load, seed) run. The settings printed (``SEMSCHED_POLICY``, the gateway's ``routing``,
