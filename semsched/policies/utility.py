@@ -2,7 +2,9 @@
 
 Each request carries a **weight** ``w``: its tier's (``weights``, by priority: SYSTEM 8, PREMIUM 4, STANDARD 2,
 BACKGROUND 1, the weights of the tier-weighted goodput in :mod:`semsched.metrics.goodput`), times
-``urgency_factor`` when its urgency level is 0 (seed 000's most urgent class). Its **expected remaining cost** is
+``urgency_factor`` (100) when its urgency level is 0 (seed 000's most urgent class: at 100 it goes before
+every calm request of comparable cost, nearly seed 000's strict class, without ``hard_urgency``'s order among
+the other levels). Its **expected remaining cost** is
 the Gittins index (seed 002, :func:`~semsched.policies.gittins.gittins_index`) of its remaining cost distribution,
 from its predicted output-length distribution (``Request.predicted_output``; without one its true length stands
 in, as for the other policies) under the ``cost`` model, after the cost it has attained; under speculative
@@ -18,8 +20,13 @@ once it cannot (it counts for no goodput whenever it ends). Everything below rea
   weight at least ``protect_weight`` that has not produced its first token, once less than ``risk_slack`` of its
   TTFT SLO is left (and until its deadline passes), goes before the index order, earliest TTFT deadline first,
   and may displace running requests of strictly smaller weight below the preemption limit (``displace``), most
-  expendable first, when together they make room. Nothing else displaces running work: where a victim is
-  recomputed, displacing for order alone costs more than it saves (``cost_index``'s measurements).
+  expendable first, when together they make room. ``protect_weight`` (100) makes these the urgent requests.
+* **Displacing for order where it is cheap** (``swap_displace``; seed 004's SRPT). A waiting request in time that
+  does not fit displaces running requests below the preemption limit whose expected cost per weight, priced
+  now (after the cost they attained), exceeds its own, largest first, but only those whose KV would be swapped
+  (``preemption`` finds swapping cheaper and the host has room for it). Where a victim would be recomputed
+  (no host blocks; inside vLLM, which swaps nothing) nothing is displaced for order: there it costs more than
+  it saves (``cost_index``'s measurements).
 * **Hard classes** (off by default): ``hard_tiers=true`` orders by priority before anything else but starvation,
   ``hard_urgency=true`` by urgency level (after the tier when both are on): seed 003's strict tiers and seed
   000's strict urgency, for an operator who wants them.
@@ -34,7 +41,8 @@ once it cannot (it counts for no goodput whenever it ends). Everything below rea
   cache; inside vLLM every preemption is a recompute).
 * **Preemption limit.** A request preempted ``preemption_limit`` times is preempted again only when every running
   request has reached the limit, and is never displaced.
-* **Protecting TPOT** (``protect_tpot``, off by default; seed 001's time budget with ``tiered``'s closed form): in
+* **Protecting TPOT** (``protect_tpot``, on; seed 001's time budget with ``tiered``'s closed form, seed 000's
+  stage-aware budget for its urgent class): in
   a step with decodes of requests of weight at least ``protect_weight`` that have a TPOT SLO, prefill is capped so
   the profile's step time stays within the tightest of their allowances (target less ``tpot_margin``, plus the
   time each has banked; :func:`~semsched.policies.tiered.prefill_within`); the prompts of such requests (running,
@@ -46,18 +54,36 @@ once it cannot (it counts for no goodput whenever it ends). Everything below rea
   that names the SLO. Rejection is never the default: a long-context prompt is often hopeless against a TTFT
   target, and rejecting it would refuse requests every baseline serves.
 
-**Defaults** were chosen on azure-conv with the default tiers (profile a100-qwen1.5-4b, 300 s at 2.4, 3.6 and
-4.8 requests/s, about 0.6, 0.9 and 1.2 of capacity, seeds 0-2, tier-weighted goodput in requests/s, means over
-seeds; ``semsched.metrics.goodput``). At the defaults: 4.46, 5.84, 6.25 (``gittins`` 4.46, 5.82, 6.15; ``fcfs``
-4.42, 5.64, 3.44; ``tiered`` 4.26, 5.23, 3.64). Each mechanism that is off by default cost goodput when on:
-TPOT protection 4.27, 5.17, 5.27 (PREMIUM attainment no higher: 0.38, 0.22, 0.07 against 0.40, 0.28, 0.11);
-hopeless demotion 5.45 at 4.8/s; deadlines at risk (``risk_slack=0.5``) 5.95 at 4.8/s (PREMIUM there misses its
-30 ms TPOT more than its TTFT). The victim by weighted work lost, rather than by weight then latest arrival, took
-4.8/s from 4.77 to 6.00 (two seeds); the floor (``starve_s=60``) costs nothing measurable (6.21 without it).
-Where this falls short: on the tiers benchmark (PREMIUM attainment over its idle ceiling) ``tiered`` stays ahead
-(0.82 against 0.71 at 0.6x, 0.47 against 0.12-0.18 at 1.2x, seed 0): there PREMIUM first tokens wait behind
-steps full of 2,048-token prefill chunks, which ``tiered`` caps and holds back for protected prompts, at the cost
-of the other tiers' goodput (above).
+**Defaults** were chosen on the scoreboard's benchmarks (:mod:`semsched.experiments.scoreboard`), each through
+``run_benchmark`` at its quick size (``Benchmark.requests[1]``; spikes 10 spikes, production 1,000 requests) at
+0.6, 0.9 and 1.2 of capacity, seeds 0-1 (spikes 0-2), regret (best contender's headline over utility's, 1.00 the
+best) as medians over seeds per load; before -> now, where "before" is ``urgency_factor=4;protect_weight=4;
+protect_tpot=false;tpot_margin=0.2;swap_displace=false``:
+
+* spikes (urgency-0 normalized latency; best otherwise ``semantic``, 0.041-0.051 s/token): 1.95, 1.98, 1.78 ->
+  1.00, 1.00, 1.00 (``semantic`` then 1.09, 1.06, 1.05). The urgent class's decodes are what ``semantic``'s
+  stage-aware budget protects: weight 100 alone gave 1.82-1.67 (4 spikes), TPOT protection of the urgent
+  requests with ``tpot_margin=0.2`` 1.12-1.28, with 0.5 1.07-1.02, with 0.7 1.01-1.01; ``hard_urgency`` on top
+  of 0.7 did not help (1.03, 1.09, 1.03) and costs production 1-2 %;
+* spec-poisson and spec-burst (mean latency, one request at a time, swap; best ``srpt``): 1.14, 1.10, 1.06 and
+  1.04, 1.06, 1.05 -> 1.02, 1.01, 1.01 and 1.01, 1.00, 1.01 (``swap_displace``: SRPT's preemption; the cost
+  model and the tokens per round change nothing there, ``cost=output`` gave the same order);
+* production (tier-weighted goodput, seeds 0/1): 57.1/59.8, 77.1/81.3, 91.5/94.8 -> 57.1/59.8, 76.4/81.3,
+  90.4/94.8 (``gittins`` 57.1/59.8, 77.4/81.3, 88.4/91.6; ``tiered`` 56.0/56.4, 73.1/79.0, 90.4/94.1): TPOT
+  protection of the urgent requests costs about 1 % on seed 0; PREMIUM attainment 0.213 -> 0.239 at 1.2x;
+* unchanged: tiers 1.27, 1.22, 4.05 (best ``tiered``), proserve 1.01, 1.14, 1.87 (best proserve's
+  slide-batching), sagesched 1.00, long-context 1.71, 1.18, 1.37 (mean E2E of 60 requests; every request
+  served, as by every baseline).
+
+Earlier, on azure-conv with the default tiers (300 s at 2.4, 3.6, 4.8 requests/s; seeds 0-2): TPOT protection
+of PREMIUM (``protect_weight=4``) cost goodput (4.27, 5.17, 5.27 against 4.46, 5.84, 6.25) with no higher
+PREMIUM attainment; hopeless demotion 5.45 at 4.8/s against 6.25; deadlines at risk (``risk_slack=0.5``) 5.95;
+the victim by weighted work lost, rather than by weight then latest arrival, took 4.8/s from 4.77 to 6.00; the
+floor (``starve_s=60``) costs nothing measurable (6.21 without it).
+Where this falls short: on the tiers benchmark (PREMIUM attainment over its idle ceiling) ``tiered`` stays ahead:
+there PREMIUM first tokens wait behind steps full of 2,048-token prefill chunks, which ``tiered`` caps and holds
+back for protected prompts, at the cost of the other tiers' goodput (above). On proserve at 1.2x,
+slide-batching's TDG ratio (0.92/0.95) is ahead of utility's (0.40/0.66).
 
 **Hot path.** Under the core scheduler the policy keeps its waiting requests in sorted structures and gives the
 core its order through ``waiting_order``: a heap in index order (keyed once; a request that turns late moves
@@ -67,7 +93,8 @@ entries (admitted, ended, re-entered) are dropped when they reach a front, and a
 admits: no walk over the queue, no re-key. The vLLM adapter keys its own queue with :meth:`Utility.waiting_key`
 (the same order, except that starved requests take every admission there) and re-keys it every ``check_s`` for
 the time-dependent layers; the first call to it turns the policy's own structures off. ``step_budget`` walks the
-running requests only while some unfinished request has a protected TPOT target. What a step costs beyond
+running requests only while some unfinished request has a protected TPOT target; ``victims_for`` prices them
+(``swap_displace``) only when the queue's head does not fit and the host has free blocks. What a step costs beyond
 ``fcfs`` is mostly the core's re-sort of its running requests by ``victim_key`` (the work each would lose grows as
 it computes): ``benchmarks/scheduler_overhead.py --policies fcfs,utility --repeats 30`` measured, at 10,000
 waiting and 256 running, 0.151 ms per schedule+update against ``fcfs``'s 0.103 (schedule alone 0.085 against
@@ -128,14 +155,14 @@ class UtilityConfig(PolicyConfig):
     weights: tuple[float, ...] = param(
         DEFAULT_WEIGHTS, "weight of priority 0/1/2/... (SYSTEM 8, PREMIUM 4, STANDARD 2, BACKGROUND 1: the "
                          "tier-weighted goodput's); a larger priority takes the last")
-    urgency_factor: float = param(4.0, "weight multiplier of a request of urgency level 0 (the most urgent)")
+    urgency_factor: float = param(100.0, "weight multiplier of a request of urgency level 0 (the most urgent)")
     cost: CostModel = param("resource", "service cost of O output tokens after I prompt tokens: O^2/2 + I*O "
                                         "(resource), O (output) or I + 2*O (weighted)")
     risk_slack: float = param(0.0, "a request of protect_weight or more that has not started goes first, "
                                    "earliest TTFT deadline first, once less than this fraction of its TTFT SLO is "
                                    "left (0: never)")
-    protect_weight: float = param(4.0, "weight from which deadlines at risk are promoted and may displace, and "
-                                       "TPOT targets cap prefill (4: PREMIUM, SYSTEM, urgent STANDARD)")
+    protect_weight: float = param(100.0, "weight from which deadlines at risk are promoted and may displace, and "
+                                         "TPOT targets cap prefill (100: the urgent requests of every tier)")
     hard_tiers: bool = param(False, "strict priority across tiers before every other order but starvation")
     hard_urgency: bool = param(False, "strict urgency levels before the index order (after tiers if both)")
     starve_s: float = param(60.0, "a request waiting this long since it entered the queue goes first, in the "
@@ -147,11 +174,15 @@ class UtilityConfig(PolicyConfig):
                   "(at arrival, reason hopeless:) or off")
     displace: bool = param(True, "a request whose deadline is at risk displaces running requests of smaller "
                                  "weight below the preemption limit")
+    swap_displace: bool = param(True, "a waiting request in time displaces running requests below the "
+                                      "preemption limit of larger expected cost per weight, where each victim's "
+                                      "KV is swapped (cheaper than a recompute, and the host has room), never "
+                                      "where it would be recomputed (inside vLLM, or without host blocks)")
     preemption_limit: int = param(3, "preemptions after which a request is preempted only when every running "
                                      "request has as many, and never displaced")
-    protect_tpot: bool = param(False, "cap prefill in steps with decodes of protected requests that have a TPOT "
+    protect_tpot: bool = param(True, "cap prefill in steps with decodes of protected requests that have a TPOT "
                                      "target, to the profile's step time within their allowances")
-    tpot_margin: float = param(0.2, "TPOT protection aims this fraction under each target")
+    tpot_margin: float = param(0.7, "TPOT protection aims this fraction under each target")
     min_prefill_tokens: int = param(64, "prefill tokens a step may always take under TPOT protection")
     preemption: Literal["recompute", "swap", "cheapest"] = param(
         "cheapest", "how a victim's KV cache is freed (cheapest: swap or recompute, whichever costs less, swap "
@@ -179,7 +210,7 @@ class UtilityConfig(PolicyConfig):
         check_int("min_prefill_tokens", self.min_prefill_tokens, 1, 2**31 - 1)
         check_float("link_gb_per_s", self.link_gb_per_s, 1e-3, 1e6)
         check_float("check_s", self.check_s, 1e-3, 3_600.0)
-        for name in ("hard_tiers", "hard_urgency", "displace", "protect_tpot"):
+        for name in ("hard_tiers", "hard_urgency", "displace", "swap_displace", "protect_tpot"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.model not in KNOWN_SHAPES:
@@ -257,8 +288,9 @@ class Utility(Policy):
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":
             return self.config.protect_tpot
-        if hook == "victims_for":  # (only a request at risk displaces; the vLLM adapter then skips re-keying
-            return self.config.displace and self.config.risk_slack > 0  # a saturated engine's queue)
+        if hook == "victims_for":  # (only a request at risk displaces inside vLLM, which swaps nothing; the
+            return self.config.displace and self.config.risk_slack > 0  # adapter then skips re-keying a saturated
+            # engine's queue. The core asks victims_for whatever this says: swap_displace needs no hook there)
         if hook == "admit":
             return self.config.hopeless != "off"
         return super().uses_hook(hook)
@@ -517,8 +549,10 @@ class Utility(Policy):
         """For a candidate whose deadline is at risk: the running requests of smaller weight below the preemption
         limit, most expendable first. Under the core, a running set seen to hold none below a weight is not walked
         again for that weight until it changes (only this policy's order admits requests there)."""
-        if not self.config.displace or not self.at_risk(candidate, now_s):
+        if not self.config.displace:
             return ()
+        if not self.at_risk(candidate, now_s):
+            return self._swap_victims(candidate, running, view, now_s)
         weight, limit = self.weight(candidate), self.config.preemption_limit
         version = self._running_version
         if not self._keyed and self._no_victims_below[0] == version and weight <= self._no_victims_below[1]:
@@ -527,6 +561,24 @@ class Utility(Policy):
         if not lighter:
             self._no_victims_below = (version, weight)
         return sorted(lighter, key=self.victim_key, reverse=True)
+
+    def _swap_victims(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        """``swap_displace``: the running requests below the preemption limit whose expected cost per weight now
+        exceeds the candidate's and whose KV would be swapped, largest first; none for a late or demoted
+        candidate, or where nothing can be swapped (no host blocks: at once, before any request is priced)."""
+        if not self.config.swap_displace or self.config.preemption == "recompute" \
+                or view.num_free_cpu_blocks == 0 or self.demoted(candidate) or self.late(candidate, now_s):
+            return ()
+        mine = candidate.policy_state.get(_INDEX)
+        if mine is None:
+            mine = self.cost_per_weight(candidate)
+        limit, swap = self._preemption_limit, PreemptionMode.SWAP
+        priced = [(cost, r) for r in running if r.num_preemptions < limit
+                  and (cost := self.cost_per_weight(r)) > mine and self.preemption_mode(r, view) is swap]
+        priced.sort(key=lambda pair: (pair[0], pair[1].arrival_time_s), reverse=True)
+        return [r for _, r in priced]
 
     @cached_property
     def _costs(self) -> PreemptionCostModel:

@@ -46,7 +46,7 @@ def _blocked_premium_and_cheap_standard() -> list[Request]:
 
 def test_a_premium_request_whose_deadline_is_at_risk_goes_before_a_cheaper_standard_one() -> None:
     # when the blocker ends the PREMIUM request has used 0.8 of its TTFT SLO: at risk with risk_slack 0.5
-    assert service_order("utility:risk_slack=0.5", _blocked_premium_and_cheap_standard()) == [
+    assert service_order("utility:risk_slack=0.5;protect_weight=4", _blocked_premium_and_cheap_standard()) == [
         "blocker", "premium", "standard"]
     # without promotion the index order puts the cheaper request first
     assert service_order("utility:risk_slack=0", _blocked_premium_and_cheap_standard()) == [
@@ -55,7 +55,7 @@ def test_a_premium_request_whose_deadline_is_at_risk_goes_before_a_cheaper_stand
 
 def test_a_deadline_not_yet_at_risk_keeps_the_index_order() -> None:
     # risk_slack 0.1: at risk only in the last 0.1 s of the 1 s SLO, which the blocker's 0.8 s does not reach
-    assert service_order("utility:risk_slack=0.1", _blocked_premium_and_cheap_standard()) == [
+    assert service_order("utility:risk_slack=0.1;protect_weight=4", _blocked_premium_and_cheap_standard()) == [
         "blocker", "standard", "premium"]
 
 
@@ -164,11 +164,12 @@ def test_a_request_at_risk_displaces_lighter_work_below_the_limit_only() -> None
     def arrival() -> Request:  # risk_slack=1: at risk from its arrival on
         return make_request("premium", prompt=40, output=4, arrival=1.0, priority=PREMIUM, ttft_slo_s=1.0)
 
-    assert displaced_by("utility:risk_slack=1", running(), arrival(), num_gpu_blocks=30) == ["background"]
+    at_risk = "utility:risk_slack=1;protect_weight=4"  # (PREMIUM, weight 4, protected)
+    assert displaced_by(at_risk, running(), arrival(), num_gpu_blocks=30) == ["background"]
     assert displaced_by("utility:risk_slack=0", running(), arrival(), num_gpu_blocks=30) == []
     at_limit = running()
     at_limit[1].num_preemptions = 3
-    assert displaced_by("utility:risk_slack=1", at_limit, arrival(), num_gpu_blocks=30) == []
+    assert displaced_by(at_risk, at_limit, arrival(), num_gpu_blocks=30) == []
 
 
 def test_hopeless_requests_are_rejected_with_the_slo_or_demoted() -> None:
@@ -189,9 +190,10 @@ def test_hopeless_requests_are_rejected_with_the_slo_or_demoted() -> None:
 
 
 def test_tpot_protection_caps_prefill_beside_protected_decodes() -> None:
-    def prefill_beside_a_premium_decode(spec: str) -> int:
+    def prefill_beside_a_premium_decode(spec: str, urgency: int | None = 0) -> int:
         scheduler = make_scheduler(spec, block_size=16, num_gpu_blocks=4096)
-        premium = make_request("premium", prompt=32, output=500, priority=PREMIUM, tpot_slo_s=0.03)
+        premium = make_request("premium", prompt=32, output=500, priority=PREMIUM, tpot_slo_s=0.03,
+                               urgency=urgency)
         scheduler.add_request(premium, 0.0)
         now = 0.0
         for _ in range(3):  # its prompt, then decodes
@@ -203,8 +205,30 @@ def test_tpot_protection_caps_prefill_beside_protected_decodes() -> None:
         assert [r.request_id for r in plan.decode] == ["premium"]
         return sum(chunk.num_tokens for chunk in plan.prefill)
 
-    capped = prefill_beside_a_premium_decode("utility:protect_tpot=true")
-    assert 64 <= capped < prefill_beside_a_premium_decode("utility") == 2047
+    # by default the urgent requests are protected (weight 4 x 100 >= protect_weight 100), a calm PREMIUM one not
+    capped = prefill_beside_a_premium_decode("utility")
+    assert 64 <= capped < prefill_beside_a_premium_decode("utility:protect_tpot=false") == 2047
+    assert prefill_beside_a_premium_decode("utility", urgency=None) == 2047
+    assert 64 <= prefill_beside_a_premium_decode("utility:protect_weight=4", urgency=None) < 2047
+
+
+def _preempted_for_a_short_arrival(spec: str, num_cpu_blocks: int) -> list[str]:
+    """On one slot: a long request runs, then a short one of the same tier arrives; the ids preempted for it."""
+    scheduler = make_scheduler(spec, max_num_seqs=1, block_size=4, num_gpu_blocks=1000,
+                               num_cpu_blocks=num_cpu_blocks, watermark=0.0)
+    scheduler.add_request(make_request("long", prompt=40, output=400), 0.0)
+    scheduler.update(scheduler.schedule(0.0), StepResult(end_time_s=1.0))
+    scheduler.add_request(make_request("short", prompt=40, output=4, arrival=1.0), 1.0)
+    return [p.request.request_id for p in scheduler.schedule(1.0).preempted]
+
+
+def test_a_cheaper_request_displaces_running_work_only_where_its_kv_is_swapped() -> None:
+    # with host blocks the long request is swapped out for the short one (SRPT's preemption, seed 004's engine)
+    assert _preempted_for_a_short_arrival("utility", num_cpu_blocks=1000) == ["long"]
+    assert _preempted_for_a_short_arrival("utility:swap_displace=false", num_cpu_blocks=1000) == []
+    assert _preempted_for_a_short_arrival("utility:preemption=recompute", num_cpu_blocks=1000) == []
+    # without them it would be recomputed: it keeps running
+    assert _preempted_for_a_short_arrival("utility", num_cpu_blocks=0) == []
 
 
 def test_tokens_per_round_counts_the_steps_a_request_emitted_in() -> None:
@@ -223,8 +247,9 @@ def test_the_core_walk_and_the_vllm_keys_give_the_same_order() -> None:
     On random requests with tiers, SLOs, urgency and predictions, at several instants, both give one order."""
     rng = random.Random(7)
     for trial in range(20):
-        spec = rng.choice(["utility", "utility:risk_slack=0.5", "utility:hard_tiers=true;hard_urgency=true;"
-                           "risk_slack=0.3;starve_s=2;starve_every=1"])
+        spec = rng.choice(["utility", "utility:risk_slack=0.5;protect_weight=4",
+                           "utility:hard_tiers=true;hard_urgency=true;risk_slack=0.3;starve_s=2;starve_every=1;"
+                           "protect_weight=4"])
         requests = [
             make_request(f"r{i}", prompt=rng.randrange(8, 400), output=rng.randrange(1, 300),
                          arrival=rng.uniform(0.0, 5.0), priority=rng.randrange(4),
@@ -246,7 +271,7 @@ def test_the_core_walk_and_the_vllm_keys_give_the_same_order() -> None:
 
 
 def test_every_request_finishes_alike_in_both_simulator_modes() -> None:
-    assert check_complete_and_exact("utility:risk_slack=0.5;protect_tpot=true;hopeless=demote") >= 0
+    assert check_complete_and_exact("utility:risk_slack=0.5;protect_weight=4;hopeless=demote") >= 0
     check_complete_and_exact("utility")
 
 
