@@ -2,14 +2,14 @@
 
 Each request carries a **weight** ``w``: its tier's (``weights``, by priority: SYSTEM 8, PREMIUM 4, STANDARD 2,
 BACKGROUND 1, the weights of the tier-weighted goodput in :mod:`semsched.metrics.goodput`), times
-``urgency_factor`` (100) when its urgency level is 0 (seed 000's most urgent class: at 100 it goes before
-every calm request of comparable cost, nearly seed 000's strict class, without ``hard_urgency``'s order among
-the other levels). Its **expected remaining cost** is
-the Gittins index (seed 002, :func:`~semsched.policies.gittins.gittins_index`) of its remaining cost distribution,
-from its predicted output-length distribution (``Request.predicted_output``; without one its true length stands
-in, as for the other policies) under the ``cost`` model, after the cost it has attained; under speculative
-decoding (seed 004) it is divided by the tokens per verification round the request was seen to emit (known once
-it has run: for a preempted request). A request's utility is ``w`` while it can still meet its targets and nothing
+``urgency_factor`` (100) when its urgency level is 0 (seed 000's most urgent class: at 100 it goes before every
+calm request of comparable cost, nearly seed 000's strict class, without ``hard_urgency``'s order among the
+other levels). Its **expected remaining cost** is the Gittins index (seed 002,
+:func:`~semsched.policies.gittins.gittins_index`) of its remaining cost distribution, from its predicted
+output-length distribution (``Request.predicted_output``; without one its true length stands in, as for the
+other policies) under the ``cost`` model, after the cost it has attained; under speculative decoding (seed 004)
+it is divided by the tokens per verification round the request was seen to emit (known once it has run: for a
+preempted request). A request's utility is ``w`` while it can still meet its targets and nothing
 once it cannot (it counts for no goodput whenever it ends). Everything below reads these numbers.
 
 * **Order.** Waiting requests go in ascending ``index / w``, expected cost per unit of weight (a weighted Gittins
@@ -41,12 +41,12 @@ once it cannot (it counts for no goodput whenever it ends). Everything below rea
   cache; inside vLLM every preemption is a recompute).
 * **Preemption limit.** A request preempted ``preemption_limit`` times is preempted again only when every running
   request has reached the limit, and is never displaced.
-* **Protecting TPOT** (``protect_tpot``, on; seed 001's time budget with ``tiered``'s closed form, seed 000's
-  stage-aware budget for its urgent class): in
-  a step with decodes of requests of weight at least ``protect_weight`` that have a TPOT SLO, prefill is capped so
-  the profile's step time stays within the tightest of their allowances (target less ``tpot_margin``, plus the
-  time each has banked; :func:`~semsched.policies.tiered.prefill_within`); the prompts of such requests (running,
-  or at the head of the queue) are not held back.
+* **Protecting TPOT** (``protect_tpot``, on; seed 001's time budget with ``tiered``'s closed form, in the role
+  of seed 000's stage-aware budget for its urgent class): in a step with decodes of requests of weight at least
+  ``protect_weight`` (100: the urgent ones) that have a TPOT SLO, prefill is capped so the profile's step time
+  stays within the tightest of their allowances (target less ``tpot_margin``, 0.7: 30 % of it, plus the time
+  each has banked; :func:`~semsched.policies.tiered.prefill_within`); the prompts of such requests (running, or
+  at the head of the queue) are not held back.
 * **Hopeless requests** (``hopeless``, off by default): a request that cannot meet one of its targets even alone
   on an empty engine (TTFT: its prompt's prefill; TPOT: one decode after its prompt; E2E: prefill and the decodes
   of the fewest tokens its prediction allows, priced with ``profile``) is demoted (``demote``: it goes with the
