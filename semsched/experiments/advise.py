@@ -48,7 +48,7 @@ BASELINE = "vllm-fcfs"
 DEFAULT_LOADS = (0.6, 0.9, 1.2)
 """Fractions of the measured capacity (the scoreboard's)."""
 DEFAULT_SEEDS = 3
-DEFAULT_REQUESTS = 2000
+DEFAULT_REQUESTS = 1500
 """Requests per run: a window of a longer trace (each seed its own window)."""
 MIN_REQUESTS = 50
 """Fewer requests than this cannot show a difference between policies (a run is mostly ramp-up and drain)."""
