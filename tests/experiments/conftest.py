@@ -10,9 +10,11 @@ it; a test that needs a run of its own (another seed, a failing run) still calls
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +71,23 @@ class QuickReports:
 @pytest.fixture(scope="session")
 def quick_reports(tmp_path_factory: pytest.TempPathFactory) -> QuickReports:
     return QuickReports(tmp_path_factory.mktemp("quick-reports"))
+
+
+# ---- a quick report's files, for the test module that names its ``report`` fixture (the report's directory) ----
+@pytest.fixture(scope="module")
+def results(report: Path) -> dict[str, Any]:
+    """The module's report's ``results.json``."""
+    return dict(json.loads((report / "results.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def figures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Its figures by id."""
+    return {f["id"]: f for f in results["figures"]}
+
+
+@pytest.fixture(scope="module")
+def rows(report: Path) -> list[dict[str, str]]:
+    """Its ``requests.csv`` rows."""
+    with (report / "requests.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))

@@ -3,8 +3,6 @@ recomputed from requests.csv."""
 
 from __future__ import annotations
 
-import csv
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -41,22 +39,6 @@ Rows = list[dict[str, str]]
 def report(quick_reports: QuickReports) -> Path:
     """The session's ``--quick`` report (tests/experiments/conftest.py), made with ``--seed 2``."""
     return quick_reports.path("laps-sd")
-
-
-@pytest.fixture(scope="module")
-def results(report: Path) -> dict[str, Any]:
-    return dict(json.loads((report / "results.json").read_text()))
-
-
-@pytest.fixture(scope="module")
-def figures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f["id"]: f for f in results["figures"]}
-
-
-@pytest.fixture(scope="module")
-def rows(report: Path) -> Rows:
-    with (report / "requests.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def mean_e2e(rows: Rows, figure: str, *keys: str) -> dict[tuple[str, ...], float]:

@@ -3,7 +3,6 @@ requests.csv."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -61,12 +60,6 @@ def document(report: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def figures(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f["id"]: f for f in document["figures"]}
-
-
-@pytest.fixture(scope="module")
-def rows(report: Path) -> list[dict[str, str]]:
-    with (report / "requests.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _gain(per_seed: dict[str, dict[str, list[float]]], ours: str, baselines: list[str], load: str) -> float:

@@ -3,8 +3,6 @@ from requests.csv, the sanity gate where it must hold, and swap preemption for e
 
 from __future__ import annotations
 
-import csv
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -33,23 +31,6 @@ CURVES = ("fig7", "fig8-long-input", "fig8-long-output", "warm", "swap")
 def report(quick_reports: QuickReports) -> Path:
     """The session's ``--quick`` report (tests/experiments/conftest.py), made with ``--seed 1``."""
     return quick_reports.path("sagesched")
-
-
-@pytest.fixture(scope="module")
-def results(report: Path) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((report / "results.json").read_text())
-    return document
-
-
-@pytest.fixture(scope="module")
-def figures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f["id"]: f for f in results["figures"]}
-
-
-@pytest.fixture(scope="module")
-def rows(report: Path) -> list[dict[str, str]]:
-    with (report / "requests.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def mean_e2e(rows: list[dict[str, str]], **match: str) -> dict[tuple[str, str, str], float | None]:

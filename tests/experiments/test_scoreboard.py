@@ -3,9 +3,7 @@ numbers recomputed from its own files (the report's structure is tests/experimen
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -157,22 +155,6 @@ def test_windows_are_consecutive_requests_spread_over_the_trace(trace: Path) -> 
 def report(quick_reports: QuickReports) -> Path:
     """The session's ``--quick`` report (tests/experiments/conftest.py)."""
     return quick_reports.path("scoreboard")
-
-
-@pytest.fixture(scope="module")
-def results(report: Path) -> dict[str, Any]:
-    return dict(json.loads((report / "results.json").read_text()))
-
-
-@pytest.fixture(scope="module")
-def figures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f["id"]: f for f in results["figures"]}
-
-
-@pytest.fixture(scope="module")
-def rows(report: Path) -> Rows:
-    with (report / "requests.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_quick_report_is_a_readable_record_with_utilitys_targets(report: Path, results: dict[str, Any]) -> None:

@@ -3,8 +3,6 @@ gates recomputed from requests.csv; small pieces on their own."""
 
 from __future__ import annotations
 
-import csv
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -36,22 +34,6 @@ FIGURES = {"fig2c", "fig2c-burst", "fig4", "fig4-points", "fig3", "fig2a", "fig2
 def report(quick_reports: QuickReports) -> Path:
     """The session's ``--quick`` report (tests/experiments/conftest.py), made with ``--seed 2``."""
     return quick_reports.path("semantic")
-
-
-@pytest.fixture(scope="module")
-def results(report: Path) -> dict[str, Any]:
-    return dict(json.loads((report / "results.json").read_text()))
-
-
-@pytest.fixture(scope="module")
-def figures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f["id"]: f for f in results["figures"]}
-
-
-@pytest.fixture(scope="module")
-def rows(report: Path) -> list[dict[str, str]]:
-    with (report / "requests.csv").open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _level(row: dict[str, str]) -> int:
