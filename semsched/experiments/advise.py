@@ -34,7 +34,7 @@ import numpy as np
 from semsched.core.errors import SemschedError
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS, TierSpec
-from semsched.experiments.scoreboard import priced_with
+from semsched.experiments.scoreboard import priced_with, window
 from semsched.experiments.tiers import at_rate, measure_capacity
 from semsched.metrics.goodput import TIER_WEIGHTS, tier_attainment, tier_weighted_goodput
 from semsched.policies import POLICIES
@@ -217,17 +217,11 @@ def windows(settings: AdviseSettings) -> list[Workload]:
 
 
 def _window(whole: Workload, seed: int, settings: AdviseSettings) -> Workload:
-    n = len(whole)
-    if n < MIN_REQUESTS:
-        raise AdviseError(f"--workload: {whole.name!r} has {n} requests; advise needs at least {MIN_REQUESTS} "
-                          "to tell policies apart")
-    if n <= settings.requests:
-        return whole
-    span = n - settings.requests
-    start = 0 if settings.seeds == 1 else round(seed * span / (settings.seeds - 1))
-    times = whole.arrival_time_s
-    end_s = times[start + settings.requests] if start + settings.requests < n else math.inf
-    return whole.slice_time(float(times[start]), float(end_s))
+    """Seed ``seed``'s window: the scoreboard's (:func:`semsched.experiments.scoreboard.window`)."""
+    if len(whole) < MIN_REQUESTS:
+        raise AdviseError(f"--workload: {whole.name!r} has {len(whole)} requests; advise needs at least "
+                          f"{MIN_REQUESTS} to tell policies apart")
+    return window(whole, seed, settings.requests, settings.seeds)
 
 
 def _check_servable(workload: Workload, cluster: ClusterSpec) -> None:
@@ -343,8 +337,8 @@ def advise(settings: AdviseSettings, runner: PointRunner | None = None, progress
     if length is not None and any(w.prompt_text is None for w in seeds) and spec_reads_text(length):
         raise AdviseError(f"--predictor: {length.spec}: workload {settings.workload!r} carries no prompt texts "
                           "for this predictor; length=input-length or length=histogram need none")
-    for window in seeds:
-        _check_servable(window, cluster)
+    for part in seeds:
+        _check_servable(part, cluster)
     capacity = measure_capacity(seeds[0], settings.workload, 0, cluster).requests_per_s
     if not (math.isfinite(capacity) and capacity > 0):
         raise AdviseError(f"--workload: the capacity of {settings.workload!r} on this cluster could not be "
