@@ -6,7 +6,8 @@ Every PromQL expression of the dashboard (panel targets, nested rows included, a
 label names of their selectors. The exported series are the samples of the gateway's :class:`GatewayMetrics`
 registry and the engine adapter's :class:`AdapterMetrics` (a counter ``x`` exports ``x_total``, a histogram
 ``x_bucket``, ``x_sum`` and ``x_count``), read from ``registry.collect()`` after one child of every labelled
-family is made, so that each family shows its samples and their labels.
+family is made, so that each family shows its samples and their labels. A name that is not a series is refused,
+with the series of its family as a hint (``x`` for ``x_total``).
 
 deploy/grafana/fleet-panels.json holds the row "fleet", whose series other branches of issue 32 add: its names
 are checked against :data:`EXPECTED_NEW`, and :func:`test_fleet_panels_wait_for_their_series` turns from an
@@ -192,6 +193,24 @@ def exported_series() -> dict[str, frozenset[str]]:
     return {name: frozenset(labels) for name, labels in series.items()}
 
 
+SAMPLE_SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
+
+
+def family_of(name: str) -> str:
+    """The metric family a sample name belongs to: the name less a histogram's or a counter's suffix."""
+    for suffix in SAMPLE_SUFFIXES:
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
+
+
+def _hint(name: str, exported: dict[str, frozenset[str]]) -> str:
+    """The series of the same family, for a name that is not one (``x`` for ``x_total``, a histogram's name)."""
+    family = family_of(name)
+    siblings = sorted(n for n in exported if family_of(n) == family and not n.endswith("_created"))
+    return f" (its family exports {', '.join(siblings)})" if siblings else ""
+
+
 def problems(document: dict[str, Any], exported: dict[str, frozenset[str]],
              allowed_missing: frozenset[str] = frozenset()) -> list[str]:
     """What a dashboard names that is not exported: unknown series (except ``allowed_missing``), and label names
@@ -204,7 +223,8 @@ def problems(document: dict[str, Any], exported: dict[str, frozenset[str]],
         for selector in parsed:
             if selector.metric not in exported:
                 if selector.metric not in allowed_missing:
-                    found.append(f"{where}: {selector.metric} is not a series semsched exports")
+                    found.append(f"{where}: {selector.metric} is not a series semsched exports"
+                                 f"{_hint(selector.metric, exported)}")
                 continue
             unknown = selector.labels - exported[selector.metric] - TARGET_LABELS
             if unknown:
@@ -254,7 +274,9 @@ def test_the_checker_refuses_a_series_that_is_not_exported(exported: dict[str, f
     assert len(found) == 4, found
     assert "semsched_gateway_request_total is not a series" in found[0]
     assert "semsched_gateway_requests is not a series" in found[1]
+    assert "its family exports semsched_gateway_requests_total" in found[1]
     assert "semsched_gateway_ttft_seconds is not a series" in found[2]
+    assert "semsched_gateway_ttft_seconds_bucket" in found[2]
     assert "semsched_queue_depth has no label tier" in found[3]
 
 
