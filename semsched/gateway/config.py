@@ -295,7 +295,7 @@ class GatewayConfig(_Strict):
             self._admin_key = secret_from_file("admin_key_file", self.admin_key_file)
         return self
 
-    def keys(self) -> dict[str, ApiKeyConfig]:
+    def client_keys(self) -> dict[str, ApiKeyConfig]:
         """Every client API key -> its entry: api_keys (a ``key_env`` entry under its variable's value) and
         keys_file, read when the file was."""
         return self._keys
@@ -365,7 +365,8 @@ def parse_config(document: object, *, source: str = "gateway config") -> Gateway
     used = [("default_tier", config.default_tier)]
     used += [(f"api_keys.{key}.tier", entry.tier) for key, entry in config.api_keys.items()]
     inline = set(config.api_keys.values())
-    used += [(f"keys_file: key {redact_key(key)}: tier", entry.tier) for key, entry in config.keys().items()
+    used += [(f"keys_file: key {redact_key(key)}: tier", entry.tier)
+             for key, entry in config.client_keys().items()
              if entry not in inline]
     used += [(f"admission.max_queued.{tier}", tier) for tier in config.admission.max_queued]
     for field, tier in used:
@@ -401,7 +402,8 @@ def redact_key(secret: str) -> str:
 def shown_settings(config: GatewayConfig) -> dict[str, Any]:
     """The settings in force as ``--check`` prints them, every key redacted (:func:`redact_key`)."""
     settings = config.model_dump(mode="json")
-    settings["api_keys"] = {redact_key(key): entry.model_dump(mode="json") for key, entry in config.keys().items()}
+    settings["api_keys"] = {redact_key(key): entry.model_dump(mode="json")
+                            for key, entry in config.client_keys().items()}
     for backend, model in zip(settings["backends"], config.backends, strict=True):
         if model.bearer:
             backend["api_key"] = redact_key(model.bearer)
@@ -412,7 +414,7 @@ def config_version(config: GatewayConfig) -> str:
     """A short hash of the settings in force, the keys read from files and variables included: what ``/health``
     names (it changes with any setting or key, and reveals none)."""
     digest = hashlib.sha256(config.model_dump_json().encode())
-    for key in sorted(config.keys()):
+    for key in sorted(config.client_keys()):
         digest.update(b"\0" + key.encode())
     for backend in config.backends:
         digest.update(b"\0" + (backend.bearer or "").encode())
