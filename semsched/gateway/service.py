@@ -599,6 +599,16 @@ class Gateway:
             if call.outcome == "streaming":
                 call.outcome = "cancelled"
             raise
+        finally:
+            if call.span is not None:  # the server span ends with the last body message: before _finish
+                self._span_outcome(call, call.backend.name if call.backend is not None else "-")
+
+    @staticmethod
+    def _span_outcome(call: Call, backend: str) -> None:
+        """The request's tier, tenant, backend and outcome on its server span, while that is open."""
+        if call.span.is_recording():
+            call.span.set_attributes({"semsched.tier": call.tier, "semsched.tenant": call.request.client or "",
+                                      "semsched.backend": backend, "semsched.outcome": call.outcome})
 
     def _relay_block(self, call: Call, block: bytes) -> bytes:
         """Whole events as they came; only a block that may hold the end, the usage or an event to leave out is
@@ -674,8 +684,7 @@ class Gateway:
         log_access(call.path, call.status, tier, call.outcome, call.client_id, backend=backend_name,
                     tokens=call.output_tokens, ttft_s=ttft, e2e_s=now - request.arrival_time_s)
         if call.span is not None:
-            call.span.set_attributes({"semsched.tier": tier, "semsched.tenant": request.client or "",
-                                      "semsched.backend": backend_name, "semsched.outcome": call.outcome})
+            self._span_outcome(call, backend_name)
         if ok and call.text:
             self.classifier.observe(call.text, request.prompt_tokens, call.output_tokens)
         self.metrics.shed_level.set(self.admission.shed_level)
