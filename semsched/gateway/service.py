@@ -415,8 +415,8 @@ class Gateway:
             self.dispatcher.release(backend, call.request)
             log.info("request %s moved off %s (%s), attempt %d", call.request.request_id, backend.name, cause,
                      attempt + 1)
-            if len(tried) >= len(self.pool.backends):
-                tried.clear()  # every backend failed once: any may be tried again
+            if tried >= {b.index for b in self.pool.active()}:
+                tried.clear()  # every backend failed once: any may be tried again (drained ones aside)
         raise DispatchRefused(503, "no_backend", f"no backend could serve the request in "
                                                  f"{self.config.routing.max_attempts} attempts ({last_error})")
 
