@@ -202,7 +202,8 @@ class Gateway:
         return []
 
     def _backend_changed(self, backend: Backend, healthy: bool) -> None:
-        self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(healthy))
+        if not backend.draining:  # (a drained one's name may be its replacement's)
+            self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(healthy))
         if not healthy:
             for call in list(self._unstarted[backend.index].values()):
                 call.moved = True
