@@ -238,3 +238,28 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_request_waiting_for_a_slot_goes_to_a_backend_a_reload_adds(tmp_path: Path) -> None:
+    busy, added = fake_openai_app(token_delay_s=0.5), fake_openai_app()
+    path = tmp_path / "gateway.yaml"
+    with running_app(busy) as busy_url, running_app(added) as added_url:
+        path.write_text(yaml.safe_dump({"backends": [{"name": "b0", "url": busy_url, "max_inflight": 1}],
+                                        "routing": FAST_HEALTH, "admin_key_env": ADMIN_ENV}))
+        with _reloadable(path) as (gateway, _):
+            results: list[tuple[int, list[str]]] = []
+            threads = [threading.Thread(target=_stream, args=(gateway, results)) for _ in range(2)]
+            threads[0].start()
+            wait_for(lambda: busy.state.in_flight == 1)
+            threads[1].start()
+            wait_for(lambda: metric(gateway, "semsched_gateway_queue_depth") == 1)  # no slot: it waits
+            path.write_text(yaml.safe_dump({"backends": [{"name": "b0", "url": busy_url, "max_inflight": 1},
+                                                         {"name": "b1", "url": added_url}],
+                                            "routing": FAST_HEALTH, "admin_key_env": ADMIN_ENV}))
+            assert _reload(gateway).json()["added"] == ["b1"]
+            wait_for(lambda: len(added.state.calls) == 1)  # served by the new backend, b0 still busy
+            assert busy.state.in_flight == 1 and len(busy.state.calls) == 1
+            busy.state.token_delay_s = 0.0
+            for thread in threads:
+                thread.join(timeout=30)
+            assert len(results) == 2 and all(status == 200 and _whole(events) for status, events in results)
