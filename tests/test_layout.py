@@ -74,6 +74,7 @@ GATEWAY_ALLOWED = (
     "numpy", "yaml", "aiohttp", "httpx", "fastapi", "starlette", "pydantic", "prometheus_client", "uvicorn",
     "tokenizers", "semsched.core", "semsched.policies", "semsched.latency", "semsched.predict",
     "semsched.sim.router", "semsched.vllm.xargs", "semsched.gateway",
+    "opentelemetry",  # tracing (issue 32)
 )
 
 

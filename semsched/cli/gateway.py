@@ -1,5 +1,6 @@
 """``semsched gateway --config gateway.yaml``: the OpenAI-compatible front door (``semsched.gateway``), served
-with uvicorn. ``--check`` only reads and checks the file (and loads its models) and prints the settings in force.
+with uvicorn. ``--check`` only reads and checks the file (and loads its models) and prints the settings in force
+(keys redacted). While it serves, SIGHUP re-reads the file (:mod:`semsched.gateway.reload`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     config = config.model_copy(update=updates)
     from semsched.gateway.app import create_app
 
-    app = create_app(config)  # builds every part: a bad model or router fails here, before serving
+    # builds every part: a bad model or router fails here, before serving; SIGHUP re-reads the file
+    app = create_app(config, config_path=args.config, handle_sighup=not args.check)
+    app.state.gateway.overrides = updates
     if args.check:
         from semsched.gateway.config import shown_settings
 

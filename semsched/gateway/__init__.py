@@ -26,4 +26,7 @@ the simulator's event loop, the calibration lab, the experiments or vLLM itself 
   once its first token is in hand, and one that breaks later ends with an error event; accounting and one
   access-log line once per request however it ends; a request not served misses every target.
 * ``metrics``: the ``semsched_gateway_*`` Prometheus families. ``app``: the FastAPI routes.
+* ``reload``: SIGHUP and ``POST /admin/reload`` re-read the file; a bad one is refused, a good one swapped in
+  whole; backends added, drained, replaced (indices never reused). ``tracing``: OpenTelemetry spans (off by
+  default). ``outliers``: a backend whose TTFT p90 is far over the others' leaves the pool for a cool-down.
 """

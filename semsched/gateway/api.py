@@ -153,7 +153,7 @@ def identify(config: GatewayConfig, headers: dict[str, str]) -> Identity:
     trusted), else ``default_tier``. Raises :class:`EdgeError` (401 unknown key, 400 unknown tier)."""
     auth = headers.get("authorization", "")
     key = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-    entry: ApiKeyConfig | None = config.api_keys.get(key) if key else None
+    entry: ApiKeyConfig | None = config.client_keys().get(key) if key else None
     if entry is not None:
         return Identity(tier=entry.tier, tenant=entry.tenant)
     if config.require_api_key:

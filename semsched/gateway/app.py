@@ -2,17 +2,21 @@
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``,
 ``GET /health`` (200 while any backend is in the pool, else 503, with each backend's state), ``GET /metrics``
-(Prometheus). Request bodies are declared with the pydantic models of :mod:`semsched.gateway.api`, so the OpenAPI
-schema (``/openapi.json``) describes them; the handlers read the raw body themselves (a field the gateway does
-not know is passed on as sent) and answer a bad one with a 400 naming the field. An exception in one request's
-handling is answered 500 for that request alone and logged; the server goes on.
+(Prometheus), ``POST /admin/reload`` (re-read the configuration file: :mod:`semsched.gateway.reload`; behind
+the admin key, 404 while none is configured). Request bodies are declared with the pydantic models of
+:mod:`semsched.gateway.api`, so the OpenAPI schema (``/openapi.json``) describes them; the handlers read the
+raw body themselves (a field the gateway does not know is passed on as sent) and answer a bad one with a 400
+naming the field. An exception in one request's handling is answered 500 for that request alone and logged; the
+server goes on.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import Body, FastAPI
@@ -20,10 +24,11 @@ from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as HttpRequest
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from semsched.gateway.api import ChatBody, CompletionBody, error_response
 from semsched.gateway.config import GatewayConfig
+from semsched.gateway.reload import install_sighup, reload_config, remove_sighup
 from semsched.gateway.service import Gateway, log_access, request_id_for
 
 log = logging.getLogger("semsched.gateway")
@@ -79,22 +84,45 @@ def _body_error(content_type: str | None, first: Any) -> tuple[str, str]:
     return f"{where}: {first['msg']}", where
 
 
-def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI:
-    """The ASGI app serving ``config`` (``gateway``: a prepared one, for tests)."""
-    service = gateway if gateway is not None else Gateway(config)
+def admin_refusal(admin_key: str | None, authorization: str | None) -> Response | None:
+    """None when ``authorization`` carries the admin key (``Bearer KEY``), else the answer: 404 while no admin
+    key is configured (the admin routes are off), 401 without a key, 403 with a wrong one."""
+    if admin_key is None:
+        return error_response(404, "the admin routes are off: set admin_key_env or admin_key_file in the "
+                                   "gateway's configuration (or reload with SIGHUP)")
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return error_response(401, "authorization: the admin key is required (Authorization: Bearer KEY)",
+                              param="authorization")
+    if not hmac.compare_digest(given.strip().encode(), admin_key.encode()):
+        return error_response(403, "authorization: not the admin key", param="authorization")
+    return None
+
+
+def create_app(config: GatewayConfig, gateway: Gateway | None = None, *, config_path: str | Path | None = None,
+               handle_sighup: bool = False) -> FastAPI:
+    """The ASGI app serving ``config`` (``gateway``: a prepared one, for tests); ``config_path``: the file a
+    reload re-reads; ``handle_sighup``: reload on SIGHUP (the server runs in the main thread)."""
+    service = gateway if gateway is not None else Gateway(config, config_path=config_path)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await service.start()
+        if handle_sighup and not install_sighup(service):
+            log.warning("SIGHUP cannot be handled here (not the main thread): reload with POST /admin/reload")
         try:
             yield
         finally:
+            if handle_sighup:
+                remove_sighup()
             await service.stop()
 
     app = FastAPI(title="semsched gateway", version="1", lifespan=lifespan,
                   description="OpenAI-compatible front door: classification, admission, routing (semsched)")
     app.state.gateway = service
     app.add_middleware(BodyLimit, limit=config.admission.max_body_bytes)
+    if service.tracing is not None:
+        service.tracing.instrument(app)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: HttpRequest, error: RequestValidationError) -> Response:
@@ -139,5 +167,13 @@ def create_app(config: GatewayConfig, gateway: Gateway | None = None) -> FastAPI
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/admin/reload", responses={400: {}, 401: {}, 403: {}, 404: {}})
+    async def admin_reload(request: HttpRequest) -> Response:
+        refusal = admin_refusal(service.config.admin_key(), request.headers.get("authorization"))
+        if refusal is not None:
+            return refusal
+        result = reload_config(service)
+        return JSONResponse(result.as_dict(), status_code=400 if result.outcome == "refused" else 200)
 
     return app

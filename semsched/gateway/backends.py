@@ -58,6 +58,14 @@ class Backend:
     reported_waiting: int = 0
     kv_usage: float | None = None
     last_error: str | None = None
+    draining: bool = False  # removed by a reload: takes no new request; retired once its last one ends
+    retired: bool = False  # drained: no longer polled; its index is never reused (routers keep it)
+    ejected_until: float | None = None  # out of the pool until then (gateway clock): a TTFT outlier
+
+    @property
+    def in_pool(self) -> bool:
+        """Whether new requests may go here: healthy, not draining, not ejected."""
+        return self.healthy and not self.draining and self.ejected_until is None
 
     @property
     def name(self) -> str:
@@ -74,7 +82,7 @@ class Backend:
         return limit is None or self.load == 0 or self.load + weight <= limit
 
     def available(self, weight: int = 1) -> bool:
-        return self.healthy and self.fits(weight)
+        return self.in_pool and self.fits(weight)
 
     def mark_failed(self, error: str, threshold: int) -> bool:
         """One failed check or refused connection; True when this takes the backend out of the pool."""
@@ -126,6 +134,8 @@ class BackendView:
     @property
     def num_waiting(self) -> int:
         b = self._backend
+        if b.draining:  # gone for good: looks full, so that load-reading routers choose it last
+            return 1 << 30
         return max(len(b.inflight) - len(b.started), b.reported_waiting)
 
     @property
@@ -136,6 +146,8 @@ class BackendView:
     @property
     def num_unfinished(self) -> int:
         b = self._backend
+        if b.draining:
+            return 1 << 30
         return max(len(b.inflight), b.reported_running + b.reported_waiting)
 
     @property
@@ -145,6 +157,8 @@ class BackendView:
     @property
     def num_free_gpu_blocks(self) -> int:
         usage = self._backend.kv_usage
+        if self._backend.draining:
+            return 0
         return NOMINAL_BLOCKS if usage is None else round(NOMINAL_BLOCKS * (1.0 - usage))
 
     @property
@@ -172,7 +186,19 @@ class BackendPool:
         return [BackendView(b) for b in self.backends]
 
     def healthy(self) -> list[Backend]:
-        return [b for b in self.backends if b.healthy]
+        """The backends in the pool (healthy, neither draining nor ejected)."""
+        return [b for b in self.backends if b.in_pool]
+
+    def active(self) -> list[Backend]:
+        """The backends of the configuration in force (not draining): what ``/health`` lists."""
+        return [b for b in self.backends if not b.draining]
+
+    def add(self, config: BackendConfig) -> Backend:
+        """A new backend at the next index (indices are never reused: routers keep them); healthy until a check
+        fails, like the first ones. The caller polls it (:meth:`check`)."""
+        backend = Backend(len(self.backends), config)
+        self.backends.append(backend)
+        return backend
 
     def report_failure(self, backend: Backend, error: str) -> None:
         """A request could not reach ``backend`` (refused, reset before a response): counts as a failed check."""
@@ -201,7 +227,7 @@ class BackendPool:
     async def _every(self, interval_s: float, action: Callable[[Backend], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            await asyncio.gather(*(action(b) for b in self.backends))
+            await asyncio.gather(*(action(b) for b in self.backends if not b.retired))
 
     async def check(self, backend: Backend) -> None:
         """Poll ``/health``; a 200 counts as healthy, anything else (or no answer) as a failure."""
@@ -236,5 +262,5 @@ class BackendPool:
 
 
 def _auth(backend: Backend) -> dict[str, str]:
-    key = backend.config.api_key
+    key = backend.config.bearer
     return {"authorization": f"Bearer {key}"} if key else {}

@@ -8,12 +8,21 @@ with every field and its default is ``docs/gateway.md``; :func:`example_config` 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from semsched.core.errors import SemschedError
 from semsched.core.tiers import DEFAULT_TIERS, TierSpec, tier_index
@@ -21,6 +30,29 @@ from semsched.core.tiers import DEFAULT_TIERS, TierSpec, tier_index
 
 class GatewayConfigError(SemschedError):
     """A gateway configuration that cannot be used; the message names the field and the limit."""
+
+
+#: what an environment variable's name may be (``api_key_env``, ``key_env``, ``admin_key_env``)
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def secret_from_env(field: str, name: str) -> str:
+    """The value of environment variable ``name`` (named by ``field``); ValueError if it is unset or empty."""
+    value = os.environ.get(name, "")
+    if not value:
+        raise ValueError(f"{field}: environment variable {name} is {'empty' if name in os.environ else 'not set'}")
+    return value
+
+
+def secret_from_file(field: str, path: str) -> str:
+    """The first line of the file at ``path`` (named by ``field``), stripped; ValueError if unreadable or empty."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{field}: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    if not value or not value[0].strip():
+        raise ValueError(f"{field}: {path} is empty")
+    return value[0].strip()
 
 
 class _Strict(BaseModel):
@@ -42,7 +74,11 @@ class BackendConfig(_Strict):
                     "(semsched.vllm.Scheduler, vLLM's --scheduling-policy priority); vLLM 0.32's default FCFS "
                     "scheduler accepts and ignores it. false: the field is removed, whatever the client sent "
                     "(for a server that refuses it)")
-    api_key: str | None = Field(default=None, description="sent as `Authorization: Bearer ...` to this server")
+    api_key: str | None = Field(default=None, description="sent as `Authorization: Bearer ...` to this server "
+                                                          "(prefer api_key_env: no secret in the file)")
+    api_key_env: str | None = Field(default=None, pattern=ENV_NAME,
+                                    description="the environment variable holding api_key")
+    _key: str | None = PrivateAttr(default=None)
 
     @field_validator("url")
     @classmethod
@@ -52,6 +88,18 @@ class BackendConfig(_Strict):
             raise ValueError(f"must be an http(s) URL with a host (got {value!r})")
         return value.rstrip("/").removesuffix("/v1")
 
+    @model_validator(mode="after")
+    def _secret(self) -> BackendConfig:
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("api_key_env: give api_key or api_key_env, not both")
+        self._key = self.api_key if self.api_key_env is None else secret_from_env("api_key_env", self.api_key_env)
+        return self
+
+    @property
+    def bearer(self) -> str | None:
+        """The key sent to this server (api_key, or the value of api_key_env when the file was read)."""
+        return self._key
+
 
 class ApiKeyConfig(_Strict):
     """What a client's API key stands for."""
@@ -60,6 +108,9 @@ class ApiKeyConfig(_Strict):
     tenant: str | None = Field(default=None, max_length=128,
                                description="who the client is: the request's client (Request.client), for "
                                            "per-client fairness policies")
+    key_env: str | None = Field(default=None, pattern=ENV_NAME,
+                                description="the environment variable holding the key; the map's key is then "
+                                            "only a label")
 
 
 class ClassifierConfig(_Strict):
@@ -121,6 +172,44 @@ class AdmissionConfig(_Strict):
                                    "that many against max_inflight and the queue bounds")
 
 
+class OutlierEjectionConfig(_Strict):
+    """A backend much slower than the rest leaves the pool for a while (:mod:`semsched.gateway.outliers`)."""
+
+    enabled: bool = Field(default=False, description="judge the backends' TTFTs and eject outliers")
+    window: int = Field(default=50, ge=5, le=10_000,
+                        description="the last requests per backend whose TTFT (dispatch to first token, streams) "
+                                    "is judged")
+    min_requests: int = Field(default=20, ge=5, le=10_000,
+                              description="requests a backend needs in its window to be judged or compared with")
+    factor: float = Field(default=3.0, gt=1, le=1000,
+                          description="ejected when its TTFT p90 is over factor x the median of the other "
+                                      "backends' p90s")
+    cooldown_s: float = Field(default=30.0, gt=0, le=86_400, description="how long an ejected backend stays out")
+    max_ejected_fraction: float = Field(default=0.5, gt=0, le=1,
+                                        description="backends out by ejection at once at most (at least one; the "
+                                                    "last backend in the pool is never ejected)")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> OutlierEjectionConfig:
+        if self.min_requests > self.window:
+            raise ValueError(f"min_requests: at most window ({self.window}; got {self.min_requests})")
+        return self
+
+
+class TracingConfig(_Strict):
+    """OpenTelemetry spans of each request (:mod:`semsched.gateway.tracing`); off by default."""
+
+    exporter: Literal["none", "console", "otlp"] = Field(default="none",
+        description="`none` (no tracing, no cost), `console` (spans printed as JSON) or `otlp` (OTLP/HTTP)")
+    endpoint: str | None = Field(default=None,
+        description="for otlp: the collector's traces URL (default: OTEL_EXPORTER_OTLP_ENDPOINT, else "
+                    "http://localhost:4318/v1/traces)")
+    service_name: str = Field(default="semsched-gateway", min_length=1, max_length=128)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1,
+                                description="share of new traces recorded; a request with a sampled "
+                                            "`traceparent` is always recorded")
+
+
 class RoutingConfig(_Strict):
     """How a backend is chosen."""
 
@@ -144,6 +233,7 @@ class RoutingConfig(_Strict):
                                           "refused, backend gone)")
     connect_timeout_s: float = Field(default=5.0, gt=0, le=600,
                                      description="longest wait to connect to a backend for a request")
+    outlier_ejection: OutlierEjectionConfig = OutlierEjectionConfig()
 
 
 class GatewayConfig(_Strict):
@@ -166,6 +256,14 @@ class GatewayConfig(_Strict):
     classifier: ClassifierConfig = ClassifierConfig()
     admission: AdmissionConfig = AdmissionConfig()
     routing: RoutingConfig = RoutingConfig()
+    keys_file: str | None = Field(default=None,
+        description="a YAML file of more API keys, the shape of api_keys (re-read by a reload)")
+    admin_key_env: str | None = Field(default=None, pattern=ENV_NAME,
+                                      description="the environment variable holding the key of /admin/reload")
+    admin_key_file: str | None = Field(default=None, description="a file whose first line is that key")
+    tracing: TracingConfig = TracingConfig()
+    _keys: dict[str, ApiKeyConfig] = PrivateAttr(default_factory=dict)
+    _admin_key: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _unique_backends(self) -> GatewayConfig:
@@ -175,6 +273,37 @@ class GatewayConfig(_Strict):
             raise ValueError(f"backends: names must be unique (repeated: {', '.join(duplicates)})")
         return self
 
+    @model_validator(mode="after")
+    def _secrets(self) -> GatewayConfig:
+        keys: dict[str, ApiKeyConfig] = {}
+        for label, entry in self.api_keys.items():
+            key = label if entry.key_env is None else secret_from_env(f"api_keys.{label}.key_env", entry.key_env)
+            if key in keys:
+                raise ValueError(f"api_keys.{label}: the same key as another entry")
+            keys[key] = entry
+        if self.keys_file is not None:
+            for key, entry in _read_keys_file(self.keys_file).items():
+                if key in keys:
+                    raise ValueError(f"keys_file: key {redact_key(key)} is also in api_keys")
+                keys[key] = entry
+        self._keys = keys
+        if self.admin_key_env is not None and self.admin_key_file is not None:
+            raise ValueError("admin_key_file: give admin_key_env or admin_key_file, not both")
+        if self.admin_key_env is not None:
+            self._admin_key = secret_from_env("admin_key_env", self.admin_key_env)
+        elif self.admin_key_file is not None:
+            self._admin_key = secret_from_file("admin_key_file", self.admin_key_file)
+        return self
+
+    def client_keys(self) -> dict[str, ApiKeyConfig]:
+        """Every client API key -> its entry: api_keys (a ``key_env`` entry under its variable's value) and
+        keys_file, read when the file was."""
+        return self._keys
+
+    def admin_key(self) -> str | None:
+        """The key of the admin routes (None: they are off)."""
+        return self._admin_key
+
     def tiers(self) -> tuple[TierSpec, ...]:
         """The tier table in force (checked against every tier name the file uses by :func:`load_config`)."""
         if self.tier_table is None:
@@ -182,6 +311,31 @@ class GatewayConfig(_Strict):
         from semsched.policies.tier_table import load_tier_table
 
         return load_tier_table(self.tier_table)
+
+
+def _read_keys_file(path: str) -> dict[str, ApiKeyConfig]:
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"keys_file: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"keys_file: {path} is not valid YAML ({error})") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise ValueError(f"keys_file: {path} must map each key to {{tier, tenant}} "
+                         f"(got {type(document).__name__})")
+    keys: dict[str, ApiKeyConfig] = {}
+    for label, entry in document.items():
+        where = f"keys_file: {path}: key {redact_key(str(label))}"
+        try:
+            parsed = ApiKeyConfig.model_validate(entry)
+        except ValidationError as error:
+            first = error.errors()[0]
+            raise ValueError(f"{where}: {_location(tuple(first['loc']))}: {first['msg']}") from None
+        key = str(label) if parsed.key_env is None else secret_from_env(f"{where}: key_env", parsed.key_env)
+        keys[key] = parsed
+    return keys
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -201,7 +355,8 @@ def parse_config(document: object, *, source: str = "gateway config") -> Gateway
         first = error.errors()[0]
         more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
         message = str(first["msg"]).removeprefix("Value error, ")
-        raise GatewayConfigError(f"{source}: {_location(tuple(first['loc']))}: {message}{more}") from None
+        where = f"{_location(tuple(first['loc']))}: " if first["loc"] else ""  # (a message of the whole names it)
+        raise GatewayConfigError(f"{source}: {where}{message}{more}") from None
     try:
         names = tier_index(config.tiers())
     except SemschedError as error:
@@ -209,6 +364,10 @@ def parse_config(document: object, *, source: str = "gateway config") -> Gateway
     known = {name.lower() for name in names}
     used = [("default_tier", config.default_tier)]
     used += [(f"api_keys.{key}.tier", entry.tier) for key, entry in config.api_keys.items()]
+    inline = set(config.api_keys.values())
+    used += [(f"keys_file: key {redact_key(key)}: tier", entry.tier)
+             for key, entry in config.client_keys().items()
+             if entry not in inline]
     used += [(f"admission.max_queued.{tier}", tier) for tier in config.admission.max_queued]
     for field, tier in used:
         if tier.lower() not in known:
@@ -243,11 +402,24 @@ def redact_key(secret: str) -> str:
 def shown_settings(config: GatewayConfig) -> dict[str, Any]:
     """The settings in force as ``--check`` prints them, every key redacted (:func:`redact_key`)."""
     settings = config.model_dump(mode="json")
-    settings["api_keys"] = {redact_key(key): entry for key, entry in settings["api_keys"].items()}
-    for backend in settings["backends"]:
-        if backend.get("api_key"):
-            backend["api_key"] = redact_key(backend["api_key"])
+    settings["api_keys"] = {redact_key(key): entry.model_dump(mode="json")
+                            for key, entry in config.client_keys().items()}
+    for backend, model in zip(settings["backends"], config.backends, strict=True):
+        if model.bearer:
+            backend["api_key"] = redact_key(model.bearer)
     return settings
+
+
+def config_version(config: GatewayConfig) -> str:
+    """A short hash of the settings in force, the keys read from files and variables included: what ``/health``
+    names (it changes with any setting or key, and reveals none)."""
+    digest = hashlib.sha256(config.model_dump_json().encode())
+    for key in sorted(config.client_keys()):
+        digest.update(b"\0" + key.encode())
+    for backend in config.backends:
+        digest.update(b"\0" + (backend.bearer or "").encode())
+    digest.update(b"\0" + (config.admin_key() or "").encode())
+    return digest.hexdigest()[:12]
 
 
 def example_config(urls: list[str]) -> dict[str, Any]:

@@ -74,6 +74,13 @@ class Dispatcher:
         self._seq = itertools.count()
         self.queued: Counter[str] = Counter()
         self._limits = {tier.lower(): limit for tier, limit in admission.max_queued.items()}
+        self.on_drained: Callable[[Backend], None] | None = None  # a draining backend's last request ended
+        self.tracer: Any = None  # an OpenTelemetry tracer: a wait for a slot is a `queue` span
+
+    def configure(self, routing: RoutingConfig, admission: AdmissionConfig) -> None:
+        """Take a reloaded configuration's queue bounds and timeouts (the router and its profile stay)."""
+        self.routing, self.admission = routing, admission
+        self._limits = {tier.lower(): limit for tier, limit in admission.max_queued.items()}
 
     # ---- choosing --------------------------------------------------------------------------------------------
     def _choose(self, request: Request, exclude: frozenset[int], weight: int) -> tuple[Backend, str] | None:
@@ -89,7 +96,7 @@ class Dispatcher:
         if chosen in eligible:
             return chosen, "retry" if exclude else "chosen"
         after = [b for b in eligible if b.index > choice] or eligible
-        fallback = after[0]
+        fallback = after[0] if not chosen.draining else min(eligible, key=lambda b: (b.load, b.index))
         self._move_books(request, chosen, fallback)
         return fallback, "fallback"
 
@@ -115,7 +122,7 @@ class Dispatcher:
                       weight: int = 1) -> Backend:
         """A backend with room for ``request`` of ``weight`` (taken: call :meth:`release`), now or after a wait.
         Raises :class:`DispatchRefused`."""
-        if not any(b.healthy and b.index not in exclude for b in self.pool.backends):
+        if not any(b.in_pool and b.index not in exclude for b in self.pool.backends):
             raise DispatchRefused(503, "no_backend", "no healthy backend: every server behind the gateway is "
                                                      "out of the pool")
         key = (request.priority, request.urgency if request.urgency is not None else 1 << 30, next(self._seq))
@@ -131,6 +138,7 @@ class Dispatcher:
         waiter = _Waiter(key, request, tier, weight, exclude, future)
         heapq.heappush(self._heap, waiter)
         self._count(tier, +weight)
+        span = self.tracer.start_span("queue", attributes={"semsched.tier": tier}) if self.tracer else None
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.admission.queue_timeout_s)
         except TimeoutError:
@@ -143,6 +151,8 @@ class Dispatcher:
                 self.release(future.result(), request)  # granted, but the caller went away meanwhile
             raise
         finally:
+            if span is not None:
+                span.end()
             if not future.done():
                 future.cancel()
             if waiter in self._heap:
@@ -156,6 +166,8 @@ class Dispatcher:
             backend.load -= backend.weights.pop(request.request_id, 1)
         backend.started.discard(request.request_id)
         self.metrics.child(self.metrics.backend_inflight, backend.name).set(len(backend.inflight))
+        if backend.draining and not backend.inflight and self.on_drained is not None:
+            self.on_drained(backend)
         self.pump()
 
     def pump(self) -> None:

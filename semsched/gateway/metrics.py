@@ -3,7 +3,8 @@
 Families (all prefixed ``semsched_gateway_``): requests by tier and outcome, rejections by tier and reason,
 TTFT/TPOT/E2E histograms by tier, SLO outcomes by tier and metric (attainment = met / (met + missed)), routing
 decisions by backend and reason, re-routed attempts, backend health and in-flight gauges, queue depth by tier,
-the shed level, and classifier latency by stage.
+the shed level, classifier latency by stage, configuration reloads by outcome and outlier ejections by
+backend.
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ class GatewayMetrics:
                                     ["stage"], buckets=CLASSIFIER_BUCKETS_S, registry=r)
         self.classifier_timeouts = Counter(p + "classifier_timeouts", "requests sent on without a "
                                            "classification (classifier too slow or failed)", registry=r)
+        self.reloads = Counter(p + "reloads", "configuration reloads (SIGHUP, POST /admin/reload), by outcome "
+                               "(applied, unchanged, refused: the file was bad and the old one is kept)",
+                               ["outcome"], registry=r)
+        self.outlier_ejections = Counter(p + "outlier_ejections", "backends taken out of the pool for a "
+                                         "cool-down as TTFT outliers (routing.outlier_ejection)", ["backend"],
+                                         registry=r)
 
     def initialise(self, tiers: list[str], backends: list[str], router: str) -> None:
         """Create every series the gateway's known labels give, at 0 (``unknown`` stands for tiers the table

@@ -35,6 +35,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -59,9 +61,12 @@ from semsched.gateway.api import (
 )
 from semsched.gateway.backends import Backend, BackendPool
 from semsched.gateway.classify import Classifier, clip
-from semsched.gateway.config import GatewayConfig
+from semsched.gateway.config import GatewayConfig, config_version
 from semsched.gateway.dispatch import Dispatcher, DispatchRefused
 from semsched.gateway.metrics import GatewayMetrics
+from semsched.gateway.outliers import OutlierEjector
+from semsched.gateway.reload import RELOAD_OUTCOMES, ConfigState, retire
+from semsched.gateway.tracing import Tracing
 from semsched.vllm.xargs import parse_request_options
 
 log = logging.getLogger("semsched.gateway")
@@ -107,13 +112,23 @@ class Call:
     path: str = ""
     status: int = 500  # the HTTP status the client got (for the access log); 500 until answered
     weight: int = 1  # sequences it asks for (n, best_of): what it counts for against max_inflight and the queue
+    sent_s: float | None = None  # when its current attempt was dispatched (the backend's TTFT counts from here)
+    span: Any = None  # its server span, when tracing is on
 
 
 class Gateway:
     """The gateway's state and request path (:func:`semsched.gateway.app.create_app` serves it)."""
 
-    def __init__(self, config: GatewayConfig, *, now: Callable[[], float] = time.monotonic) -> None:
-        self.config = config
+    def __init__(self, config: GatewayConfig, *, now: Callable[[], float] = time.monotonic,
+                 config_path: str | Path | None = None, tracing: Tracing | None = None) -> None:
+        self.config = config  # swapped whole by a reload (semsched.gateway.reload): read it per use, never keep it
+        self.config_path = config_path  # what a reload re-reads
+        self.overrides: dict[str, Any] = {}  # settings the command line gave (--host, --port): kept by a reload
+        self.config_state = ConfigState(None if config_path is None else str(config_path), config_version(config))
+        self.config_models = list(config.models)
+        self.started = False
+        self.background: set[asyncio.Future[Any]] = set()
+        self.tracing = tracing if tracing is not None else Tracing.of(config.tracing)
         self.now = now
         self.tiers: tuple[TierSpec, ...] = config.tiers()
         self._tiers = {name.lower(): spec for name, spec in tier_index(self.tiers).items()}
@@ -129,6 +144,11 @@ class Gateway:
         self.models: list[str] = list(config.models)
         self.metrics.initialise([t.name for t in self.tiers], [b.name for b in self.pool.backends],
                                 self.dispatcher.router_name)
+        self.dispatcher.on_drained = lambda backend: retire(self, backend)
+        self.dispatcher.tracer = self.tracing.tracer if self.tracing is not None else None
+        self.outliers = OutlierEjector(self)
+        for outcome in RELOAD_OUTCOMES:
+            self.metrics.child(self.metrics.reloads, outcome)
         for backend in self.pool.backends:
             self.metrics.child(self.metrics.backend_healthy, backend.name).set(1)
 
@@ -141,6 +161,7 @@ class Gateway:
         await self.classifier.start()
         await self.pool.start()
         self._ticker = asyncio.create_task(self._tick())
+        self.started = True
         for backend in self.pool.backends:
             self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(backend.healthy))
         if not self.models:
@@ -153,8 +174,13 @@ class Gateway:
                 await self._ticker
         await self.pool.stop()
         await self.classifier.stop()
+        await self.outliers.stop()
+        for task in list(self.background):
+            task.cancel()
         if self._session is not None:
             await self._session.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
 
     async def _tick(self) -> None:
         """The shed level re-judged without arrivals, so that it decays while the gateway is idle."""
@@ -176,7 +202,8 @@ class Gateway:
         return []
 
     def _backend_changed(self, backend: Backend, healthy: bool) -> None:
-        self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(healthy))
+        if not backend.draining:  # (a drained one's name may be its replacement's)
+            self.metrics.child(self.metrics.backend_healthy, backend.name).set(int(healthy))
         if not healthy:
             for call in list(self._unstarted[backend.index].values()):
                 call.moved = True
@@ -213,6 +240,8 @@ class Gateway:
             log_access(path, error.status, self.tier_label(tier), f"refused ({error.reason})", request_id)
             return error.response()
         call.client_id, call.path = request_id, path
+        if self.tracing is not None:
+            call.span = self.tracing.current()
         reason = self.admission.admit(call.request, self.now(), streamed=call.stream)
         self.metrics.shed_level.set(self.admission.shed_level)
         if reason is not None:
@@ -257,7 +286,9 @@ class Gateway:
                             reason="unauthorized")
         text, counted = prompt_text(body)
         priority = max(tier.priority, options.priority)
-        prediction = await self.classifier.classify(text, counted, priority=priority)
+        classified = self.classifier.classify(text, counted, priority=priority)
+        prediction = await (classified if self.tracing is None else self.tracing.span(
+            "classify", classified, {"semsched.tier": tier.name, "semsched.tenant": tenant or ""}))
         budget = output_budget(body, self.config.admission.max_tokens_default)
         predicted = options.predicted_output or prediction.predicted_output
         if predicted is not None and given_budget(body) is not None:
@@ -356,9 +387,13 @@ class Gateway:
             if remaining <= 0:
                 raise TimeoutError
             async with asyncio.timeout(remaining):
-                backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried),
-                                                        weight=call.weight)
+                acquired = self.dispatcher.acquire(call.request, call.tier, frozenset(tried), weight=call.weight)
+                backend = await (acquired if self.tracing is None else self.tracing.span(
+                    "route", acquired, {"semsched.tier": call.tier, "semsched.attempt": attempt + 1},
+                    result=lambda chosen: {"semsched.backend": chosen.name},
+                    error=lambda exc: getattr(exc, "reason", type(exc).__name__)))
             call.backend = backend
+            call.sent_s = self.now()
             call.alone_mark = backend.dispatched if len(backend.inflight) == 1 else None
             self._unstarted[backend.index][call.request.request_id] = call
             call.moved = False
@@ -381,8 +416,8 @@ class Gateway:
             self.dispatcher.release(backend, call.request)
             log.info("request %s moved off %s (%s), attempt %d", call.request.request_id, backend.name, cause,
                      attempt + 1)
-            if len(tried) >= len(self.pool.backends):
-                tried.clear()  # every backend failed once: any may be tried again
+            if tried >= {b.index for b in self.pool.active()}:
+                tried.clear()  # every backend failed once: any may be tried again (drained ones aside)
         raise DispatchRefused(503, "no_backend", f"no backend could serve the request in "
                                                  f"{self.config.routing.max_attempts} attempts ({last_error})")
 
@@ -397,7 +432,11 @@ class Gateway:
     async def _forward(self, call: Call, backend: Backend) -> Response:
         """One attempt at ``backend``. Everything up to the first token runs as one task, which
         :meth:`_backend_changed` cancels if the backend leaves the pool meanwhile (then :class:`_Moved`)."""
-        attempt = asyncio.ensure_future(self._until_first_token(call, backend))
+        work = self._until_first_token(call, backend)
+        attempt = asyncio.ensure_future(work if self.tracing is None else self.tracing.span(
+            "attempt", work, {"semsched.tier": call.tier, "semsched.backend": backend.name},
+            result=lambda value: {"semsched.outcome": call.outcome if isinstance(value, Response) else "started"},
+            error=lambda exc: _attempt_error(call, exc)))
         call.attempt = attempt
         try:
             result = await attempt
@@ -415,11 +454,17 @@ class Gateway:
         call.outcome, call.status = "streaming", 200
         for line in head:
             self._count_line(call, line)
+        stream_span = None if self.tracing is None else self.tracing.tracer.start_span(
+            "stream", attributes={"semsched.tier": call.tier, "semsched.backend": backend.name})
 
         async def close() -> None:
             upstream.release()
             if call.outcome == "streaming":  # the client left before the stream's end
                 call.outcome = "cancelled"
+            if stream_span is not None:
+                stream_span.set_attributes({"semsched.outcome": call.outcome,
+                                            "semsched.tokens": call.output_tokens})
+                stream_span.end()
             self._finish(call)
 
         return _Relay(self._relay(call, upstream, head), close)
@@ -429,8 +474,11 @@ class Gateway:
         up to the first token."""
         assert self._session is not None
         path = "/v1/chat/completions" if "messages" in call.body else "/v1/completions"
+        headers = {**_auth(backend), "x-request-id": call.client_id}
+        if self.tracing is not None:
+            self.tracing.inject(headers)  # traceparent: the attempt span
         upstream = await self._session.post(backend.url + path, json=self._body_for(call, backend),
-                                            headers={**_auth(backend), "x-request-id": call.client_id})
+                                            headers=headers)
         try:
             if upstream.status != 200:
                 content = await upstream.read()
@@ -484,6 +532,8 @@ class Gateway:
             return
         now = self.now()
         call.first_token_s = now
+        if call.sent_s is not None:
+            self.outliers.observe(backend, now - call.sent_s)
         alone = self._alone(call, backend)
         self.admission.first_token(call.request, now, alone=alone)
         call.alone_mark = backend.dispatched if len(backend.inflight) == 1 else None  # alone from here on?
@@ -550,6 +600,16 @@ class Gateway:
             if call.outcome == "streaming":
                 call.outcome = "cancelled"
             raise
+        finally:
+            if call.span is not None:  # the server span ends with the last body message: before _finish
+                self._span_outcome(call, call.backend.name if call.backend is not None else "-")
+
+    @staticmethod
+    def _span_outcome(call: Call, backend: str) -> None:
+        """The request's tier, tenant, backend and outcome on its server span, while that is open."""
+        if call.span.is_recording():
+            call.span.set_attributes({"semsched.tier": call.tier, "semsched.tenant": call.request.client or "",
+                                      "semsched.backend": backend, "semsched.outcome": call.outcome})
 
     def _relay_block(self, call: Call, block: bytes) -> bytes:
         """Whole events as they came; only a block that may hold the end, the usage or an event to leave out is
@@ -624,6 +684,8 @@ class Gateway:
         self._judge_slos(call, ttft, tpot, e2e)
         log_access(call.path, call.status, tier, call.outcome, call.client_id, backend=backend_name,
                     tokens=call.output_tokens, ttft_s=ttft, e2e_s=now - request.arrival_time_s)
+        if call.span is not None:
+            self._span_outcome(call, backend_name)
         if ok and call.text:
             self.classifier.observe(call.text, request.prompt_tokens, call.output_tokens)
         self.metrics.shed_level.set(self.admission.shed_level)
@@ -644,11 +706,23 @@ class Gateway:
 
     # ---- other routes ----------------------------------------------------------------------------------------
     def health(self) -> JSONResponse:
-        backends = {b.name: {"healthy": b.healthy, "inflight": len(b.inflight), "error": b.last_error}
-                    for b in self.pool.backends}
-        healthy = any(b.healthy for b in self.pool.backends)
-        return JSONResponse({"status": "ok" if healthy else "unavailable", "backends": backends},
+        """200 while any backend is in the pool, else 503; each backend's state (an ejected one: until when),
+        those draining after a reload, and the configuration in force (its version, what waits for a restart)."""
+        backends = {b.name: {"healthy": b.healthy, "inflight": len(b.inflight), "error": b.last_error,
+                             **self._ejection(b)} for b in self.pool.active()}
+        draining = [{"name": b.name, "url": b.url, "inflight": len(b.inflight)} for b in self.pool.backends
+                    if b.draining and not b.retired]
+        healthy = any(b.in_pool for b in self.pool.backends)
+        return JSONResponse({"status": "ok" if healthy else "unavailable", "backends": backends,
+                             "draining": draining, "config": self.config_state.as_dict()},
                             status_code=200 if healthy else 503)
+
+    def _ejection(self, backend: Backend) -> dict[str, Any]:
+        if backend.ejected_until is None:
+            return {}
+        left_s = max(backend.ejected_until - self.now(), 0.0)
+        until = datetime.fromtimestamp(time.time() + left_s, UTC).isoformat(timespec="seconds")
+        return {"ejected_until": until, "ejected_for_s": round(left_s, 3)}
 
     async def model_list(self) -> JSONResponse:
         """The configured models, else the backends' (asked again while none is known: backends that were not up
@@ -708,8 +782,17 @@ def log_access(path: str, status: int, tier: str, outcome: str, request_id: str,
 
 
 def _auth(backend: Backend) -> dict[str, str]:
-    key = backend.config.api_key
+    key = backend.config.bearer
     return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def _attempt_error(call: Call, error: BaseException) -> str:
+    """The ``semsched.outcome`` of an attempt span that ended with ``error``."""
+    if isinstance(error, asyncio.CancelledError):
+        return "moved" if call.moved else "cancelled"
+    if isinstance(error, _RetryStatus):
+        return f"http_{error.status}"
+    return "connection_error" if isinstance(error, CONNECTION_ERRORS) else type(error).__name__
 
 
 def _event(line: str) -> dict[str, Any] | None:
