@@ -7,7 +7,8 @@
 1. tier and tenant from the API key or headers; the body checked (400 naming the field);
 2. the prompt classified (token count, urgency, output-length distribution), batched, never waited for past
    ``classifier.timeout_ms``;
-3. admission: a shed tier gets 429 with Retry-After;
+3. admission: a shed tier gets 429 with Retry-After, and so does a tenant over its quota (:mod:`.quotas`);
+   a tier over its in-flight cap over every replica waits for a slot (:mod:`.fleet`);
 4. a backend from the router, or a wait in the gateway's priority queue (429 queue full, 503 queue timeout or no
    healthy backend);
 5. forwarded with the request's ``priority`` (where the backend takes it) and ``vllm_xargs`` (tier, SLOs,
