@@ -214,10 +214,8 @@ _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  redis.call('HDEL', KEYS[2], unpack(expired))
-end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, m in ipairs(expired) do redis.call('HDEL', KEYS[2], m) end
 local total = 0
 for _, w in ipairs(redis.call('HVALS', KEYS[2])) do total = total + tonumber(w) end
 local mine = redis.call('HGET', KEYS[2], ARGV[1])
@@ -235,10 +233,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for i = 1, #KEYS, 2 do
   local expired = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now)
-  if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-    redis.call('HDEL', KEYS[i + 1], unpack(expired))
-  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  for _, m in ipairs(expired) do redis.call('HDEL', KEYS[i + 1], m) end
   local total, count = 0, 0
   for _, w in ipairs(redis.call('HVALS', KEYS[i + 1])) do total = total + tonumber(w); count = count + 1 end
   out[#out + 1] = total
@@ -246,13 +242,18 @@ for i = 1, #KEYS, 2 do
 end
 return out
 """
-# KEYS: expiry set, weight hash. ARGV: ttl in ms, then member, weight pairs: registered (again) whatever the limit.
+# KEYS: expiry set, weight hash. ARGV: ttl in ms, "rejoin" or "renew", then member, weight pairs. "renew" gives
+# the members still there a fresh expiry (one released meanwhile is not brought back); "rejoin" registers them all
+# again, whatever the limit (Redis lost them; their requests are running).
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 2, #ARGV, 2 do
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+local rejoin = ARGV[2] == 'rejoin'
+for i = 3, #ARGV, 2 do
+  if rejoin or redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  end
 end
 return #ARGV
 """
@@ -356,7 +357,7 @@ class RedisSharedState(LocalSharedState):
         try:
             await self._call(self._client.ping())
             self._connected = True  # _call marks it unreachable again if what follows fails
-            await self._renew()
+            await self._renew(rejoin=True)
             for key, member in list(self._orphans):
                 await self._release_there(key, member)
                 self._orphans.discard((key, member))
@@ -409,12 +410,13 @@ class RedisSharedState(LocalSharedState):
                 return {key: (int(out[2 * i]), int(out[2 * i + 1])) for i, key in enumerate(keys)}
         return await super().loads(keys)
 
-    async def _renew(self) -> None:
-        """This replica's live leases registered again with a fresh expiry (re-added if Redis lost them)."""
+    async def _renew(self, *, rejoin: bool = False) -> None:
+        """This replica's live leases given a fresh expiry; ``rejoin``: registered again whatever Redis holds (a
+        restarted Redis lost them)."""
         ttl_ms = int(self.config.lease_ttl_s * 1000)
         for key, leases in list(self._leases.items()):
             if leases:
-                args: list[Any] = [ttl_ms]
+                args: list[Any] = [ttl_ms, "rejoin" if rejoin else "renew"]
                 for member, weight in leases.items():
                     args += [member, weight]
                 await self._call(self._scripts["renew"](
