@@ -117,6 +117,37 @@ def test_a_tier_over_its_cap_is_refused_after_queue_timeout_s() -> None:
             wait_for(lambda: gateway.fleet.held() == 0)
 
 
+def test_every_lease_is_released_however_its_request_ends(redis: RedisServer) -> None:  # noqa: F811
+    """Finished, timed out, broken, abandoned by its client while streaming or while waiting for a slot of its
+    tier: no lease is left, in either replica or in Redis."""
+    backend = fake_openai_app(first_token_delay_s=0.2, token_delay_s=0.05)
+    with running_app(backend) as url, ThreadPoolExecutor(4) as pool:
+        config = config_for([url], backend={"max_inflight": 4}, shared_state=_shared(redis.url),
+                            admission={"max_inflight": {"STANDARD": 2}, "request_timeout_s": 1.5})
+        with replicas(config) as served:
+            (a, gateway_a), (b, gateway_b) = served
+            assert _stream(a, max_tokens=3) == 200  # finished
+            timed_out = pool.submit(_stream, b, max_tokens=100)  # 5 s of tokens: past request_timeout_s
+            with httpx.stream("POST", f"{a}/v1/completions", json={**BODY, "max_tokens": 100},
+                              timeout=30) as abandoned:  # the client leaves after the first token
+                lines = abandoned.iter_lines()  # kept: a dropped iterator closes the response
+                next(lines)
+                wait_for(lambda: backend.state.in_flight == 2)
+                with pytest.raises(httpx.ReadTimeout):  # both STANDARD slots are taken: it waits, then gives up
+                    httpx.post(f"{b}/v1/completions", json={**BODY, "stream": False}, timeout=0.5)
+            assert timed_out.result() == 200  # an error event ends it
+            backend.state.fail_after_tokens = 1
+            assert _stream(a, max_tokens=3) == 200  # broken after its first token: an error event
+            client = redis_client.Redis.from_url(redis.url)
+            for gateway in (gateway_a, gateway_b):
+                wait_for(lambda gateway=gateway: gateway.fleet.held() == 0)
+            wait_for(lambda: client.hlen("semsched:weight:tier:STANDARD") == 0)
+            wait_for(lambda: client.hlen("semsched:weight:backend:b0") == 0)
+            assert metric(a, "semsched_gateway_requests_total", outcome="cancelled") \
+                + metric(b, "semsched_gateway_requests_total", outcome="cancelled") == 2
+            assert metric(b, "semsched_gateway_requests_total", outcome="timeout") == 1
+
+
 def _tier_table(tmp_path: Path) -> str:
     table = tmp_path / "tiers.yaml"
     table.write_text("tiers:\n  - {name: PREMIUM, priority: 1, ttft_slo_ms: 500}\n"
