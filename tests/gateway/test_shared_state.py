@@ -296,3 +296,13 @@ def test_an_unreachable_redis_falls_back_to_local_state_at_once() -> None:
             await shared.stop()
 
     asyncio.run(scenario())
+
+
+def test_check_shows_the_redis_password_redacted() -> None:
+    from semsched.gateway.config import parse_config, redact_key, shown_settings
+
+    config = parse_config({"backends": [{"name": "b0", "url": "http://127.0.0.1:9"}],
+                           "shared_state": {"redis_url": "redis://:s3cret-pass@10.0.0.7:6379/2"}})
+    shown = shown_settings(config)["shared_state"]["redis_url"]
+    assert "s3cret-pass" not in shown
+    assert shown == f"redis://:{redact_key('s3cret-pass')}@10.0.0.7:6379/2"
