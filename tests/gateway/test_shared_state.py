@@ -148,6 +148,22 @@ def test_every_lease_is_released_however_its_request_ends(redis: RedisServer) ->
             assert metric(b, "semsched_gateway_requests_total", outcome="timeout") == 1
 
 
+def test_routers_see_the_other_replicas_requests_on_each_backend(redis: RedisServer) -> None:  # noqa: F811
+    """Without /metrics polling, replica B learns of A's request on b0 only through the shared load books."""
+    backend = fake_openai_app(first_token_delay_s=0.1, token_delay_s=0.05)
+    with running_app(backend) as url, ThreadPoolExecutor(1) as pool:
+        config = config_for([url], shared_state=_shared(redis.url), routing={"poll_metrics": False})
+        with replicas(config) as served:
+            (a, _), (_, gateway_b) = served
+            view = gateway_b.pool.views()[0]
+            assert view.num_unfinished == 0
+            running = pool.submit(_stream, a, max_tokens=60)
+            wait_for(lambda: view.num_unfinished == 1)
+            assert gateway_b.pool.backends[0].remote_load == 1
+            assert running.result() == 200
+            wait_for(lambda: view.num_unfinished == 0)
+
+
 def _tier_table(tmp_path: Path) -> str:
     table = tmp_path / "tiers.yaml"
     table.write_text("tiers:\n  - {name: PREMIUM, priority: 1, ttft_slo_ms: 500}\n"
