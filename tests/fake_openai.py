@@ -57,6 +57,7 @@ def fake_openai_app(
     state.healthy = True
     state.calls = []
     state.in_flight = 0
+    state.max_in_flight = 0  # the most generation calls in flight at once so far
 
     @app.get("/health")
     async def health() -> Response:
@@ -149,6 +150,7 @@ async def _stream(
 ) -> AsyncIterator[str]:
     state = app.state
     state.in_flight += 1
+    state.max_in_flight = max(state.max_in_flight, state.in_flight)
     try:
         for index in range(num_tokens):
             if state.fail_after_tokens is not None and index >= state.fail_after_tokens:
@@ -166,6 +168,7 @@ async def _stream(
 async def _complete(app: FastAPI, *, chat: bool, num_tokens: int, prompt_tokens: int) -> Response:
     state = app.state
     state.in_flight += 1
+    state.max_in_flight = max(state.max_in_flight, state.in_flight)
     try:
         for index in range(num_tokens):
             if state.fail_after_tokens is not None and index >= state.fail_after_tokens:

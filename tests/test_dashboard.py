@@ -9,9 +9,8 @@ registry and the engine adapter's :class:`AdapterMetrics` (a counter ``x`` expor
 family is made, so that each family shows its samples and their labels. A name that is not a series is refused,
 with the series of its family as a hint (``x`` for ``x_total``).
 
-deploy/grafana/fleet-panels.json holds the row "fleet", whose series other branches of issue 32 add: its names
-are checked against :data:`EXPECTED_NEW`, and :func:`test_fleet_panels_wait_for_their_series` turns from an
-expected failure into a failure (strict xfail) once they all exist: then the row belongs in the dashboard.
+The row "fleet" shows what several replicas share: Redis reachability, quota refusals, reloads and outlier
+ejections (:data:`FLEET_SERIES`).
 """
 
 from __future__ import annotations
@@ -32,18 +31,15 @@ from semsched.vllm.metrics import AdapterMetrics
 
 GRAFANA = Path(__file__).resolve().parents[1] / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "semsched.json"
-FLEET_PANELS = GRAFANA / "fleet-panels.json"
 
-#: the series the "fleet" panels name that this branch does not export yet (other branches of issue 32 add
-#: them); once the lead has merged those, every name here is exported and the panels move into the dashboard
-EXPECTED_NEW = frozenset({
+#: the series of the row "fleet" (gateway replicas sharing state, reloads, outlier ejection)
+FLEET_SERIES = frozenset({
     "semsched_gateway_shared_state_up",
     "semsched_gateway_reloads_total",
     "semsched_gateway_outlier_ejections_total",
 })
-#: label values that other branches add to series that exist (checked by the lead once merged; listed so that a
-#: reader of the fleet panels knows what they wait for)
-EXPECTED_NEW_LABEL_VALUES = {"semsched_gateway_rejections_total": {"reason": "quota"}}
+#: label values the row selects on
+FLEET_LABEL_VALUES = {"semsched_gateway_rejections_total": {"reason": "quota"}}
 
 #: labels Prometheus adds to every scraped series (target labels), allowed in any selector
 TARGET_LABELS = frozenset({"instance", "job"})
@@ -296,7 +292,7 @@ def test_every_panel_queries_the_datasource_variable() -> None:
             yield panel
             yield from walk(panel.get("panels", []))
 
-    for document in (_load(DASHBOARD), _load(FLEET_PANELS)):
+    for document in (_load(DASHBOARD),):
         for panel in walk(document["panels"]):
             if panel["type"] != "row":
                 assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
@@ -304,24 +300,16 @@ def test_every_panel_queries_the_datasource_variable() -> None:
                 assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"]), panel["title"]
 
 
-def test_the_panel_ids_are_unique_across_the_dashboard_and_the_fleet_row() -> None:
-    ids = [panel["id"] for document in (_load(DASHBOARD), _load(FLEET_PANELS)) for panel in document["panels"]]
+def test_the_panel_ids_are_unique() -> None:
+    ids = [panel["id"] for panel in _load(DASHBOARD)["panels"]]
     assert len(ids) == len(set(ids))
 
 
-def test_the_fleet_panels_name_exported_or_expected_series(exported: dict[str, frozenset[str]]) -> None:
-    fleet = _load(FLEET_PANELS)
-    assert [panel["title"] for panel in fleet["panels"] if panel["type"] == "row"] == ["fleet"]
-    assert problems(fleet, exported, allowed_missing=EXPECTED_NEW) == []
-    named = {name for _, expr in expressions(fleet) for name in metric_names(expr)}
-    assert named >= EXPECTED_NEW
-    for series, labels in EXPECTED_NEW_LABEL_VALUES.items():
+def test_the_fleet_row_shows_the_replicas_shared_state_quotas_reloads_and_ejections() -> None:
+    dashboard = _load(DASHBOARD)
+    assert "fleet" in [panel["title"] for panel in dashboard["panels"] if panel["type"] == "row"]
+    named = {name for _, expr in expressions(dashboard) for name in metric_names(expr)}
+    assert named >= FLEET_SERIES
+    for series, labels in FLEET_LABEL_VALUES.items():
         assert any(series in expr and all(f'{label}="{value}"' in expr for label, value in labels.items())
-                   for _, expr in expressions(fleet))
-
-
-@pytest.mark.xfail(strict=True, reason="the fleet series come from other branches of issue 32: once they are "
-                   "merged this passes, and the strict xfail fails; then append fleet-panels.json's panels to "
-                   "semsched.json and remove this test")
-def test_fleet_panels_wait_for_their_series(exported: dict[str, frozenset[str]]) -> None:
-    assert problems(_load(FLEET_PANELS), exported) == []
+                   for _, expr in expressions(dashboard))

@@ -86,8 +86,6 @@ def test_the_shared_state_url_names_the_redis_service(objects: dict[tuple[str, s
     assert args[args.index("--save") + 1] == "" and args[args.index("--appendonly") + 1] == "no"
 
 
-@pytest.mark.xfail(strict=True, reason="shared_state and keys_file come from other branches of issue 32: once "
-                   "they are merged this passes, and the strict xfail fails; then remove the marker")
 def test_the_embedded_config_is_a_valid_gateway_config(
         objects: dict[tuple[str, str], dict[str, Any]], tmp_path: Path) -> None:
     """The ConfigMap's gateway.yaml as the gateway parses it, with keys_file at a copy of the Secret's keys.yaml
@@ -97,4 +95,4 @@ def test_the_embedded_config_is_a_valid_gateway_config(
     embedded = _gateway_config(objects)
     config = parse_config({**embedded, "keys_file": str(keys_file)}, source="gateway.yaml")
     assert config.model_dump()["shared_state"]["redis_url"] == embedded["shared_state"]["redis_url"]
-    assert set(config.keys()) == set(_keys(objects))  # keys(): the merged config's API keys (api_keys + keys_file)
+    assert set(config.client_keys()) == set(_keys(objects))  # api_keys and keys_file merged

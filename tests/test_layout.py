@@ -75,6 +75,7 @@ GATEWAY_ALLOWED = (
     "tokenizers", "semsched.core", "semsched.policies", "semsched.latency", "semsched.predict",
     "semsched.sim.router", "semsched.vllm.xargs", "semsched.gateway",
     "opentelemetry",  # tracing (issue 32)
+    "redis",  # state shared by replicas (issue 32)
 )
 
 

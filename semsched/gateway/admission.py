@@ -18,6 +18,9 @@ What the guard is told, and why:
   infeasible: an idle server misses it, so no shedding can make it met, and the guard leaves that tier's
   observations of it out (:data:`~semsched.policies.slo_guard.Feasible`). Without enough of them every request
   is judged.
+* **Replicas shed on the fleet's quantile.** Every observation the guard records is handed to
+  :attr:`SharedMonitor.on_record` (the gateway publishes it to the other replicas, :mod:`semsched.gateway.fleet`),
+  and theirs are recorded with :meth:`SharedMonitor.record_remote`, as they arrive.
 * **The level decays when idle.** :meth:`Admission.tick`, called every ``evaluate_every_s`` by the gateway,
   re-judges the level without waiting for an arrival: once the window holds too few observations to judge, the
   level falls one tier per ``hold_s``.
@@ -35,7 +38,7 @@ from semsched.core.errors import SemschedError
 from semsched.core.request import Request
 from semsched.core.tiers import TierSpec
 from semsched.gateway.config import AdmissionConfig, GatewayConfigError
-from semsched.policies.slo_guard import Metric, SLOGuard, SLOGuardConfig
+from semsched.policies.slo_guard import Metric, SLOGuard, SLOGuardConfig, SLOMonitor
 
 #: observations of requests alone on their server a tier needs before its targets are judged feasible or not
 IDLE_MIN_SAMPLES = 3
@@ -102,6 +105,24 @@ class IdleFloors:
         return floor_s < target_s * (1.0 - self.config.shed_headroom)
 
 
+class SharedMonitor(SLOMonitor):
+    """The guard's monitor, shared with the other replicas: each observation recorded here is handed to
+    ``on_record(priority, metric, value_s)``; :meth:`record_remote` records another replica's (not handed on)."""
+
+    def __init__(self, window_s: float, max_samples: int, quantile: float) -> None:
+        super().__init__(window_s, max_samples, quantile)
+        self.on_record: Callable[[int, Metric, float], None] | None = None
+
+    def record(self, priority: int, metric: Metric, value_s: float, now_s: float) -> None:
+        super().record(priority, metric, value_s, now_s)
+        if self.on_record is not None:
+            self.on_record(priority, metric, value_s)
+
+    def record_remote(self, priority: int, metric: Metric, value_s: float, now_s: float) -> None:
+        """Another replica's observation, recorded at ``now_s`` (when it arrived here)."""
+        super().record(priority, metric, value_s, now_s)
+
+
 class Admission:
     """Per-tier shedding for the whole gateway: one guard, every request reported to it; ``now`` is the
     gateway's clock (the guard's feasibility judge reads it)."""
@@ -112,6 +133,7 @@ class Admission:
         self.idle = IdleFloors(guard, tiers)
         self._now = now
         self.guard = SLOGuard(guard, tiers=tiers, feasible=self._feasible)
+        self.monitor = self.guard.monitor = SharedMonitor(guard.window_s, guard.max_samples, guard.quantile)
 
     def _feasible(self, request: Request, metric: Metric) -> bool:
         return self.idle.feasible(request.priority, metric, self._now())

@@ -7,8 +7,9 @@ first token yet, and the last values polled from its ``/metrics`` (vLLM's ``vllm
 
 Routers see backends through :class:`BackendView`, which has the attributes of the simulator's
 :class:`~semsched.sim.router.InstanceView`, so the simulator's routers run here unchanged. The counts a view gives
-are the larger of the gateway's own accounting and the backend's last report: another gateway (or a client that
-bypasses this one) may load the same server.
+are the larger of the gateway's own accounting (with the other replicas' requests there when they share state,
+:mod:`semsched.gateway.fleet`) and the backend's last report: another gateway (or a client that bypasses this one)
+may load the same server.
 
 Polls are logged at DEBUG (a line per poll and backend); a backend leaving or rejoining the pool at WARNING.
 """
@@ -61,6 +62,8 @@ class Backend:
     draining: bool = False  # removed by a reload: takes no new request; retired once its last one ends
     retired: bool = False  # drained: no longer polled; its index is never reused (routers keep it)
     ejected_until: float | None = None  # out of the pool until then (gateway clock): a TTFT outlier
+    remote_load: int = 0  # weight other gateway replicas have in flight here (shared_state; 0 without Redis)
+    remote_requests: int = 0  # and their number of requests
 
     @property
     def in_pool(self) -> bool:
@@ -76,10 +79,11 @@ class Backend:
         return self.config.url
 
     def fits(self, weight: int = 1) -> bool:
-        """Whether a request of ``weight`` (its ``n``) fits under ``max_inflight`` now; one heavier than the cap
-        runs alone."""
+        """Whether a request of ``weight`` (its ``n``) fits under ``max_inflight`` now, counting the other
+        replicas' load here; one heavier than the cap runs alone."""
         limit = self.config.max_inflight
-        return limit is None or self.load == 0 or self.load + weight <= limit
+        load = self.load + self.remote_load
+        return limit is None or load == 0 or load + weight <= limit
 
     def available(self, weight: int = 1) -> bool:
         return self.in_pool and self.fits(weight)
@@ -148,7 +152,7 @@ class BackendView:
         b = self._backend
         if b.draining:
             return 1 << 30
-        return max(len(b.inflight), b.reported_running + b.reported_waiting)
+        return max(len(b.inflight) + b.remote_requests, b.reported_running + b.reported_waiting)
 
     @property
     def num_gpu_blocks(self) -> int:

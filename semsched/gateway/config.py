@@ -101,16 +101,26 @@ class BackendConfig(_Strict):
         return self._key
 
 
+class QuotaLimits(_Strict):
+    """A tenant's quota: what it may use per minute (None: no limit)."""
+
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=1 << 40,
+        description="prompt tokens (charged at admission) plus output tokens (charged as they stream) per minute")
+    requests_per_minute: int | None = Field(default=None, ge=1, le=1 << 30, description="requests per minute")
+
+
 class ApiKeyConfig(_Strict):
     """What a client's API key stands for."""
 
     tier: str = Field(min_length=1, description="the tier of every request made with this key")
     tenant: str | None = Field(default=None, max_length=128,
                                description="who the client is: the request's client (Request.client), for "
-                                           "per-client fairness policies")
+                                           "per-client fairness policies, and whose quota it uses")
     key_env: str | None = Field(default=None, pattern=ENV_NAME,
                                 description="the environment variable holding the key; the map's key is then "
                                             "only a label")
+    quota: QuotaLimits | None = Field(default=None,
+                                      description="this key's quota, instead of its tier's (quotas.tiers)")
 
 
 class ClassifierConfig(_Strict):
@@ -170,6 +180,12 @@ class AdmissionConfig(_Strict):
     max_n: int = Field(default=16, ge=1, le=4096,
                        description="most sequences one request may ask for (`n`, `best_of`); a request weighs "
                                    "that many against max_inflight and the queue bounds")
+    max_inflight: dict[str, int] = Field(default_factory=dict,
+        description="tier -> sequences of that tier in flight at most, over every replica (shared_state); more "
+                    "wait for a slot of the tier, within queue_timeout_s (a tier not named: default_max_inflight)")
+    default_max_inflight: int | None = Field(default=None, ge=1, le=1_000_000,
+                                             description="the in-flight cap of a tier that max_inflight does not "
+                                                         "name (None: no cap)")
 
 
 class OutlierEjectionConfig(_Strict):
@@ -236,6 +252,41 @@ class RoutingConfig(_Strict):
     outlier_ejection: OutlierEjectionConfig = OutlierEjectionConfig()
 
 
+class SharedStateConfig(_Strict):
+    """State shared by the gateway's replicas (caps, SLO observations, quotas, load books) in Redis."""
+
+    redis_url: str | None = Field(default=None,
+        description="redis://HOST:PORT/DB of the Redis every replica uses (None: this replica's own state only)")
+    key_prefix: str = Field(default="semsched", min_length=1, max_length=64,
+                            description="prefix of every Redis key (replicas of one fleet share it)")
+    sync_interval_s: float = Field(default=0.2, gt=0, le=60,
+        description="how often a replica pushes its observations, reads the others' and their loads, and "
+                    "charges streamed tokens")
+    lease_ttl_s: float = Field(default=10.0, gt=0, le=3600,
+        description="a slot taken by a replica that stopped renewing it (died) is free after this")
+    replica_id: str | None = Field(default=None, min_length=1, max_length=128,
+                                   description="this replica's name in Redis (default: host-pid)")
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=60, description="longest wait to connect to Redis")
+    op_timeout_s: float = Field(default=0.5, gt=0, le=60,
+        description="longest wait for one Redis operation; past it the replica goes on with its local state")
+    reconnect_interval_s: float = Field(default=1.0, gt=0, le=600,
+                                        description="how often a replica without Redis tries to reach it again")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"must be a redis://, rediss:// or unix:// URL (got {value!r})")
+        return value
+
+
+class QuotasConfig(_Strict):
+    """Per-tenant quotas (a tenant: an API key's ``tenant``, else the key; else ``x-semsched-tenant``)."""
+
+    tiers: dict[str, QuotaLimits] = Field(default_factory=dict,
+        description="tier -> the quota of each tenant of that tier (a key's own `quota` wins)")
+
+
 class GatewayConfig(_Strict):
     """The whole file."""
 
@@ -264,6 +315,8 @@ class GatewayConfig(_Strict):
     tracing: TracingConfig = TracingConfig()
     _keys: dict[str, ApiKeyConfig] = PrivateAttr(default_factory=dict)
     _admin_key: str | None = PrivateAttr(default=None)
+    shared_state: SharedStateConfig = SharedStateConfig()
+    quotas: QuotasConfig = QuotasConfig()
 
     @model_validator(mode="after")
     def _unique_backends(self) -> GatewayConfig:
@@ -369,6 +422,8 @@ def parse_config(document: object, *, source: str = "gateway config") -> Gateway
              for key, entry in config.client_keys().items()
              if entry not in inline]
     used += [(f"admission.max_queued.{tier}", tier) for tier in config.admission.max_queued]
+    used += [(f"admission.max_inflight.{tier}", tier) for tier in config.admission.max_inflight]
+    used += [(f"quotas.tiers.{tier}", tier) for tier in config.quotas.tiers]
     for field, tier in used:
         if tier.lower() not in known:
             raise GatewayConfigError(f"{source}: {field}: unknown tier {tier!r}; the tier table has "
@@ -376,6 +431,10 @@ def parse_config(document: object, *, source: str = "gateway config") -> Gateway
     for tier, limit in config.admission.max_queued.items():
         if not 0 <= limit <= 1_000_000:
             raise GatewayConfigError(f"{source}: admission.max_queued.{tier}: must be from 0 to 1000000 "
+                                     f"(got {limit})")
+    for tier, limit in config.admission.max_inflight.items():
+        if not 1 <= limit <= 1_000_000:
+            raise GatewayConfigError(f"{source}: admission.max_inflight.{tier}: must be from 1 to 1000000 "
                                      f"(got {limit})")
     return config
 
@@ -407,6 +466,11 @@ def shown_settings(config: GatewayConfig) -> dict[str, Any]:
     for backend, model in zip(settings["backends"], config.backends, strict=True):
         if model.bearer:
             backend["api_key"] = redact_key(model.bearer)
+    url = settings["shared_state"].get("redis_url")
+    if url and urlsplit(url).password:  # redis://:PASSWORD@host: the password redacted
+        parts = urlsplit(url)
+        settings["shared_state"]["redis_url"] = parts._replace(netloc=parts.netloc.replace(
+            f":{parts.password}@", f":{redact_key(parts.password or '')}@")).geturl()
     return settings
 
 

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 #: the label values the gateway uses, each set exported (at 0) from the start: a dashboard or an alert on a
 #: rate finds every series before its first event
 OUTCOMES = ("ok", "rejected", "error", "timeout", "cancelled")
-REJECTION_REASONS = ("shed", "queue_full", "queue_timeout", "no_backend", "invalid", "unauthorized", "too_large")
+REJECTION_REASONS = ("shed", "queue_full", "queue_timeout", "no_backend", "invalid", "unauthorized", "too_large",
+                     "quota")
 SLO_METRICS = ("ttft", "tpot", "e2e")
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
@@ -36,7 +37,7 @@ class GatewayMetrics:
         self.requests = Counter(p + "requests", "requests answered, by tier and outcome "
                                 "(ok, rejected, error, timeout, cancelled)", ["tier", "outcome"], registry=r)
         self.rejections = Counter(p + "rejections", "requests refused, by tier and reason (shed, queue_full, "
-                                  "queue_timeout, no_backend, invalid, unauthorized, too_large)",
+                                  "queue_timeout, no_backend, invalid, unauthorized, too_large, quota)",
                                   ["tier", "reason"], registry=r)
         self.ttft = Histogram(p + "ttft_seconds", "time to first token seen by the gateway", ["tier"],
                               buckets=LATENCY_BUCKETS_S, registry=r)
@@ -69,6 +70,11 @@ class GatewayMetrics:
         self.outlier_ejections = Counter(p + "outlier_ejections", "backends taken out of the pool for a "
                                          "cool-down as TTFT outliers (routing.outlier_ejection)", ["backend"],
                                          registry=r)
+        self.shared_state_up = Gauge(p + "shared_state_up", "1 while the state shared with the other replicas "
+                                     "(shared_state.redis_url) is reachable, or none is configured; 0 while this "
+                                     "replica serves on its own state", registry=r)
+        self.shared_state_fallbacks = Counter(p + "shared_state_fallbacks", "times this replica found Redis "
+                                              "unreachable and went on with its own state", registry=r)
 
     def initialise(self, tiers: list[str], backends: list[str], router: str) -> None:
         """Create every series the gateway's known labels give, at 0 (``unknown`` stands for tiers the table
@@ -87,6 +93,7 @@ class GatewayMetrics:
             for reason in ("chosen", "fallback", "retry"):
                 self.child(self.routed, backend, router, reason)
         self.shed_level.set(0)
+        self.shared_state_up.set(1)
 
     def child(self, family: Any, *labels: str) -> Any:
         """``family.labels(*labels)``, cached: the labelled child is looked up once per label set."""

@@ -7,7 +7,8 @@
 1. tier and tenant from the API key or headers; the body checked (400 naming the field);
 2. the prompt classified (token count, urgency, output-length distribution), batched, never waited for past
    ``classifier.timeout_ms``;
-3. admission: a shed tier gets 429 with Retry-After;
+3. admission: a shed tier gets 429 with Retry-After, and so does a tenant over its quota (:mod:`.quotas`);
+   a tier over its in-flight cap over every replica waits for a slot (:mod:`.fleet`);
 4. a backend from the router, or a wait in the gateway's priority queue (429 queue full, 503 queue timeout or no
    healthy backend);
 5. forwarded with the request's ``priority`` (where the backend takes it) and ``vllm_xargs`` (tier, SLOs,
@@ -63,9 +64,12 @@ from semsched.gateway.backends import Backend, BackendPool
 from semsched.gateway.classify import Classifier, clip
 from semsched.gateway.config import GatewayConfig, config_version
 from semsched.gateway.dispatch import Dispatcher, DispatchRefused
+from semsched.gateway.fleet import Fleet
 from semsched.gateway.metrics import GatewayMetrics
 from semsched.gateway.outliers import OutlierEjector
+from semsched.gateway.quotas import Quotas
 from semsched.gateway.reload import RELOAD_OUTCOMES, ConfigState, retire
+from semsched.gateway.shared import make_shared_state
 from semsched.gateway.tracing import Tracing
 from semsched.vllm.xargs import parse_request_options
 
@@ -137,6 +141,12 @@ class Gateway:
         self.dispatcher = Dispatcher(self.pool, config.routing, config.admission, self.metrics, now)
         self.admission = Admission(config.admission, self.tiers, now)
         self.classifier = Classifier(config.classifier, self.metrics)
+        # shared with the other replicas (Redis), else this replica's own; limits read from self.config at use
+        self.shared = make_shared_state(config.shared_state)
+        self.fleet = Fleet(self.shared, lambda: self.config, self.pool, self.dispatcher, self.admission,
+                           self.metrics, now)
+        self.quotas = Quotas(self.shared, lambda: self.config)
+        self.fleet.on_sync.append(self.quotas.flush)
         self._ids = itertools.count()
         self._unstarted: dict[int, dict[str, Call]] = {b.index: {} for b in self.pool.backends}
         self._session: aiohttp.ClientSession | None = None
@@ -160,6 +170,7 @@ class Gateway:
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         await self.classifier.start()
         await self.pool.start()
+        await self.fleet.start()
         self._ticker = asyncio.create_task(self._tick())
         self.started = True
         for backend in self.pool.backends:
@@ -172,6 +183,7 @@ class Gateway:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        await self.fleet.stop()
         await self.pool.stop()
         await self.classifier.stop()
         await self.outliers.stop()
@@ -252,6 +264,15 @@ class Gateway:
             log_access(path, 429, call.tier, f"rejected ({kind})", request_id)
             return EdgeError(429, reason, reason="shed", retry_after_s=self.config.admission.retry_after_s
                              ).response()
+        over_quota = await self.quotas.admit(call.request.request_id, call, http_request.headers, call.tier,
+                                             call.request.prompt_tokens)
+        if over_quota is not None:
+            self.admission.finished(call.request, 0, self.now())  # admitted by the guard, never served
+            self._refused(call.tier, "quota")
+            call.outcome = "rejected"
+            self._judge_slos(call, None, None, None)
+            log_access(path, 429, call.tier, "rejected (quota)", request_id)
+            return over_quota.response()
         return await self._serve(call, http_request)
 
     async def _prepare(self, body: CompletionBody | ChatBody, tier_name: str, tenant: str | None,
@@ -382,12 +403,14 @@ class Gateway:
     async def _attempts(self, call: Call) -> Response:
         tried: set[int] = set()
         last_error = "no attempt made"
+        async with asyncio.timeout(max(call.deadline - self.now(), 0.001)):
+            await self.fleet.take_tier(call.request, call.tier, call.weight)
         for attempt in range(self.config.routing.max_attempts):
             remaining = call.deadline - self.now()
             if remaining <= 0:
                 raise TimeoutError
             async with asyncio.timeout(remaining):
-                acquired = self.dispatcher.acquire(call.request, call.tier, frozenset(tried), weight=call.weight)
+                acquired = self._acquire(call, tried)
                 backend = await (acquired if self.tracing is None else self.tracing.span(
                     "route", acquired, {"semsched.tier": call.tier, "semsched.attempt": attempt + 1},
                     result=lambda chosen: {"semsched.backend": chosen.name},
@@ -412,6 +435,7 @@ class Gateway:
             tried.add(backend.index)
             self.metrics.child(self.metrics.rerouted, backend.name, cause).inc()
             call.backend = None
+            self.fleet.release(call.request, backend)
             self.dispatcher.finished(backend, call.request)  # off that backend's books (cost-aware routers)
             self.dispatcher.release(backend, call.request)
             log.info("request %s moved off %s (%s), attempt %d", call.request.request_id, backend.name, cause,
@@ -420,6 +444,22 @@ class Gateway:
                 tried.clear()  # every backend failed once: any may be tried again (drained ones aside)
         raise DispatchRefused(503, "no_backend", f"no backend could serve the request in "
                                                  f"{self.config.routing.max_attempts} attempts ({last_error})")
+
+    async def _acquire(self, call: Call, tried: set[int]) -> Backend:
+        """A backend slot for ``call`` from the dispatcher, under the backend's cap over every replica (a backend
+        another replica filled meanwhile counts as full until the next sync: the dispatcher is asked again)."""
+        while True:
+            backend = await self.dispatcher.acquire(call.request, call.tier, frozenset(tried), weight=call.weight)
+            try:
+                if await self.fleet.take_backend(backend, call.request, call.weight):
+                    return backend
+            except BaseException:
+                self.fleet.release(call.request, backend)
+                self.dispatcher.finished(backend, call.request)
+                self.dispatcher.release(backend, call.request)
+                raise
+            self.dispatcher.finished(backend, call.request)
+            self.dispatcher.release(backend, call.request)
 
     def _body_for(self, call: Call, backend: Backend) -> dict[str, Any]:
         body = dict(call.body)
@@ -665,9 +705,12 @@ class Gateway:
             if ok and call.first_token_s is not None and self._alone(call, call.backend):
                 alone_since_s = call.first_token_s
             self._unstarted[call.backend.index].pop(request.request_id, None)
+            self.fleet.release(request)  # before the local slot: a released lease is sent to Redis first
             self.dispatcher.finished(call.backend, request)
             self.dispatcher.release(call.backend, request)
             call.backend = None
+        self.fleet.release(request)  # its tier's slot (a request that never had a backend too); nothing leaks
+        self.quotas.finished(request.request_id)
         self.admission.finished(request, call.output_tokens, now, alone_since_s=alone_since_s)
         self.metrics.child(self.metrics.requests, tier, call.outcome).inc()
         ttft = None if call.first_token_s is None else call.first_token_s - request.arrival_time_s
@@ -714,7 +757,8 @@ class Gateway:
                     if b.draining and not b.retired]
         healthy = any(b.in_pool for b in self.pool.backends)
         return JSONResponse({"status": "ok" if healthy else "unavailable", "backends": backends,
-                             "draining": draining, "config": self.config_state.as_dict()},
+                             "draining": draining, "config": self.config_state.as_dict(),
+                             "shared_state": self.fleet.status()},
                             status_code=200 if healthy else 503)
 
     def _ejection(self, backend: Backend) -> dict[str, Any]:
