@@ -23,6 +23,8 @@ from semsched.core.request import InvalidRequestError
 
 #: the block the Mooncake traces' ``hash_ids`` stand for (tokens)
 MOONCAKE_BLOCK_TOKENS = 512
+#: the gateway's prefix chunks: characters of prompt text per hash (about 16 tokens of English, a KV block)
+PROMPT_CHUNK_CHARS = 64
 _MASK = (1 << 63) - 1
 _SEED = b"semsched-prefix"
 

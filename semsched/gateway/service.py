@@ -62,6 +62,7 @@ from semsched.gateway.classify import Classifier, clip
 from semsched.gateway.config import GatewayConfig
 from semsched.gateway.dispatch import Dispatcher, DispatchRefused
 from semsched.gateway.metrics import GatewayMetrics
+from semsched.gateway.prefix import request_prefix_hashes
 from semsched.vllm.xargs import parse_request_options
 
 log = logging.getLogger("semsched.gateway")
@@ -268,7 +269,8 @@ class Gateway:
             tier=tier.name, ttft_slo_s=options.ttft_slo_s, tpot_slo_s=options.tpot_slo_s,
             e2e_slo_s=options.e2e_slo_s,
             urgency=options.urgency if options.urgency is not None else prediction.urgency,
-            predicted_output=predicted, client=tenant)
+            predicted_output=predicted, client=tenant,
+            prefix_hashes=request_prefix_hashes(body, text))  # (for prefix-affinity)
         stream_options = raw.get("stream_options")
         wants_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
         forwarded = dict(raw)
