@@ -181,3 +181,24 @@ def test_checked_runs_with_shared_prefixes(seed: int, policy: str, cpu_blocks: i
                                enable_prefix_caching=True, max_num_batched_tokens=64)
     run_checked(scheduler, requests)
     assert all(r.num_output_tokens == r.target_output_tokens for r in requests)
+
+
+def test_swapping_out_a_sharer_releases_its_references_only() -> None:
+    kv = BlockManager(16, BLOCK, num_cpu_blocks=8, enable_prefix_caching=True)
+    tokens = list(range(16))
+    owner = make_request("owner", prompt=16, prefix_hashes=_hashes(tokens))
+    _computed(kv, owner, 16)
+    sharer = make_request("sharer", prompt=18, prefix_hashes=_hashes(tokens))
+    assert kv.attach_prefix(sharer) == 4
+    sharer.num_computed_tokens = 16
+    _computed(kv, sharer, 2)
+    assert kv.swap_out(sharer) == 5  # its 4 shared blocks and 1 of its own are copied out
+    _, refs, evictable = kv.cache_state()
+    assert refs == {block: 1 for block in kv.block_table(owner)} and not evictable
+    assert kv.num_free_gpu_blocks == 16 - 4
+    assert kv.try_swap_in(sharer)  # back in fresh blocks of its own, none of them cached
+    assert not set(kv.block_table(sharer)) & set(kv.block_table(owner))
+    kv.free(owner)
+    kv.free(sharer)
+    hashes, refs, evictable = kv.cache_state()
+    assert not refs and set(evictable) == set(hashes) and kv.num_free_gpu_blocks == 16
