@@ -14,12 +14,14 @@ seeds), where prefix-affinity must not collapse: it falls back to least-outstand
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from semsched.core.request import RequestState
 from semsched.core.scheduler import SchedulerConfig
 from semsched.experiments.curves import Band, Claim, LoadCurve
 from semsched.experiments.framework import ExperimentContext, GridPoint
@@ -56,8 +58,9 @@ def cluster(router: str, caching: bool) -> ClusterSpec:
 
 @dataclass(frozen=True)
 class RunNumbers:
-    """What one run's figures read: TTFT mean and p99 (s), the cache hit rate; None where a request was left
-    without a first token (a collapse, shown)."""
+    """What one run's figures read: TTFT mean and p99 (s) of the requests the engines took (one rejected at
+    arrival, too large for the KV cache, is left out: every router sees the same ones), the cache hit rate; None
+    where a request taken was left without a first token (a collapse, shown)."""
 
     ttft_mean_s: float | None
     ttft_p99_s: float | None
@@ -65,7 +68,7 @@ class RunNumbers:
 
     @classmethod
     def of(cls, run: PolicyRun) -> RunNumbers:
-        requests = run.requests
+        requests = [r for r in run.requests if r.state is not RequestState.REJECTED]
         ttft = [r.first_token_time_s - r.arrival_time_s for r in requests if r.first_token_time_s is not None]
         prompt = sum(r.prompt_tokens for r in requests)
         hit_rate = sum(r.num_cached_tokens for r in requests) / prompt if prompt else 0.0
@@ -156,10 +159,10 @@ def _conversation_figures(ctx: ExperimentContext, loads: Sequence[float], seeds:
     for figure_id, curve in curves.items():
         ctx.add_figure(curve.figure(figure_id, title=titles[figure_id], paper_says=_NO_PAPER, paper={},
                                     config=config, command=_command(ctx), notes=[note]))
-    ctx.add_claim(curves["ttft-mean"].claim("prefix-affinity lowers mean TTFT (best baseline / ours)",
-                                            paper=None, figure="ttft-mean"))
-    ctx.add_claim(curves["ttft-p99"].claim("prefix-affinity lowers p99 TTFT (best baseline / ours)",
-                                           paper=None, figure="ttft-p99"))
+    ctx.add_claim(_gain_claim(curves["ttft-mean"], "prefix-affinity lowers mean TTFT (best baseline / ours)",
+                              "ttft-mean"))
+    ctx.add_claim(_gain_claim(curves["ttft-p99"], "prefix-affinity lowers p99 TTFT (best baseline / ours)",
+                              "ttft-p99"))
     off = LoadCurve("mean TTFT (s), prefix caching off", loads, seeds, data.values(False, "ttft_mean_s"), OURS,
                     BASELINES, higher_is_better=False, strict=strict)
     ctx.add_figure(off.figure(
@@ -168,6 +171,15 @@ def _conversation_figures(ctx: ExperimentContext, loads: Sequence[float], seeds:
         notes=[note, "Without a cache to aim for, affinity can only cost balance: a gain here would be an "
                      "error."]))
     ctx.add_claim(_nothing_claim(off, "with caching off, prefix-affinity gains nothing", "caching-off"))
+
+
+def _gain_claim(curve: LoadCurve, words: str, figure: str) -> Claim:
+    """:meth:`LoadCurve.claim` at the largest gain, its "where" cell cut to three numbers at most."""
+    claim = curve.claim(words, paper=None, figure=figure)
+    good = len(curve.as_good_loads())
+    at = curve.largest_gain_load()
+    where = f"{'' if at is None else f'at {at:g}x; '}as good as the best at {good} of {len(curve.loads)} loads"
+    return dataclasses.replace(claim, where=where)
 
 
 def _nothing_claim(curve: LoadCurve, words: str, figure: str) -> Claim:
@@ -189,28 +201,34 @@ def _no_sharing_figure(ctx: ExperimentContext, loads: Sequence[float], seeds: Se
     trace = build_workload(f"trace:path={path};rescale=false", rate_per_s=1.0, seed=0)
     windows = len(trace) // count
     by_seed = {seed: _window(trace, (seed % windows) * count, count) for seed in seeds}
-    capacity = measure_capacity(by_seed[seeds[0]], TRACE, seeds[0], cluster(BASELINES[0], True)).requests_per_s
-    points = [GridPoint("no-sharing", at_rate(by_seed[seed], load * capacity), (POLICY,), cluster(router, True),
-                        {"router": router, "caching": True, "load": load, "seed": seed})
+    capacity = {seed: measure_capacity(window, TRACE, seed, cluster(BASELINES[0], True)).requests_per_s
+                for seed, window in by_seed.items()}  # (each window its own: the windows differ in length)
+    points = [GridPoint("no-sharing", at_rate(by_seed[seed], load * capacity[seed]), (POLICY,),
+                        cluster(router, True), {"router": router, "caching": True, "load": load, "seed": seed})
               for load in loads for seed in seeds for router in ROUTERS]
     runs = ctx.run_grid(points)
     values: Values = {router: {load: [] for load in loads} for router in ROUTERS}
     hits: list[float] = []
+    rejected: set[int] = set()
     for point, run in zip(points, runs, strict=True):
+        rejected.add(sum(r.state is RequestState.REJECTED for r in run[POLICY].requests))
         numbers = RunNumbers.of(run[POLICY])
         values[point.columns["router"]][point.columns["load"]].append(numbers.ttft_mean_s)
         hits.append(numbers.hit_rate)
     curve = LoadCurve("mean TTFT (s), no shared prefixes", loads, seeds, values, OURS, BASELINES,
                       higher_is_better=False, strict=not ctx.quick)
     config = _config(ctx, loads, seeds, workload=f"{TRACE} (rescale=false), {count}-request windows",
-                     capacity_requests_per_s=capacity, prefix_caching=True)
+                     capacity_requests_per_s={str(seed): value for seed, value in capacity.items()},
+                     prefix_caching=True)
     ctx.add_figure(curve.figure(
         "no-sharing", title="Control: mean TTFT on a trace without shared prefixes (caching on)",
         paper_says=_NO_PAPER, paper={}, config=config, command=_command(ctx), extra={"hit_rates": hits},
-        notes=[f"Loads are fractions of {num(capacity)} requests/s (least-outstanding, caching on). Every hash_id "
-               "is distinct, so no request finds another's prefix: prefix-affinity must fall back to "
-               "least-outstanding. Its hit rate is that of preempted requests finding their own blocks "
-               f"(median {num(float(np.median(hits)))} over every run here)."]))
+        notes=["Seed k is the trace's k-th window of requests; loads are fractions of each window's own capacity "
+               "(least-outstanding, caching on: results.json, config). Every hash_id is distinct, so no request "
+               "finds another's prefix: prefix-affinity must fall back to least-outstanding. The hit rate is that "
+               f"of preempted requests finding their own blocks (median {num(float(np.median(hits)))} over every "
+               "run here). Requests longer than the KV cache are rejected at arrival, the same under every "
+               f"router ({', '.join(str(n) for n in sorted(rejected))} per run), and left out of the TTFT."]))
     # against its own fallback: with nothing to match it must route as least-outstanding does
     fallback = LoadCurve(curve.metric, loads, seeds, values, OURS, (BASELINES[0],), higher_is_better=False,
                          strict=not ctx.quick)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from semsched.core.request import RequestState
 from semsched.experiments import prefix
 from tests.experiments.conftest import QuickReports
 
@@ -25,7 +26,7 @@ def report(quick_reports: QuickReports) -> Path:
 def _groups(rows: list[dict[str, str]], figure: str) -> dict[tuple[str, str, str], list[dict[str, str]]]:
     grouped: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
     for row in rows:
-        if row["figure"] == figure:
+        if row["figure"] == figure and row["state"] != "rejected":  # (rejected at arrival: left out)
             grouped[(row["router"], row["load"], row["seed"])].append(row)
     return grouped
 
@@ -77,14 +78,18 @@ def test_without_shared_prefixes_affinity_routes_as_least_outstanding(figures: d
     assert per_seed[prefix.OURS] == per_seed["least-outstanding"]
 
 
-def test_a_run_that_leaves_a_request_without_a_first_token_has_no_value() -> None:
+def test_a_run_that_leaves_a_taken_request_without_a_first_token_has_no_value() -> None:
     class _Request:
-        def __init__(self, first: float | None) -> None:
-            self.first_token_time_s, self.arrival_time_s = first, 0.0
+        def __init__(self, first: float | None, state: RequestState = RequestState.FINISHED) -> None:
+            self.first_token_time_s, self.arrival_time_s, self.state = first, 0.0, state
             self.prompt_tokens, self.num_cached_tokens = 10, 5
 
     class _Run:
-        requests = [_Request(1.0), _Request(None)]
+        def __init__(self, *requests: _Request) -> None:
+            self.requests = list(requests)
 
-    numbers = prefix.RunNumbers.of(_Run())  # type: ignore[arg-type]
+    numbers = prefix.RunNumbers.of(_Run(_Request(1.0), _Request(None, RequestState.DROPPED)))  # type: ignore[arg-type]
     assert numbers.ttft_mean_s is None and numbers.ttft_p99_s is None and numbers.hit_rate == 0.5
+    # one rejected at arrival (too large for any engine) is left out, under every router alike
+    numbers = prefix.RunNumbers.of(_Run(_Request(1.0), _Request(None, RequestState.REJECTED)))  # type: ignore[arg-type]
+    assert numbers.ttft_mean_s == 1.0 and numbers.hit_rate == 0.5
