@@ -156,9 +156,19 @@ def _conversation_figures(ctx: ExperimentContext, loads: Sequence[float], seeds:
     titles = {"ttft-mean": "Mean TTFT, 4 engines with prefix caching, two-turn MT-Bench",
               "ttft-p99": "p99 TTFT, 4 engines with prefix caching, two-turn MT-Bench",
               "hit-rate": "Prefix-cache hit rate (cached prompt tokens / prompt tokens)"}
+    extra_notes = {
+        "ttft-p99": ["Affinity trades balance for hits: an engine that keeps its conversations may hold a longer "
+                     "queue than its neighbours, so a balanced router's p99 can be lower at some loads (those "
+                     "where ours is not at least as good)."],
+        "hit-rate": ["The baselines hit too: a second turn lands on its first turn's engine one time in four, "
+                     "and the conversations of one question (one per model's answer file) share its first-turn "
+                     "prompt. The rate falls with load as second turns arrive before their first has finished "
+                     "(open-loop arrivals) and as prefix-affinity falls back from overloaded engines."],
+    }
     for figure_id, curve in curves.items():
         ctx.add_figure(curve.figure(figure_id, title=titles[figure_id], paper_says=_NO_PAPER, paper={},
-                                    config=config, command=_command(ctx), notes=[note]))
+                                    config=config, command=_command(ctx),
+                                    notes=[note, *extra_notes.get(figure_id, [])]))
     ctx.add_claim(_gain_claim(curves["ttft-mean"], "prefix-affinity lowers mean TTFT (best baseline / ours)",
                               "ttft-mean"))
     ctx.add_claim(_gain_claim(curves["ttft-p99"], "prefix-affinity lowers p99 TTFT (best baseline / ours)",
