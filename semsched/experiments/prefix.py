@@ -235,10 +235,13 @@ def _no_sharing_figure(ctx: ExperimentContext, loads: Sequence[float], seeds: Se
         paper_says=_NO_PAPER, paper={}, config=config, command=_command(ctx), extra={"hit_rates": hits},
         notes=["Seed k is the trace's k-th window of requests; loads are fractions of each window's own capacity "
                "(least-outstanding, caching on: results.json, config). Every hash_id is distinct, so no request "
-               "finds another's prefix: prefix-affinity must fall back to least-outstanding. The hit rate is that "
-               f"of preempted requests finding their own blocks (median {num(float(np.median(hits)))} over every "
-               "run here). Requests longer than the KV cache are rejected at arrival, the same under every "
-               f"router ({', '.join(str(n) for n in sorted(rejected))} per run), and left out of the TTFT."]))
+               "finds another's prefix (hit rate at first scheduling: median "
+               f"{num(float(np.median(hits)))} over every run here) and prefix-affinity must fall back to "
+               "least-outstanding: where the runs are identical its line lies under least-outstanding's. "
+               "(Caching still helps every router alike: a request preempted by recompute finds its own blocks "
+               "cached when it is readmitted.) Requests longer than the KV cache are rejected at arrival, the "
+               f"same under every router ({', '.join(str(n) for n in sorted(rejected))} per run), and left out "
+               "of the TTFT."]))
     # against its own fallback: with nothing to match it must route as least-outstanding does
     fallback = LoadCurve(curve.metric, loads, seeds, values, OURS, (BASELINES[0],), higher_is_better=False,
                          strict=not ctx.quick)
