@@ -149,8 +149,13 @@ def check_kv(scheduler: Scheduler, *, walk: bool | None = None) -> None:
     kv = scheduler.kv
     tables = kv.gpu_tables()
     held = [b for table in tables.values() for b in table]
-    assert len(held) == len(set(held)), "a GPU block is held twice"
-    assert len(held) + kv.num_free_gpu_blocks == kv.num_gpu_blocks, "GPU blocks held + free != total"
+    hashes, refs, evictable = kv.cache_state()
+    shared = [b for b in held if b in refs]
+    private = [b for b in held if b not in refs]
+    assert len(private) == len(set(private)), "a GPU block is held twice"
+    check_prefix_cache(hashes, refs, evictable, shared, set(private))
+    distinct = len(private) + len(refs)
+    assert distinct + kv.num_free_gpu_blocks == kv.num_gpu_blocks, "GPU blocks held + free != total"
     assert 0 <= kv.num_free_cpu_blocks <= kv.num_cpu_blocks, "more CPU blocks free than there are"
     drained = not scheduler.has_unfinished()
     if drained:
@@ -161,6 +166,21 @@ def check_kv(scheduler: Scheduler, *, walk: bool | None = None) -> None:
         cpu_held = [b for r in _all_requests(scheduler) for b in kv.cpu_block_table(r)]
         assert len(cpu_held) == len(set(cpu_held)), "a CPU block is held twice"
         assert len(cpu_held) + kv.num_free_cpu_blocks == kv.num_cpu_blocks, "CPU blocks held + free != total"
+
+
+def check_prefix_cache(hashes: dict[int, int], refs: dict[int, int], evictable: tuple[int, ...],
+                       shared: list[int], private: set[int]) -> None:
+    """Prefix-cache invariants: every cached block is either held (its reference count is the number of tables
+    that hold it) or evictable, never both, and no hash names two blocks; no uncached block is shared."""
+    assert len(set(hashes.values())) == len(hashes), "two cached blocks under one hash"
+    assert not set(refs) & set(evictable), "a cached block is both held and evictable"
+    assert set(refs) | set(evictable) == set(hashes), "a cached block is neither held nor evictable"
+    assert len(set(evictable)) == len(evictable), "a block is evictable twice"
+    counts: dict[int, int] = {}
+    for block in shared:
+        counts[block] = counts.get(block, 0) + 1
+    assert counts == refs, "a cached block's reference count differs from the tables that hold it"
+    assert not private & set(hashes), "a block is both private and cached"
 
 
 def _all_requests(scheduler: Scheduler) -> list[Request]:

@@ -137,7 +137,7 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--router",
         default="round-robin",
-        help="round-robin | least-outstanding | min-load | go-routing, with parameters as "
+        help="round-robin | least-outstanding | min-load | go-routing | prefix-affinity, with parameters as "
         "name:key=value;key=value (e.g. go-routing:alpha=0.9;mu=0.1;lam=0.9)",
     )
     parser.add_argument("--gpu-blocks", type=int, default=defaults.num_gpu_blocks)
@@ -145,6 +145,11 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--max-batched-tokens", type=int, default=defaults.max_num_batched_tokens)
     parser.add_argument("--max-seqs", type=int, default=defaults.max_num_seqs)
+    parser.add_argument(
+        "--prefix-caching", action="store_true",
+        help="vLLM's automatic prefix caching on every instance: requests whose prefix hashes match (multi-turn "
+        "workloads, Mooncake traces with hash_ids) reuse cached KV blocks and skip their prefill",
+    )
     parser.add_argument(
         "--max-requests",
         type=int,
@@ -244,6 +249,7 @@ def cluster_spec(args: argparse.Namespace) -> ClusterSpec:
         block_size=check_int("--block-size", args.block_size, 1, MAX_BLOCK_SIZE),
         num_gpu_blocks=check_int("--gpu-blocks", args.gpu_blocks, 1, MAX_KV_BLOCKS),
         num_cpu_blocks=check_int("--cpu-blocks", args.cpu_blocks, 0, MAX_KV_BLOCKS),
+        enable_prefix_caching=bool(getattr(args, "prefix_caching", False)),
     )
     check_int("--instances", args.instances, 1, MAX_INSTANCES)
     try:

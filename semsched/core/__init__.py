@@ -24,7 +24,12 @@ Modules:
   ``describe_parameters`` (name, type, default, doc) for listings.
 * ``kv``: ``BlockManager``: GPU and CPU (swap) block pools, per-request block tables with real block ids, the
   admission watermark, ``Reservation`` (blocks kept for important priorities: a request that could only fit in
-  blocks reserved for others is rejected at arrival); ``blocks_for``.
+  blocks reserved for others is rejected at arrival); ``blocks_for``. With ``enable_prefix_caching`` (vLLM's
+  automatic prefix caching, off by default) computed full blocks named by a request's ``prefix_hashes`` stay
+  cached (shared, reference-counted; evictable LRU once released, counted as free) and a request whose leading
+  hashes are cached starts with them computed.
+* ``prefix``: chained block hashes (``token_block_hashes``, ``text_block_hashes``, ``regroup_block_hashes`` for
+  a Mooncake trace's 512-token ``hash_ids``), the same in every process.
 * ``plan``: the typed messages: ``BatchPlan`` (prefill ``ScheduledChunk``s, decodes with their summed context,
   ``Preemption``s, swap traffic) out of the scheduler, ``StepResult`` back in; ``Admission``,
   ``PreemptionMode`` (RECOMPUTE, SWAP, DROP), ``PreemptionReason``.

@@ -182,12 +182,19 @@ class Request:
     #: speculative decoding (seed 004): how many tokens each verification round of this request emitted in a
     #: real run (a Spec-Bench log), replayed by the simulator; None: the simulator's acceptance model decides
     accept_lengths: tuple[int, ...] | None = None
+    #: prefix caching: chained hashes of the full KV blocks of the request's token sequence
+    #: (:mod:`semsched.core.prefix`), its prompt's and, in a replay that knows them, its output's; an engine with
+    #: prefix caching reuses the cached blocks of a matching prefix, a prefix-aware router keys instances by them.
+    #: None: nothing is known about the tokens (nothing is shared)
+    prefix_hashes: tuple[int, ...] | None = None
 
     # progress, owned by the scheduler
     state: RequestState = RequestState.WAITING
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     num_preemptions: int = 0
+    #: prompt tokens found in the prefix cache when the request was first scheduled (their prefill skipped)
+    num_cached_tokens: int = 0
     first_scheduled_time_s: float | None = None
     finish_time_s: float | None = None
     finish_reason: str | None = None
@@ -234,6 +241,8 @@ class Request:
             )
         if self.accept_lengths is not None:
             self.accept_lengths = _checked_accept_lengths(self.accept_lengths)
+        if self.prefix_hashes is not None:
+            self.prefix_hashes = _checked_prefix_hashes(self.prefix_hashes)
         # read on the hot path every step, so computed once (the fields it derives from never change)
         self.target_output_tokens = self._target_output_tokens()
 
@@ -329,6 +338,17 @@ def _checked_accept_lengths(values: object) -> tuple[int, ...]:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise InvalidRequestError(f"accept_lengths[{k}]: must be an integer >= 1 (got {value!r})")
     return tuple(int(v) for v in lengths)
+
+
+def _checked_prefix_hashes(values: object) -> tuple[int, ...]:
+    """A tuple of integers (block hashes), or an error naming the field."""
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise InvalidRequestError(f"prefix_hashes: must be a sequence of integers (got {values!r:.80})")
+    hashes = tuple(values)
+    for k, value in enumerate(hashes):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise InvalidRequestError(f"prefix_hashes[{k}]: must be an integer (got {value!r:.80})")
+    return tuple(int(v) for v in hashes)
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

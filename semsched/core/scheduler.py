@@ -53,6 +53,10 @@ class SchedulerConfig:
     #: admit a waiting request only when its whole sequence (prompt plus tokens already generated) fits in free
     #: blocks, not just its first chunk (vLLM >= 0.2x's ``scheduler_reserve_full_isl``, on by default there)
     reserve_full_prompt: bool = False
+    #: vLLM's automatic prefix caching: computed full blocks named by a request's ``prefix_hashes`` stay cached
+    #: (evictable, LRU) after it leaves, and a request whose leading hashes are cached shares those blocks and
+    #: starts with their tokens computed (its prefill costs only the rest). Off: results as without the feature
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_lookahead_tokens, int) or self.num_lookahead_tokens < 0:
@@ -151,6 +155,7 @@ class Scheduler:
             num_cpu_blocks=config.num_cpu_blocks,
             watermark=config.watermark,
             reservations=config.reservations + policy.reservations(config.num_gpu_blocks),
+            enable_prefix_caching=config.enable_prefix_caching,
         )
         self.timeline = TokenTimeline()
         self._waiting = _WaitingQueue()
@@ -376,7 +381,10 @@ class Scheduler:
                 return  # do not re-admit what this step just displaced
             if excluded(self.policy.exclusive_class(candidate), min_class):
                 return
+            cached = self._attach_prefix(candidate) if self.config.enable_prefix_caching else 0
             if not self._fit_waiting(candidate, plan, step, now_s):
+                if cached:
+                    self._detach_prefix(candidate)
                 return
             self._waiting.remove(candidate.request_id)
             num_new = min(candidate.num_uncomputed_tokens, step.tokens)
@@ -400,6 +408,23 @@ class Scheduler:
         for victim in victims[:count]:
             self._preempt(victim, PreemptionReason.PRIORITY, plan, step, now_s)
         return self._fits(candidate, step)
+
+    def _attach_prefix(self, candidate: Request) -> int:
+        """Share the cached blocks of ``candidate``'s prefix (one with nothing computed) and count their tokens
+        as computed; returns the tokens. Its first admission records them in ``num_cached_tokens``."""
+        blocks = self.kv.attach_prefix(candidate)
+        tokens = blocks * self.block_size
+        candidate.num_computed_tokens = tokens
+        if candidate.first_scheduled_time_s is None:
+            candidate.num_cached_tokens = tokens
+        return tokens
+
+    def _detach_prefix(self, candidate: Request) -> None:
+        """Undo :meth:`_attach_prefix` for a candidate that did not fit (its blocks stay cached)."""
+        self.kv.free(candidate)
+        candidate.num_computed_tokens = 0
+        if candidate.first_scheduled_time_s is None:
+            candidate.num_cached_tokens = 0
 
     def _fits(self, candidate: Request, step: _StepState) -> bool:
         return fits(self._need(candidate), self._room(candidate, step))
@@ -541,11 +566,14 @@ class Scheduler:
             self.abort(request_id, now_s, "aborted by engine")
         finished: list[Request] = []
         running = RequestState.RUNNING
+        offer = self.kv.offer_blocks if self.config.enable_prefix_caching else None
         for chunk in plan.prefill:
             request = chunk.request
             if request.state is not running:
                 continue
             request.num_computed_tokens += chunk.num_tokens
+            if offer is not None:
+                offer(request)
             if request.num_computed_tokens == request.prompt_tokens + request.num_output_tokens:
                 self._emit(request, step_index, 1, now_s)
                 if request.num_output_tokens >= request.target_output_tokens:

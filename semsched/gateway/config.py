@@ -230,8 +230,8 @@ class RoutingConfig(_Strict):
     """How a backend is chosen."""
 
     router: str = Field(default="least-outstanding",
-                        description="`round-robin`, `least-outstanding`, `go-routing[:alpha=..;mu=..;lam=..]` "
-                                    "or `min-load` (the simulator's routers)")
+                        description="`round-robin`, `least-outstanding`, `go-routing[:alpha=..;mu=..;lam=..]`, "
+                                    "`min-load` or `prefix-affinity[:max_imbalance=..]` (the simulator's routers)")
     profile: str = Field(default="a100-qwen1.5-7b",
                          description="latency profile the cost-aware routers price work with")
     health_interval_s: float = Field(default=2.0, gt=0, le=3600,

@@ -67,6 +67,7 @@ from semsched.gateway.dispatch import Dispatcher, DispatchRefused
 from semsched.gateway.fleet import Fleet
 from semsched.gateway.metrics import GatewayMetrics
 from semsched.gateway.outliers import OutlierEjector
+from semsched.gateway.prefix import request_prefix_hashes
 from semsched.gateway.quotas import Quotas
 from semsched.gateway.reload import RELOAD_OUTCOMES, ConfigState, retire
 from semsched.gateway.shared import make_shared_state
@@ -320,7 +321,8 @@ class Gateway:
             tier=tier.name, ttft_slo_s=options.ttft_slo_s, tpot_slo_s=options.tpot_slo_s,
             e2e_slo_s=options.e2e_slo_s,
             urgency=options.urgency if options.urgency is not None else prediction.urgency,
-            predicted_output=predicted, client=tenant)
+            predicted_output=predicted, client=tenant,
+            prefix_hashes=request_prefix_hashes(body, text))  # (for prefix-affinity)
         stream_options = raw.get("stream_options")
         wants_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
         forwarded = dict(raw)

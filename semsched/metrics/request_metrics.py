@@ -46,6 +46,8 @@ REQUEST_ATTRIBUTES: Mapping[str, Callable[[Request], AttributeValue]] = {
     #: (empty without a log)
     "logged_tokens_per_round": lambda r: None if r.accept_lengths is None else (
         sum(r.accept_lengths) / len(r.accept_lengths)),
+    #: prefix caching: prompt tokens found cached when the request was first scheduled (0 without a hit)
+    "cached_tokens": lambda r: r.num_cached_tokens,
 }
 
 _ENDED_WITHOUT_FINISHING = frozenset({RequestState.REJECTED, RequestState.DROPPED, RequestState.STALLED})

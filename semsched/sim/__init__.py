@@ -26,9 +26,11 @@ Modules:
   ``SimulationError``. Fast-forward only where repeated steps are priced alike (no speed trace, no ground
   truth, no pending overhead).
 * ``router``: routers registered with ``@register_router`` (``round-robin``, ``least-outstanding``; ``min-load``
-  and ``go-routing`` in ``go_routing``), each an object with its own state that sees instances only through
-  read-only ``InstanceView``s; ``make_router(spec)``, ``router_names()``; an unknown name or an out-of-range
-  choice is a ``RouterError``. The gateway runs these routers unchanged.
+  and ``go-routing`` in ``go_routing``; ``prefix-affinity`` in ``prefix_router``: the instance that served the
+  request's prefix recently, bounded by load, its ``PrefixTable`` behind ``lookup``/``record``), each an object
+  with its own state that sees instances only through read-only ``InstanceView``s; ``make_router(spec)``,
+  ``router_names()``; an unknown name or an out-of-range choice is a ``RouterError``.
+  The gateway runs these routers unchanged.
 * ``disagg``, ``go_routing``: PD disaggregation (seed 001 section 4.3): ``PDSpec`` (prefill and decode pools,
   ``kv_link_gbps`` default 25, ``model_shape``; errors name ``pd.<field>``), ``KVLink.transfer_time_s``; the
   first instances prefill, the rest decode; a prefill instance ``Scheduler.hand_off``s a request at its first

@@ -200,3 +200,4 @@ class LeastOutstandingRouter:
 
 # the routers of seed 001 (§4.3) live in their own module; importing it registers them
 import semsched.sim.go_routing  # noqa: E402, F401, I001
+import semsched.sim.prefix_router  # noqa: E402, F401, I001

@@ -202,6 +202,18 @@ def prepare_requests(requests: list[Request], cluster: ClusterSpec) -> OnlinePre
     return prediction
 
 
+def check_prefix_blocks(workload: Workload, cluster: ClusterSpec) -> None:
+    """With prefix caching on, a workload's prefix hashes must be for the engine's block size (a
+    :class:`ValueError` naming both otherwise: every lookup would miss or, worse, match the wrong blocks)."""
+    block_size = cluster.scheduler.block_size
+    if cluster.scheduler.enable_prefix_caching and workload.prefix_hashes is not None and (
+            workload.prefix_block_size != block_size):
+        raise ValueError(
+            f"prefix_block_size: the workload's prefix hashes are for {workload.prefix_block_size}-token blocks, "
+            f"the engine's block_size is {block_size} (build the workload with prefix_block_size={block_size})"
+        )
+
+
 def run_policy(
     workload: Workload,
     policy: str,
@@ -217,6 +229,7 @@ def run_policy(
     the distribution predicted then (``wall_s`` counts the predictor's calls during the run, not the prompts'
     embedding before it)."""
     cluster = cluster or ClusterSpec()
+    check_prefix_blocks(workload, cluster)
     requests = workload.to_requests(max_output_tokens)
     prediction = prepare_requests(requests, cluster)
     weights = tdg_weights or TDGWeights.paper_defaults(requests)

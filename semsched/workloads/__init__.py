@@ -32,6 +32,8 @@ In more detail:
   rounds; every malformed line a ``SpecBenchError`` naming file, line and field; short names ``eagle``,
   ``sps-68m``, ``vanilla``), workloads ``spec-bench`` (logged rounds replayed) and ``mbpp-spec`` (MBPP prompts,
   rounds from a fitted acceptance model, :mod:`semsched.sim.acceptance`).
+* ``multi_turn``: ``mt-bench-turns`` (issue 32): two-turn MT-Bench conversations, turn 2's prompt holding turn 1
+  and its answer, every request with ``prefix_hashes`` (prompt and replayed answer) for prefix caching.
 * ``production``: ``production-mix`` (issue 31): the Azure conversation trace's arrivals, real prompts and
   output lengths of many models (AlpacaEval, MT-Bench), four tiers with SLOs (SYSTEM 2 %), triage-classifier
   urgency on 20 % of the requests (the others none: ``NO_URGENCY``); ``production_cluster``: half the engines
@@ -66,6 +68,7 @@ from semsched.workloads.lengths import (
     fitted_lengths,
     spearman_correlation,
 )
+from semsched.workloads.multi_turn import MtBenchTurnsConfig  # registers "mt-bench-turns"
 from semsched.workloads.production import ProductionConfig  # registers "production-mix"
 from semsched.workloads.registry import (
     DEFAULT_MAX_REQUESTS,
@@ -112,6 +115,7 @@ __all__ = [
     "MbppSpecConfig",
     "MixedConfig",
     "MtBenchConfig",
+    "MtBenchTurnsConfig",
     "ProductionConfig",
     "QuantileLengths",
     "SpecBenchConfig",

@@ -263,6 +263,8 @@ class TraceFileConfig(TraceConfig):
     """A trace read from ``path``."""
 
     path: str = parameter("", "an Azure-format .csv or Mooncake-format .jsonl trace file (required)")
+    prefix_block_size: int = parameter(16, "a Mooncake trace's hash_ids become prefix hashes of blocks this long "
+                                           "(the engine's --block-size)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -270,6 +272,9 @@ class TraceFileConfig(TraceConfig):
             raise WorkloadError("path: required, a .csv (Azure format) or .jsonl (Mooncake format) file")
         if not self.path.endswith(TRACE_SUFFIXES):
             raise WorkloadError(f"path: must end in {' or '.join(TRACE_SUFFIXES)} (got {self.path!r})")
+        if isinstance(self.prefix_block_size, bool) or not isinstance(self.prefix_block_size, int) or (
+                self.prefix_block_size < 1):
+            raise WorkloadError(f"prefix_block_size: must be an integer >= 1 (got {self.prefix_block_size!r})")
 
 
 # ---- the registry ----------------------------------------------------------------------------------------
@@ -558,7 +563,9 @@ def _gamma_conv(config: GammaConfig, args: BuildArgs, rng: np.random.Generator) 
 
 # ---- traces ----------------------------------------------------------------------------------------------
 def _trace_workload(path: Path, config: TraceConfig, args: BuildArgs) -> Workload:
-    workload = load_mooncake_jsonl(path) if path.suffix == ".jsonl" else load_azure_csv(path)
+    block_size = config.prefix_block_size if isinstance(config, TraceFileConfig) else 16
+    workload = load_mooncake_jsonl(path, prefix_block_size=block_size) if path.suffix == ".jsonl" else (
+        load_azure_csv(path))
     if config.rescale and workload.duration_s() <= 0:
         raise WorkloadError(
             f"trace {path}: its {len(workload)} request(s) arrive at one instant, so it has no rate to stretch "

@@ -7,7 +7,9 @@ Formats
   ``GeneratedTokens``; an optional ``client`` column (who sent the request) is read when the header has it.
 * Mooncake-style JSONL: one object per line with ``timestamp`` (milliseconds), ``input_length`` and
   ``output_length``; optional ``priority`` (int), ``tier`` (a tier name) and ``client`` (a string) are used when
-  present. Blank lines are skipped.
+  present. Blank lines are skipped. Optional ``hash_ids`` (a list of integers, one per 512-token block of the
+  prompt, equal ids for equal prefixes) become the requests' ``prefix_hashes`` for the engine's block size
+  (:func:`semsched.core.prefix.regroup_block_hashes`).
 * ``client``: a non-empty string of at most 256 characters; a trace gives every row one or none (a JSONL row
   without one, when others have one, is an error naming the line).
 
@@ -41,6 +43,7 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from semsched.core.prefix import regroup_block_hashes
 from semsched.core.request import MAX_CLIENT_CHARS
 from semsched.core.tiers import DEFAULT_TIERS, UNTIERED, TierSpec, tier_index
 from semsched.workloads.workload import Workload, WorkloadError
@@ -86,10 +89,12 @@ class _Columns:
     tier: list[str]
     #: one per row (None where the row has no client); all None: the trace has no clients
     client: list[str | None]
+    #: Mooncake ``hash_ids``, one per row (None where the row has none); all None: the trace has none
+    hash_ids: list[tuple[int, ...] | None]
 
     @classmethod
     def empty(cls) -> _Columns:
-        return cls([], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [])
 
 
 # ---- data directory --------------------------------------------------------------------------------------
@@ -204,18 +209,19 @@ def _checked_length(where: str, field: str, value: int, shown: str) -> int:
 
 
 # ---- Mooncake JSONL --------------------------------------------------------------------------------------
-def load_mooncake_jsonl(path: str | Path, tiers: Sequence[TierSpec] = DEFAULT_TIERS) -> Workload:
+def load_mooncake_jsonl(path: str | Path, tiers: Sequence[TierSpec] = DEFAULT_TIERS,
+                        prefix_block_size: int = 16) -> Workload:
     """Load a Mooncake-style JSONL trace.
 
     Rows with a ``tier`` must name a tier in ``tiers``; their priority defaults to that tier's. Rows without a
     ``tier`` get the SLO-less ``"default"`` tier and priority ``priority`` (0 if absent). The workload's tier
     table is ``tiers`` if any row has a tier, plus the default tier if any row lacks one.
     """
-    return read_mooncake_jsonl(path, tiers)[0]
+    return read_mooncake_jsonl(path, tiers, prefix_block_size)[0]
 
 
 def read_mooncake_jsonl(
-    path: str | Path, tiers: Sequence[TierSpec] = DEFAULT_TIERS
+    path: str | Path, tiers: Sequence[TierSpec] = DEFAULT_TIERS, prefix_block_size: int = 16
 ) -> tuple[Workload, LoadReport]:
     """Like :func:`load_mooncake_jsonl`, also returning the :class:`LoadReport`."""
     path = Path(path)
@@ -229,7 +235,21 @@ def read_mooncake_jsonl(
         columns.tier.append(spec.name)
         columns.priority.append(_json_priority(where, record, spec.priority))
         columns.client.append(_client(where, record["client"]) if "client" in record else None)
-    return _build(path, columns, _table_for(columns.tier, tuple(tiers)))
+        columns.hash_ids.append(_json_hash_ids(where, record["hash_ids"]) if "hash_ids" in record else None)
+    workload, report = _build(path, columns, _table_for(columns.tier, tuple(tiers)))
+    if all(ids is None for ids in columns.hash_ids):
+        return workload, report
+    order = np.argsort(np.asarray(columns.time_s, dtype=np.float64), kind="stable")
+    hashes = [None if (ids := columns.hash_ids[int(i)]) is None
+              else regroup_block_hashes(ids, int(workload.prompt_tokens[k]), prefix_block_size)
+              for k, i in enumerate(order)]
+    return workload.with_prefix_hashes(hashes, prefix_block_size), report
+
+
+def _json_hash_ids(where: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise TraceFormatError(f"{where}: hash_ids must be a list of integers, got {_short(value)}")
+    return tuple(value)
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -47,7 +47,9 @@ class Workload:
     >= 1); ``prompt_text`` (the prompt itself); ``client`` (who sent each request, a non-empty string of at most
     :data:`~semsched.core.request.MAX_CLIENT_CHARS` characters; per-client fairness, ``vtc``); ``accept_lengths``
     (speculative decoding, seed 004: the tokens each verification round of a logged run emitted, per request,
-    None for a request without a log).
+    None for a request without a log); ``prefix_hashes`` (prefix caching: each request's chained block hashes,
+    :mod:`semsched.core.prefix`, for blocks of ``prefix_block_size`` tokens, the engine's block size they were
+    computed for; None for a request whose tokens are unknown).
     """
 
     name: str
@@ -63,6 +65,8 @@ class Workload:
     prompt_text: tuple[str, ...] | None = None
     client: tuple[str, ...] | None = None
     accept_lengths: tuple[tuple[int, ...] | None, ...] | None = None
+    prefix_hashes: tuple[tuple[int, ...] | None, ...] | None = None
+    prefix_block_size: int = 16
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arrival_time_s", _frozen_array("arrival_time_s", self.arrival_time_s, float))
@@ -131,6 +135,27 @@ class Workload:
             object.__setattr__(self, "client", self._checked_clients(tuple(self.client)))
         if self.accept_lengths is not None:
             object.__setattr__(self, "accept_lengths", self._checked_accept_lengths(tuple(self.accept_lengths)))
+        if self.prefix_hashes is not None:
+            object.__setattr__(self, "prefix_hashes", self._checked_prefix_hashes(tuple(self.prefix_hashes)))
+        size = self.prefix_block_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise WorkloadError(f"prefix_block_size: must be an integer >= 1 (got {size!r})")
+
+    def _checked_prefix_hashes(
+        self, values: tuple[Sequence[int] | None, ...]
+    ) -> tuple[tuple[int, ...] | None, ...]:
+        self._check_size("prefix_hashes", len(values))
+        checked: list[tuple[int, ...] | None] = []
+        for i, hashes in enumerate(values):
+            if hashes is None:
+                checked.append(None)
+                continue
+            row = tuple(hashes)
+            for k, value in enumerate(row):
+                if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                    raise WorkloadError(f"prefix_hashes[{i}][{k}]: must be an integer (got {value!r:.80})")
+            checked.append(tuple(int(v) for v in row))
+        return tuple(checked)
 
     def _checked_accept_lengths(
         self, logs: tuple[Sequence[int] | None, ...]
@@ -215,8 +240,8 @@ class Workload:
 
         Each request gets its tier's SLOs, its true ``output_tokens`` and the optional data the workload holds
         (``urgency``, ``urgency_true``, ``predicted_length`` as a point :class:`LengthDistribution`,
-        ``prompt_text``, ``client``). ``max_output_tokens`` caps every request (the engine stops there); by
-        default each request's cap is its own true output length.
+        ``prompt_text``, ``client``, ``accept_lengths``, ``prefix_hashes``). ``max_output_tokens`` caps every
+        request (the engine stops there); by default each request's cap is its own true output length.
         """
         if max_output_tokens is not None and max_output_tokens < 1:
             raise WorkloadError(f"max_output_tokens: must be >= 1 or None (got {max_output_tokens})")
@@ -244,6 +269,7 @@ class Workload:
             prompt_text=None if self.prompt_text is None else self.prompt_text[i],
             client=None if self.client is None else self.client[i],
             accept_lengths=None if self.accept_lengths is None else self.accept_lengths[i],
+            prefix_hashes=None if self.prefix_hashes is None else self.prefix_hashes[i],
         )
 
     # ---- derived workloads -------------------------------------------------------------------------------
@@ -320,6 +346,16 @@ class Workload:
         )
         return dataclasses.replace(self, accept_lengths=values)
 
+    def with_prefix_hashes(
+        self, prefix_hashes: Sequence[Sequence[int] | None] | None, block_size: int = 16
+    ) -> Workload:
+        """A copy with each request's chained block hashes for ``block_size``-token blocks (None for a request
+        whose tokens are unknown, or for none at all)."""
+        values = None if prefix_hashes is None else tuple(
+            None if hashes is None else tuple(hashes) for hashes in prefix_hashes
+        )  # (checked, and made plain integers, by the copy's construction)
+        return dataclasses.replace(self, prefix_hashes=values, prefix_block_size=block_size)
+
     def with_name(self, name: str) -> Workload:
         """A copy with a new name."""
         return dataclasses.replace(self, name=name)
@@ -340,6 +376,7 @@ class Workload:
             accept_lengths=None if self.accept_lengths is None else tuple(
                 self.accept_lengths[int(i)] for i in index
             ),
+            prefix_hashes=None if self.prefix_hashes is None else tuple(self.prefix_hashes[int(i)] for i in index),
         )
 
 

@@ -159,6 +159,7 @@ def test_attributes_of_the_request(make_request: RequestFactory) -> None:
         "e2e_slo_s": 15.0,
         "client": "tenant-a",
         "logged_tokens_per_round": None,
+        "cached_tokens": 0,
     }
     assert list(request_metrics(req).attributes) == list(REQUEST_ATTRIBUTES)
     req.accept_lengths = (3, 1, 5)

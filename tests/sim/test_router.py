@@ -61,7 +61,8 @@ def test_known_names_build_fresh_routers() -> None:
 def test_an_unknown_name_is_a_semsched_error_listing_the_known_ones() -> None:
     with pytest.raises(
         RouterError,
-        match=r"unknown router 'random'; known routers: go-routing, least-outstanding, min-load, round-robin"
+        match=r"unknown router 'random'; known routers: go-routing, least-outstanding, min-load, prefix-affinity, "
+              r"round-robin"
     ):
         make_router("random")
     assert issubclass(RouterError, SemschedError)

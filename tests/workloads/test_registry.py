@@ -42,7 +42,8 @@ def _same(a: Workload, b: Workload) -> bool:
 
 def test_registered_names() -> None:
     answers = {"alpaca-eval", "mt-bench", "mixed", "spec-bench", "mbpp-spec"}
-    assert set(WORKLOADS) == set(SYNTHETIC) | set(TRACES) | {"trace", "ktas-ed", "production-mix"} | answers
+    assert set(WORKLOADS) == set(SYNTHETIC) | set(TRACES) | {"trace", "ktas-ed", "production-mix",
+                                                                     "mt-bench-turns"} | answers
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)
