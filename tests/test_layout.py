@@ -73,7 +73,7 @@ def test_inner_packages_import_only_what_they_may(package: str, allowed: tuple[s
 GATEWAY_ALLOWED = (
     "numpy", "yaml", "aiohttp", "httpx", "fastapi", "starlette", "pydantic", "prometheus_client", "uvicorn",
     "tokenizers", "semsched.core", "semsched.policies", "semsched.latency", "semsched.predict",
-    "semsched.sim.router", "semsched.vllm.xargs", "semsched.gateway",
+    "semsched.sim.router", "semsched.sim.prefix_router", "semsched.vllm.xargs", "semsched.gateway",
     "opentelemetry",  # tracing (issue 32)
     "redis",  # state shared by replicas (issue 32)
 )

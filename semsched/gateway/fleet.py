@@ -15,6 +15,9 @@
 * **Load books.** Every ``sync_interval_s`` each backend's ``remote_load`` and ``remote_requests`` become the
   fleet's leases there minus this replica's: routers see the fleet's in-flight (:class:`BackendView`), and the
   priority queue is pumped for the slots other replicas freed.
+* **Prefix-affinity entries.** With ``routing.router: prefix-affinity`` each prefix this replica routes is
+  published on the ``prefix`` channel (its block hashes and the backend's name) and the other replicas' are
+  stored in this replica's table, so a conversation follows its cached prefix whichever replica it reaches.
 * **The SLO guard's observations.** Each TTFT/TPOT the guard records is published on the ``slo`` channel; the
   other replicas' are recorded in this replica's guard as they arrive, so every replica sheds on the fleet's
   quantile.
@@ -30,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from semsched.core.request import Request
@@ -41,11 +44,14 @@ from semsched.gateway.dispatch import Dispatcher, DispatchRefused
 from semsched.gateway.metrics import GatewayMetrics
 from semsched.gateway.shared import LocalSharedState
 from semsched.policies.slo_guard import Metric
+from semsched.sim.prefix_router import PrefixTable
 
 log = logging.getLogger("semsched.gateway")
 
 #: the broadcast channel of the SLO guard's observations: ``{"p": priority, "m": "ttft"|"tpot", "v": seconds}``
 OBSERVATIONS = "slo"
+#: the broadcast channel of the prefix-affinity router's entries: ``{"h": [block hashes], "b": backend name}``
+PREFIXES = "prefix"
 
 
 class Fleet:
@@ -82,6 +88,10 @@ class Fleet:
         if self.shared_mode:
             self.admission.monitor.on_record = self._publish
             self.shared.subscribe(OBSERVATIONS, self._observed)
+            table = getattr(self.dispatcher.router, "table", None)
+            if isinstance(table, PrefixTable):
+                table.on_record = self._publish_prefix
+                self.shared.subscribe(PREFIXES, self._prefix_of_another)
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
@@ -229,6 +239,24 @@ class Fleet:
         priority, metric, value_s = item.get("p"), item.get("m"), item.get("v")
         if isinstance(priority, int) and metric in ("ttft", "tpot") and isinstance(value_s, int | float):
             self.admission.monitor.record_remote(priority, metric, float(value_s), self.now())
+
+
+    # ---- the prefix-affinity router's entries --------------------------------------------------------------
+    def _publish_prefix(self, hashes: Sequence[int], instance: int, now_s: float) -> None:
+        backends = self.pool.backends
+        if 0 <= instance < len(backends):
+            self.shared.publish(PREFIXES, {"h": list(hashes), "b": backends[instance].name})
+
+    def _prefix_of_another(self, item: dict[str, Any]) -> None:
+        hashes, name = item.get("h"), item.get("b")
+        table = getattr(self.dispatcher.router, "table", None)
+        if not (isinstance(table, PrefixTable) and isinstance(name, str) and isinstance(hashes, list)
+                and all(isinstance(h, int) for h in hashes)):
+            return
+        # the backend of that name in this replica's pool (its newest: a reload may have replaced it)
+        index = next((b.index for b in reversed(self.pool.backends) if b.name == name and not b.retired), None)
+        if index is not None:
+            table.store(hashes, index, self.now())
 
 
 def _backend_key(backend: Backend) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -63,6 +63,8 @@ class PrefixTable:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self._entries: OrderedDict[int, tuple[int, float]] = OrderedDict()
+        #: called after each :meth:`record` (not :meth:`store`): how a gateway replica tells the others
+        self.on_record: Callable[[Sequence[int], int, float], None] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -81,8 +83,15 @@ class PrefixTable:
         return instance, matched
 
     def record(self, hashes: Sequence[int], instance: int, now_s: float) -> None:
-        """``instance`` got a request with ``hashes`` at ``now_s``. The deepest block is recorded first, so the
-        first blocks are the most recent and a prefix is dropped from its end, never from its start."""
+        """``instance`` got a request with ``hashes`` at ``now_s`` (:meth:`store`, then ``on_record``)."""
+        self.store(hashes, instance, now_s)
+        if self.on_record is not None:
+            self.on_record(hashes, instance, now_s)
+
+    def store(self, hashes: Sequence[int], instance: int, now_s: float) -> None:
+        """Enter ``hashes`` as ``instance``'s at ``now_s``, without telling anyone (another replica's entries).
+        The deepest block is stored first, so the first blocks are the most recent and a prefix is dropped from
+        its end, never from its start."""
         entries = self._entries
         for key in reversed(hashes):
             entries[key] = (instance, now_s)

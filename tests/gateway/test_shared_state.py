@@ -322,3 +322,35 @@ def test_check_shows_the_redis_password_redacted() -> None:
     shown = shown_settings(config)["shared_state"]["redis_url"]
     assert "s3cret-pass" not in shown
     assert shown == f"redis://:{redact_key('s3cret-pass')}@10.0.0.7:6379/2"
+
+
+@pytest.mark.parametrize("mode", ["redis", "local"])
+def test_a_conversation_follows_its_prefix_to_the_same_backend_through_either_replica(
+        mode: str, redis: RedisServer) -> None:  # noqa: F811
+    """Turn 1 reaches replica A while b0 is busy, so it goes to b1; turn 2 reaches replica B with both backends
+    idle. With Redis, B knows A's prefix entries and sends turn 2 to b1; on its own state B has never seen the
+    prefix and least-outstanding's tie goes to b0."""
+    conversation = "A conversation that both replicas see: " + "its long shared beginning " * 12
+    backends = [fake_openai_app(token_delay_s=0.05), fake_openai_app(token_delay_s=0.05)]
+    with running_app(backends[0]) as url0, running_app(backends[1]) as url1, ThreadPoolExecutor(1) as pool:
+        config = config_for([url0, url1], shared_state=_shared(redis.url if mode == "redis" else None),
+                            routing={"router": "prefix-affinity", "poll_metrics": False})
+        with replicas(config) as served:
+            (a, _), (b, gateway_b) = served
+
+            def post(url: str, prompt: str, max_tokens: int) -> int:
+                body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}
+                return httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code
+
+            busy = pool.submit(post, a, "Another conversation, long enough to be hashed " * 4, 40)
+            wait_for(lambda: backends[0].state.in_flight == 1)
+            assert post(a, conversation + "first question", 1) == 200
+            assert [c["prompt"] for c in backends[1].state.calls] == [conversation + "first question"]
+            assert busy.result() == 200
+            table = gateway_b.dispatcher.router.table
+            if mode == "redis":
+                wait_for(lambda: len(table) > 0)  # A's entries reached B (every sync_interval_s)
+            assert post(b, conversation + "first question, its answer and a second question", 1) == 200
+            served_by = 1 if mode == "redis" else 0
+            turns = [c for c in backends[served_by].state.calls if c["prompt"].startswith(conversation)]
+            assert len(turns) == (2 if mode == "redis" else 1)
