@@ -29,4 +29,9 @@ the simulator's event loop, the calibration lab, the experiments or vLLM itself 
 * ``reload``: SIGHUP and ``POST /admin/reload`` re-read the file; a bad one is refused, a good one swapped in
   whole; backends added, drained, replaced (indices never reused). ``tracing``: OpenTelemetry spans (off by
   default). ``outliers``: a backend whose TTFT p90 is far over the others' leaves the pool for a cool-down.
+* ``shared``: state shared by replicas (leases under a limit, windowed counters, a broadcast), in this process or
+  in Redis with a local fallback. ``fleet``: what it is used for: fleet-wide in-flight caps per tier and backend,
+  the load books routers see, the SLO guard's observations and the prefix-affinity entries of every replica.
+  ``quotas``: per-tenant tokens and requests per minute (429 ``quota``). ``prefix``: a request's prompt block
+  hashes, for the ``prefix-affinity`` router.
 """
