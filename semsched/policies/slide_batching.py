@@ -170,6 +170,9 @@ class SlideBatching(Policy):
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
         self._running_cache: tuple[tuple[int, ...], list[Request], _Static, np.ndarray] | None = None
+        #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
+        #: preemption or a request left (the only events that can make the next sync differ for the same set)
+        self._synced_running: tuple[int, ...] | None = None
         self._plan: SlidePlan | None = None
         self._engine_budget: StepBudget | None = None  # the last one a hook was given (waiting_key has none)
         self._view: SchedulerView | None = None  # the engine's state, from the last hook that gave it
@@ -202,8 +205,10 @@ class SlideBatching(Policy):
         if request.request_id in self._live:
             self._waiting[request.request_id] = request
             self._waiting_version += 1
+            self._synced_running = None
 
     def _forget(self, request_id: str) -> None:
+        self._synced_running = None
         self._live.pop(request_id, None)
         self._seq.pop(request_id, None)
         if self._waiting.pop(request_id, None) is not None:
@@ -249,8 +254,11 @@ class SlideBatching(Policy):
         plan = self.plan(now_s, view.budget, view)
         if not self.config.latency_aware:  # no time budget: every running request, in plan order
             return sorted(running, key=lambda r: plan.rank.get(r.request_id, len(plan.rank)))
+        chosen = plan.running
+        if len(chosen) == len(running) and all(a is b for a, b in zip(chosen, running, strict=True)):
+            return running  # (already in plan order, every one chosen: the caller need not reorder)
         here = {id(r) for r in running}
-        return [r for r in plan.running if id(r) in here]
+        return [r for r in chosen if id(r) in here]
 
     def victim_key(self, request: Request) -> SortKey:
         """Under KV pressure the request that ranks last in the current plan goes first."""
@@ -343,10 +351,11 @@ class SlideBatching(Policy):
         if not hasattr(view, "running_requests"):
             return None  # a partial view (a test's): only the full plan, which reads each request's state
         running = view.running_requests()
-        if not self._sync_waiting(running, view):
+        key = tuple(map(id, running))
+        if not self._sync_waiting(running, view, key):
             return None
         stats = self._current_waiting_stats(view.block_size)
-        requests, static, seqs = self._running_static(running)
+        requests, static, seqs = self._running_static(running, key)
         n = len(requests)
         computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
@@ -356,7 +365,7 @@ class SlideBatching(Policy):
                 or _waiting_may_start(requests, stats, view, max_num_seqs):
             return self._merged_plan(now_s, (requests, static, seqs, computed, outputs), stats)
         queue = _Queue.build(static, computed, outputs, np.ones(n, dtype=bool), self, now_s)
-        room = _StartRoom(queue, view, max_num_seqs)
+        room = _StartRoom(queue, None, max_num_seqs)  # (all started: no KV check is asked of it)
         budget_s = self._budget_s_with(queue, stats, now_s)
         beta = self.estimator.beta
         if stats.size and not beta * stats.min_cost_s >= 1e-9:
@@ -365,17 +374,19 @@ class SlideBatching(Policy):
         order = _sorted(queue, urgent)
         chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
         chosen = self._cut_last(requests, chosen, queue.prefill)
-        running_chosen = [requests[i] for i, _ in chosen]  # (all running: a cut prompt takes no waiting tokens)
         first = [i for i, _ in chosen]
-        taken = set(first)
-        ranked = first + [i for i in order.tolist() if i not in taken]
-        rank = {requests[i].request_id: position for position, i in enumerate(ranked)}
+        if len(first) < n:
+            taken = set(first)
+            first += [i for i in order.tolist() if i not in taken]
+        ranked = tuple([requests[i] for i in first])  # (all running: a cut prompt takes no waiting tokens)
+        ids = [r.request_id for r in ranked]
         num_urgent = int(urgent.sum()) + num_urgent_waiting
         size = queue.size + stats.size
+        tokens = [t for _, t in chosen]
         return SlidePlan(
-            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
-            running=tuple(running_chosen), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
-            rank=rank, ranked=tuple(requests[i] for i in ranked), num_urgent=num_urgent,
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(tokens),
+            running=ranked[:len(chosen)], chosen=tuple(zip(ids, tokens, strict=False)),
+            rank=dict(zip(ids, range(n), strict=True)), ranked=ranked, num_urgent=num_urgent,
             num_normal=size - num_urgent, complete=False,
             waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
         )
@@ -396,10 +407,10 @@ class SlideBatching(Policy):
         )
         return self._plan_of(requests, queue, now_s)
 
-    def _running_static(self, running: Sequence[Request]) -> tuple[Sequence[Request], _Static, np.ndarray]:
+    def _running_static(self, running: Sequence[Request],
+                        key: tuple[int, ...]) -> tuple[Sequence[Request], _Static, np.ndarray]:
         """The running requests in the full plan's index order (arrival at this policy), their static
-        columns and arrival order, kept while the running set does not change."""
-        key = tuple(map(id, running))
+        columns and arrival order, kept while the running set (``key``: their id()s) does not change."""
         cached = self._running_cache
         if cached is None or cached[0] != key:
             seq = self._seq
@@ -408,10 +419,15 @@ class SlideBatching(Policy):
             cached = self._running_cache = (key, ordered, _Static.of(ordered, self), seqs)
         return cached[1], cached[2], cached[3]
 
-    def _sync_waiting(self, running: Sequence[Request], view: SchedulerView) -> bool:
-        """Bring the waiting set up to date with the engine's running requests; False when the two do not add
-        up to the live requests (then the full plan, which reads every request's state, decides)."""
+    def _sync_waiting(self, running: Sequence[Request], view: SchedulerView, key: tuple[int, ...]) -> bool:
+        """Bring the waiting set up to date with the engine's running requests (``key``: their id()s); False when
+        the two do not add up to the live requests (then the full plan, which reads every request's state,
+        decides). The same running requests as at the last sync, with no preemption or departure since, need no
+        walk: each is live and none is waiting (arrivals only add waiting requests)."""
         live, waiting = self._live, self._waiting
+        if key == self._synced_running and len(waiting) + len(running) == len(live) \
+                and len(waiting) == view.num_waiting:
+            return True
         for request in running:
             request_id = request.request_id
             if request_id not in live:
@@ -419,10 +435,14 @@ class SlideBatching(Policy):
             if waiting.pop(request_id, None) is not None:
                 self._waiting_version += 1
         if len(waiting) + len(running) == len(live) and len(waiting) == view.num_waiting:
+            self._synced_running = key
             return True
         self._unfinished()  # requests ended without on_finish (aborted, dropped) leave
         waiting = self._waiting
-        return len(waiting) + len(running) == len(self._live) and len(waiting) == view.num_waiting
+        if len(waiting) + len(running) == len(self._live) and len(waiting) == view.num_waiting:
+            self._synced_running = key
+            return True
+        return False
 
     def _current_waiting_stats(self, block_size: int) -> _WaitingStats:
         stats = self._waiting_stats
@@ -565,9 +585,17 @@ class SlideBatching(Policy):
         partial = room is not None  # the queue holds the running requests only
         if room is None:
             room = _StartRoom(queue, self._view, seqs_left)
+        order_list = order.tolist()
+        if 0 < queue.size <= min(tokens_left, seqs_left) and not queue.prefill.any() and queue.started.all():
+            # every request a running decode (one token each, within the token budget and the sequence cap):
+            # the loop below takes each one whose cost fits what is left, in order; when all fit, its sums
+            # (accumulated in the same order, so the same floats) give the answer without the loop
+            totals = np.cumsum(np.concatenate(([estimated_s], queue.exec_s[order])))
+            before = totals[:-1]
+            if bool(np.all((before < budget_s) & ~(queue.exec_s[order] > budget_s - before))):
+                return [(i, 1) for i in order_list], float(totals[-1])
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         started, prefill, exec_s = queue.started.tolist(), queue.prefill.tolist(), queue.exec_s.tolist()
-        order_list = order.tolist()
         for i in order_list:
             if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
                 break

@@ -736,7 +736,11 @@ class Scheduler(_VllmScheduler):
         ``tokens`` and ``seqs``; returns the requests the policy holds back this step (removed from ``running``
         until vLLM has scheduled)."""
         if self._custom_running_order and self.running:
-            order = self.semsched_policy.running_order(self.running_shadows(), self._view, now)
+            shadows = self.running_shadows()
+            order = self.semsched_policy.running_order(shadows, self._view, now)
+            if order is shadows and len(shadows) == len(self.running):
+                self._running_sorted = False
+                return []  # every running request, in the order it has
             if order is not None:
                 chosen = {s.request_id for s in order}
                 held_back = [r for r in self.running if r.request_id not in chosen]
