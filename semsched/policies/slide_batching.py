@@ -525,6 +525,8 @@ class SlideBatching(Policy):
         """The core gives a request ``min(uncomputed, tokens left)``: a prompt cut by GETMAXCHUNK must come last,
         or it takes the tokens planned for those after it (decodes that still fitted the budget). Only a
         request in its prompt (``prefill``) can be cut."""
+        if not prefill.any():
+            return chosen
         flags = prefill.tolist()
         cut = [item for item in chosen if flags[item[0]] and self._is_cut(requests, item)]
         if not cut:
@@ -765,9 +767,11 @@ def _costs(computed: np.ndarray, prompt: np.ndarray, outputs: np.ndarray,
     """Each request's next work (prefill or not) and its cost in the base model, before the correction beta."""
     uncomputed = prompt + outputs - computed
     prefill = (uncomputed > 1) | (computed < prompt)
+    decode_s = config.a_d * computed + config.b_d
+    if not prefill.any():  # (the steady state: every one decoding)
+        return prefill, decode_s
     prefill_s = (config.a_p * uncomputed**2 + config.b_p * uncomputed * computed + config.c_p * uncomputed
                  + config.d_p)
-    decode_s = config.a_d * computed + config.b_d
     return prefill, np.where(prefill, prefill_s, decode_s)
 
 

@@ -369,6 +369,9 @@ class Scheduler(_VllmScheduler):
         self._shadows_fresh = False  # running shadows refreshed in this schedule() call
         # (running list, its length, its shadows): what running_shadows() built last in this schedule() call
         self._shadow_cache: tuple[list[VllmRequest], int, list[Request]] | None = None
+        # (a copy of ``running``, its tracked requests, their shadows), kept across steps: while ``running`` holds
+        # the same requests in the same order, a refresh reads them without looking each one up
+        self._shadow_pairs: tuple[list[VllmRequest], list[VllmRequest], list[Request]] | None = None
         self._budgets = policy.uses_hook("step_budget")
         self._rekeys = policy.rekey_interval_s is not None
         # the last step scheduled one token for every running request and nothing else changed (see _steady_step)
@@ -459,15 +462,25 @@ class Scheduler(_VllmScheduler):
         running = self.running
         if self._shadows_fresh and cache is not None and cache[0] is running and cache[1] == len(running):
             return cache[2]
-        tracked = self._tracked
-        shadows = []
-        for request in self.running:
-            entry = tracked.get(request.request_id)
-            if entry is not None:
-                shadow = entry.shadow
+        pairs = self._shadow_pairs
+        if pairs is not None and pairs[0] == running:  # (a list compares its items by identity first)
+            shadows = pairs[2]
+            for request, shadow in zip(pairs[1], shadows, strict=True):
                 shadow.num_computed_tokens = request.num_computed_tokens
                 shadow.num_output_tokens = request.num_output_tokens
-                shadows.append(shadow)
+            shadows = list(shadows)  # (a caller may keep the list: each step gets its own)
+        else:
+            tracked = self._tracked
+            shadows, requests = [], []
+            for request in running:
+                entry = tracked.get(request.request_id)
+                if entry is not None:
+                    shadow = entry.shadow
+                    shadow.num_computed_tokens = request.num_computed_tokens
+                    shadow.num_output_tokens = request.num_output_tokens
+                    shadows.append(shadow)
+                    requests.append(request)
+            self._shadow_pairs = (list(running), requests, list(shadows))
         self._shadows_fresh = True
         self._shadow_cache = (self.running, len(self.running), shadows)
         return shadows
