@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -128,6 +130,9 @@ class SlidePlan:
     #: then hold only the running ones, and ``waiting`` gives the waiting ones in order, when asked
     complete: bool = True
     waiting: Callable[[], Iterator[Request]] | None = None
+
+
+_FIRST, _SECOND, _REQUEST_ID = operator.itemgetter(0), operator.itemgetter(1), operator.attrgetter("request_id")
 
 
 @functools.cache
@@ -255,7 +260,7 @@ class SlideBatching(Policy):
         if not self.config.latency_aware:  # no time budget: every running request, in plan order
             return sorted(running, key=lambda r: plan.rank.get(r.request_id, len(plan.rank)))
         chosen = plan.running
-        if len(chosen) == len(running) and all(a is b for a, b in zip(chosen, running, strict=True)):
+        if chosen == tuple(running):  # (requests compare by identity)
             return running  # (already in plan order, every one chosen: the caller need not reorder)
         here = {id(r) for r in running}
         return [r for r in chosen if id(r) in here]
@@ -374,15 +379,15 @@ class SlideBatching(Policy):
         order = _sorted(queue, urgent)
         chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
         chosen = self._cut_last(requests, chosen, queue.prefill)
-        first = [i for i, _ in chosen]
+        first = list(map(_FIRST, chosen))
         if len(first) < n:
             taken = set(first)
             first += [i for i in order.tolist() if i not in taken]
-        ranked = tuple([requests[i] for i in first])  # (all running: a cut prompt takes no waiting tokens)
-        ids = [r.request_id for r in ranked]
+        ranked = tuple(map(requests.__getitem__, first))  # (all running: a cut prompt takes no waiting tokens)
+        ids = list(map(_REQUEST_ID, ranked))
         num_urgent = int(urgent.sum()) + num_urgent_waiting
         size = queue.size + stats.size
-        tokens = [t for _, t in chosen]
+        tokens = list(map(_SECOND, chosen))
         return SlidePlan(
             time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(tokens),
             running=ranked[:len(chosen)], chosen=tuple(zip(ids, tokens, strict=False)),
@@ -592,10 +597,13 @@ class SlideBatching(Policy):
             # every request a running decode (one token each, within the token budget and the sequence cap):
             # the loop below takes each one whose cost fits what is left, in order; when all fit, its sums
             # (accumulated in the same order, so the same floats) give the answer without the loop
-            totals = np.cumsum(np.concatenate(([estimated_s], queue.exec_s[order])))
-            before = totals[:-1]
-            if bool(np.all((before < budget_s) & ~(queue.exec_s[order] > budget_s - before))):
-                return [(i, 1) for i in order_list], float(totals[-1])
+            # (the sums only grow, costs being positive, and a NaN carries to the last: the last sum before an
+            # item is under the budget exactly when every one is; with no budget every cost fits what is left)
+            ordered_s = queue.exec_s[order]
+            totals = np.cumsum(np.concatenate(([estimated_s], ordered_s)))
+            if totals[-2] < budget_s and (math.isinf(budget_s)
+                                          or not bool(np.any(ordered_s > budget_s - totals[:-1]))):
+                return list(zip(order_list, itertools.repeat(1), strict=False)), float(totals[-1])
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         started, prefill, exec_s = queue.started.tolist(), queue.prefill.tolist(), queue.exec_s.tolist()
         for i in order_list:
@@ -777,8 +785,11 @@ def _costs(computed: np.ndarray, prompt: np.ndarray, outputs: np.ndarray,
 
 def _deadlines(static: _Static, outputs: np.ndarray) -> np.ndarray:
     """Each request's next token's deadline (eq. 3): arrival + TTFT SLO + outputs·TPOT SLO."""
-    with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
-        offset_s = np.where(outputs > 0, outputs * static.tpot_s, 0.0)
+    if outputs.size and outputs.min() > 0:  # (every one past its first token: no 0 times inf)
+        offset_s = outputs * static.tpot_s
+    else:
+        with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
+            offset_s = np.where(outputs > 0, outputs * static.tpot_s, 0.0)
     deadline_s: np.ndarray = static.arrival_s + static.ttft_s + offset_s
     return deadline_s
 

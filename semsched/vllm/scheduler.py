@@ -901,10 +901,11 @@ class Scheduler(_VllmScheduler):
         scheduled = output.num_scheduled_tokens
         prefill = [(scheduled[new.req_id], new.num_computed_tokens) for new in output.scheduled_new_reqs]
         num_decode = context = 0
-        cached, requests = output.scheduled_cached_reqs, self.requests
+        cached, get_request = output.scheduled_cached_reqs, self.requests.get
+        one_each = output.total_num_scheduled_tokens == len(scheduled)  # (each request is given a token or more)
         for request_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
-            query = scheduled[request_id]
-            request = requests.get(request_id)
+            query = 1 if one_each else scheduled[request_id]
+            request = get_request(request_id)
             if query == 1 and request is not None and computed >= request.num_prompt_tokens:
                 num_decode += 1
                 context += computed
