@@ -726,8 +726,11 @@ class _Queue:
         exec_s = estimator.beta * cost_s
         exec_s = np.maximum(exec_s, 1e-9)  # a fitted model may price a tiny step at zero or less
         remain = _deadlines(static, outputs) - now_s
-        token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
-        density = token_weight * static.priority_weights / exec_s
+        if outputs.size and outputs.min() > 0:  # every one past its first token: weight 1 for all
+            density = static.priority_weights / exec_s
+        else:
+            token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
+            density = token_weight * static.priority_weights / exec_s
         return cls(static.size, prefill, exec_s, remain, density, static.arrival_s, static.tpot_s, started,
                    static.prompt + outputs, computed)
 
@@ -918,6 +921,10 @@ class _StartRoom:
 
 def _sorted(queue: _Queue, urgent: np.ndarray) -> np.ndarray:
     """Line 13: URGENT first by descending density, then NORMAL by ascending remain; arrival breaks ties."""
+    order: np.ndarray
+    if not urgent.any():  # (the first key is the same for all: the order of the other two)
+        order = np.lexsort((queue.arrival_s, queue.remain))
+        return order
     secondary = np.where(urgent, -queue.density, queue.remain)
-    order: np.ndarray = np.lexsort((queue.arrival_s, secondary, ~urgent))
+    order = np.lexsort((queue.arrival_s, secondary, ~urgent))
     return order
