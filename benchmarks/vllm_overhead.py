@@ -45,6 +45,8 @@ from common import ResultTable, dump_json, make_console, target_line  # noqa: E4
 
 TARGET_RATIO = 1.1
 TARGET_SCHEDULER_RATIO = 1.05
+#: scheduler-only targets of policies that plan more than a sort per step (issue 29: slide-batching's plan)
+SCHEDULER_RATIO_OF = {"slide-batching": 1.1}
 VLLM = "vllm"
 
 
@@ -198,10 +200,21 @@ def scheduler_benchmark(
     return table, {"step_s": timings}
 
 
+def _policies(text: str) -> list[str]:
+    if text.strip() == "all":
+        from semsched.policies import POLICIES
+
+        return list(POLICIES.names())
+    return [spec.strip() for spec in text.split(",") if spec.strip()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--model", help="model directory (default: the tiny random-weight model, in a temp dir)")
-    parser.add_argument("--policies", default="fcfs,priority-preempt", type=lambda s: s.split(","))
+    parser.add_argument("--policies", default="fcfs,priority-preempt", type=_policies,
+                        help="comma-separated policy specs, or `all`: every registered policy")
+    parser.add_argument("--scheduler-only", action="store_true",
+                        help="skip the engine-step measurement (the slow part): scheduler only, sync and async")
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-num-seqs", type=int, default=16)
@@ -218,19 +231,29 @@ def main() -> int:
             from semsched.calibrate.tiny_model import make_tiny_model
 
             model = str(make_tiny_model(Path(tmp) / "tiny"))
-        engine_table, engine_raw = engine_benchmark(model, args)
+        engine_table, engine_raw = (None, {}) if args.scheduler_only else engine_benchmark(model, args)
         scheduler_runs = {mode: scheduler_benchmark(model, args, async_scheduling=mode == "async")
                           for mode in ("sync", "async")}
-    engine_table.print(console)
+    if engine_table is not None:
+        engine_table.print(console)
     for scheduler_table, _ in scheduler_runs.values():
         scheduler_table.print(console)
-    worst = max(float(row[3]) for row in engine_table.rows[1:])
-    console.print(target_line("engine step ratio (worst semsched policy)", f"{worst:.3f}", f"<= {TARGET_RATIO}",
-                              worst <= TARGET_RATIO))
+    if engine_table is not None:
+        worst = max(float(row[3]) for row in engine_table.rows[1:])
+        console.print(target_line("engine step ratio (worst semsched policy)", f"{worst:.3f}",
+                                  f"<= {TARGET_RATIO}", worst <= TARGET_RATIO))
     for mode, (scheduler_table, _) in scheduler_runs.items():
-        worst = max(float(row[2]) for row in scheduler_table.rows[1:])
-        console.print(target_line(f"scheduler-only ratio, {mode} (worst semsched policy)", f"{worst:.3f}",
-                                  f"<= {TARGET_SCHEDULER_RATIO}", worst <= TARGET_SCHEDULER_RATIO))
+        rows = [(row[0].split(" ", 1)[1], float(row[2])) for row in scheduler_table.rows[1:]]  # (policy, ratio)
+        plain = [ratio for policy, ratio in rows if policy not in SCHEDULER_RATIO_OF]
+        if plain:
+            worst = max(plain)
+            console.print(target_line(f"scheduler-only ratio, {mode} (worst semsched policy)", f"{worst:.3f}",
+                                      f"<= {TARGET_SCHEDULER_RATIO}", worst <= TARGET_SCHEDULER_RATIO))
+        for policy, ratio in rows:
+            target = SCHEDULER_RATIO_OF.get(policy)
+            if target is not None:
+                console.print(target_line(f"scheduler-only ratio, {mode}, {policy}", f"{ratio:.3f}",
+                                          f"<= {target}", ratio <= target))
     if args.json:
         settings = vars(args) | {"json": None}
         scheduler_raw = {mode: raw for mode, (_, raw) in scheduler_runs.items()}
