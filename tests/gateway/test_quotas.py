@@ -16,7 +16,7 @@ from tests.gateway.conftest import config_for, metric, serving, wait_for
 from tests.gateway.redis_server import RedisServer, redis  # noqa: F401  (the fixture)
 
 BODY = {"model": "tiny", "prompt": "hello there", "max_tokens": 2}
-SYNC = {"sync_interval_s": 0.05}
+SYNC = {"sync_interval_s": 0.05, "op_timeout_s": 5.0}  # see tests/gateway/test_shared_state.py
 
 
 def _post(url: str, tenant: str | None = None, key: str | None = None, **body: Any) -> httpx.Response:
