@@ -28,7 +28,9 @@ smallest index runs first.
   units of ``O²/2 + I·O`` is less than one token for any prompt over 200 tokens. A refresh conditions on the cost
   attained at the first token of the bucket, so the index does not depend on how tokens were reported (one per
   step, or a fast-forwarded stretch at once). ``refresh=false`` computes the index once, at attained cost 0
-  (Fig. 11's "Gittins" without refresh).
+  (Fig. 11's "Gittins" without refresh). Each request keeps the token count of its next boundary (the cost
+  model's inverse, checked against the bucket arithmetic itself), so ``on_tokens`` between boundaries is one
+  comparison.
 * **Outlived predictions.** A request that has generated its largest predicted length has no cost left in its
   distribution; its index becomes :func:`~semsched.policies.cost_model.one_token_floor` (as if one more token,
   the cheapest there is, remained), a lower bound of every index, and stays there: it keeps running rather than
@@ -43,21 +45,25 @@ smallest index runs first.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
-from semsched.core.request import Request
+from semsched.core.request import LengthDistribution, Request
 from semsched.policies.cost_model import (
     CostDistribution,
     CostModel,
     cost_distribution,
     one_token_floor,
+    output_for_spent,
     request_cost,
 )
 
 _MAX_INT = 2**31 - 1
+#: a request's cost distribution and the prediction it was computed from
+_CachedCosts = tuple[LengthDistribution | None, CostDistribution]
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -133,6 +139,12 @@ class CostIndexPolicy(Policy):
         self._bucket_key = f"{self.name}.bucket"
         self._width_key = f"{self.name}.width"
         self._last_key = f"{self.name}.last_length"
+        #: on_tokens has nothing to do while low <= generated < high (the same bucket, and not yet past the last
+        #: predicted length while that still matters)
+        self._low_key = f"{self.name}.window_low"
+        self._high_key = f"{self.name}.window_high"
+        #: each live request's cost distribution, with the prediction it is of
+        self._cost_cache: weakref.WeakKeyDictionary[Request, _CachedCosts] = weakref.WeakKeyDictionary()
         #: ids of unfinished requests whose index may still rise (see the module doc)
         self._changing: set[str] = set()
 
@@ -168,15 +180,54 @@ class CostIndexPolicy(Policy):
         return self._start(request) if value is None else value
 
     def _start(self, request: Request) -> float:
-        costs = cost_distribution(request, self.config.cost)
+        costs = self._costs(request)
         generated = request.num_output_tokens if self.config.refresh else 0
         state = request.policy_state
         state[self._last_key] = costs.last_length
         state[self._width_key] = (costs.costs[-1] - self._cost(request, 0)) / self.config.buckets
-        state[self._bucket_key] = self._bucket_of(request, generated)
+        bucket = self._bucket_of(request, generated)
+        state[self._bucket_key] = bucket
         if self.config.refresh and not costs.is_point and generated < costs.last_length:
             self._changing.add(request.request_id)
+        self._set_window(request, bucket, generated)
         return self._compute(request, costs, generated)
+
+    def _costs(self, request: Request) -> CostDistribution:
+        """The request's cost distribution, computed once per prediction (a new ``predicted_output`` object
+        computes it again)."""
+        cached = self._cost_cache.get(request)
+        if cached is not None and cached[0] is request.predicted_output:
+            return cached[1]
+        costs = cost_distribution(request, self.config.cost)
+        self._cost_cache[request] = (request.predicted_output, costs)
+        return costs
+
+    def _set_window(self, request: Request, bucket: int, generated: int) -> None:
+        """Store the token counts ``[low, high)`` over which :meth:`on_tokens` would change nothing: ``low`` is
+        ``generated`` (counts only grow while a request lives), ``high`` the first count in a later bucket, or
+        the last predicted length while the request may still change its index upward (``_changing``)."""
+        high = self._next_bucket_entry(request, bucket, generated)
+        state = request.policy_state
+        if request.request_id in self._changing:
+            high = min(high, int(state[self._last_key]))
+        state[self._low_key] = generated
+        state[self._high_key] = high
+
+    def _next_bucket_entry(self, request: Request, bucket: int, generated: int) -> int:
+        """The least token count above ``generated`` whose bucket is past ``bucket`` (buckets never fall as
+        counts grow): the cost model's inverse at the boundary's cost, then stepped until :meth:`_bucket_of`
+        itself agrees (so the boundary is exactly the one a per-token check would find)."""
+        if self.config.bucket_tokens is not None:
+            return max((bucket + 1) * self.config.bucket_tokens, generated + 1)
+        spent = (bucket + 1) * request.policy_state[self._width_key]
+        estimate = output_for_spent(spent, request.prompt_tokens, self.config.cost)
+        rounded = min(math.ceil(estimate), _MAX_INT) if math.isfinite(estimate) else _MAX_INT
+        entry = max(generated + 1, rounded)
+        while entry < _MAX_INT and self._bucket_of(request, entry) <= bucket:
+            entry += 1
+        while entry - 1 > generated and self._bucket_of(request, entry - 1) > bucket:
+            entry -= 1
+        return entry
 
     def _compute(self, request: Request, costs: CostDistribution, generated: int) -> float:
         value = self.cost_index(costs, self._cost(request, generated))
@@ -210,18 +261,21 @@ class CostIndexPolicy(Policy):
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
-        if self._index_key not in state:
+        high = state.get(self._high_key)
+        if high is None:
             self._start(request)
             return
         generated = request.num_output_tokens
+        if state[self._low_key] <= generated < high:
+            return  # the same bucket, and the last predicted length not reached: nothing changes
         if generated >= state[self._last_key]:
             self._changing.discard(request.request_id)  # from here on every refresh gives the floor
         bucket = self._bucket_of(request, generated)
-        if bucket == state[self._bucket_key]:
-            return
-        state[self._bucket_key] = bucket
-        entry = self._bucket_entry(request, bucket, max(generated - num_tokens + 1, 0), generated)
-        self._compute(request, cost_distribution(request, self.config.cost), entry)
+        if bucket != state[self._bucket_key]:
+            state[self._bucket_key] = bucket
+            entry = self._bucket_entry(request, bucket, max(generated - num_tokens + 1, 0), generated)
+            self._compute(request, self._costs(request), entry)
+        self._set_window(request, bucket, generated)
 
     def on_finish(self, request: Request, now_s: float) -> None:
         self._changing.discard(request.request_id)

@@ -16,6 +16,7 @@ believes: the prediction, or the true length as a point when none is attached.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,6 +34,16 @@ def request_cost(output_tokens: float, prompt_tokens: int, model: CostModel) -> 
     if model == "output":
         return float(output_tokens)
     return prompt_tokens + 2.0 * output_tokens
+
+
+def output_for_spent(spent: float, prompt_tokens: int, model: CostModel) -> float:
+    """Roughly the inverse of ``C(O) - C(0)``: the output length at which ``spent`` cost has been attained (a
+    float; callers round it and check the neighbours with :func:`request_cost` itself)."""
+    if model == "resource":
+        return math.sqrt(float(prompt_tokens) * prompt_tokens + 2.0 * spent) - prompt_tokens
+    if model == "output":
+        return spent
+    return spent / 2.0
 
 
 def request_costs(output_tokens: np.ndarray, prompt_tokens: int, model: CostModel) -> np.ndarray:
@@ -85,6 +96,16 @@ class CostDistribution:
     def is_point(self) -> bool:
         return self.costs.size == 1
 
+    def certain_remaining(self, attained: float) -> tuple[bool, float | None]:
+        """For a single point of probability exactly 1 (a known length): ``(True, X - a)``, or ``(True, None)``
+        once ``a`` reached it; ``(False, None)`` for every other distribution. Every index of such a point is its
+        remaining cost, and this is the same float the array arithmetic gives (``d * 1.0 / 1.0``, ``d + 0.0``)
+        without it: the common case (no prediction attached) on the policies' hot path."""
+        if self.costs.size != 1 or self.probs[0] != 1.0:
+            return False, None
+        cost = float(self.costs[0])
+        return True, (cost - attained if cost > attained else None)
+
     def tail(self, attained: float) -> tuple[np.ndarray, np.ndarray]:
         """Costs still ahead of ``attained`` (as ``X - a``) and their probabilities (not renormalised)."""
         start = int(np.searchsorted(self.costs, attained, side="right"))
@@ -92,6 +113,9 @@ class CostDistribution:
 
     def mean_remaining(self, attained: float) -> float | None:
         """``E[X - a | X > a]``; None when no support point exceeds ``a``."""
+        certain, remaining = self.certain_remaining(attained)
+        if certain:
+            return remaining
         ahead, probs = self.tail(attained)
         if ahead.size == 0:
             return None

@@ -29,6 +29,9 @@ from semsched.policies.registry import register_policy
 
 def gittins_index(costs: CostDistribution, attained: float) -> float | None:
     """``G(attained)`` of ``costs`` (module doc) in O(k); None when no support point exceeds ``attained``."""
+    certain, remaining = costs.certain_remaining(attained)
+    if certain:
+        return remaining
     ahead, probs = costs.tail(attained)
     if ahead.size == 0:
         return None

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import Request
 from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
+from semsched.latency.base import validate_step_inputs
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
-from semsched.policies.vllm_fcfs import in_prompt, is_waiting
+from semsched.policies.vllm_fcfs import is_waiting
 
 #: the profile TBT budgets are priced with by default (tiered's default too)
 DEFAULT_PROFILE = "a100-qwen1.5-4b"
@@ -70,25 +72,43 @@ class TBTBudget:
         """Largest prefill in [1, most] priced within ``slo_s`` as one chunk on ``cached_tokens`` beside
         ``num_decode`` decodes of ``context_tokens`` summed context; 1 when even one token exceeds it
         (binary search: the step time grows with the prefill)."""
-        step_s = self.latency.step_time_s
-        if most <= 1 or step_s([(most, cached_tokens)], num_decode, context_tokens) <= slo_s:
+        step_s = self._pricer(num_decode, context_tokens, cached_tokens, most)
+        if most <= 1 or step_s(most) <= slo_s:
             return max(most, 1)
         guess = self._analytic_guess(slo_s, num_decode, context_tokens, cached_tokens)
         if guess is not None:  # the search's answer, found from the quadratic's root and checked with the model
             low = min(max(guess, 1), most - 1)
-            while low > 1 and step_s([(low, cached_tokens)], num_decode, context_tokens) > slo_s:
+            while low > 1 and step_s(low) > slo_s:
                 low -= 1
-            while low + 1 < most and step_s([(low + 1, cached_tokens)], num_decode, context_tokens) <= slo_s:
+            while low + 1 < most and step_s(low + 1) <= slo_s:
                 low += 1
             return low
         low, high = 1, most  # invariant: high exceeds the SLO; low is within it, or the floor
         while high - low > 1:
             middle = (low + high) // 2
-            if step_s([(middle, cached_tokens)], num_decode, context_tokens) <= slo_s:
+            if step_s(middle) <= slo_s:
                 low = middle
             else:
                 high = middle
         return low
+
+    def _pricer(
+        self, num_decode: int, context_tokens: int, cached_tokens: int, most: int
+    ) -> Callable[[int], float]:
+        """The step time of a prefill of ``x`` tokens on ``cached_tokens`` beside the decodes, as a function of
+        ``x``. For the analytic model the decode part is priced once and each call adds one chunk's time: the
+        float ``step_time_s`` gives (its sum of one chunk is the chunk), without its per-call checks (done here
+        once, for the largest prefill)."""
+        model = self.latency
+        if isinstance(model, AnalyticLatencyModel):
+            validate_step_inputs([(most, cached_tokens)], num_decode, context_tokens)
+            chunk_s = model.chunk_time_s
+            if num_decode == 0:
+                return lambda tokens: chunk_s(tokens, cached_tokens)
+            decode_s = model.step_time_s((), num_decode, context_tokens)
+            return lambda tokens: chunk_s(tokens, cached_tokens) + decode_s
+        step_s = model.step_time_s
+        return lambda tokens: step_s([(tokens, cached_tokens)], num_decode, context_tokens)
 
     def _analytic_guess(self, slo_s: float, num_decode: int, context_tokens: int,
                         cached_tokens: int) -> int | None:
@@ -193,6 +213,7 @@ class SarathiFCFS(Policy):
         self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
         #: preempted requests that kept computed tokens (swapped out): a chunk of theirs sits on that context
         self._swapped: dict[str, Request] = {}
+        self._sort_key = self._running_sort_key()
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.arrival_time_s,)
@@ -201,35 +222,58 @@ class SarathiFCFS(Policy):
         if request.num_computed_tokens > 0:
             self._swapped[request.request_id] = request
 
+    def _running_sort_key(self) -> Callable[[Request], Any]:
+        """The running order's sort key: ``victim_key``, read in C (the same order) when it is this module's."""
+        owner = next(cls for cls in type(self).__mro__ if "victim_key" in vars(cls))
+        if owner is Policy or owner is SarathiFCFS:
+            return operator.attrgetter("arrival_time_s")
+        if owner is SarathiPriority:
+            return operator.attrgetter("priority", "arrival_time_s")
+        return self.victim_key
+
     def running_order(
         self, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request] | None:
         """Decodes first, then running prompts (each group most protected first)."""
-        ordered = sorted(running, key=self.victim_key)
-        return [r for r in ordered if not in_prompt(r)] + [r for r in ordered if in_prompt(r)]
+        decodes: list[Request] = []
+        prompts: list[Request] = []
+        for r in sorted(running, key=self._sort_key):
+            computed, prompt = r.num_computed_tokens, r.prompt_tokens
+            # in_prompt(r), inline: the step's hot loop
+            (prompts if computed < prompt or prompt + r.num_output_tokens - computed > 1 else decodes).append(r)
+        decodes += prompts
+        return decodes
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """The decodes plus the largest prefill priced within the TBT SLO (at least one token)."""
         running = view.running_requests()
         engine = view.budget
-        decodes = [r for r in running if not in_prompt(r)]
-        most = engine.max_num_batched_tokens - len(decodes)
+        # one pass: the decodes' count and summed context, the largest running prompt's context (in_prompt inline)
+        num_decode = context = cached = 0
+        for r in running:
+            computed, prompt = r.num_computed_tokens, r.prompt_tokens
+            if computed < prompt or prompt + r.num_output_tokens - computed > 1:
+                if computed > cached:
+                    cached = computed
+            else:
+                num_decode += 1
+                context += computed
+        most = engine.max_num_batched_tokens - num_decode
         if most <= 0:
             return None
-        context = sum(r.num_computed_tokens for r in decodes)
-        cached = self.prefill_context(running)
-        prefill = self.budget.prefill_tokens(self.budget.slo_s(running), len(decodes), context, cached, most)
-        return StepBudget(len(decodes) + prefill, engine.max_num_seqs)
+        cached = max(cached, self._swapped_context())
+        prefill = self.budget.prefill_tokens(self.budget.slo_s(running), num_decode, context, cached, most)
+        return StepBudget(num_decode + prefill, engine.max_num_seqs)
 
-    def prefill_context(self, running: Sequence[Request]) -> int:
-        """Largest cached context a prefill chunk of this step may sit on: running prompts, and swapped-out
-        requests waiting to come back (they keep their computed tokens; fresh and recomputed ones have none)."""
+    def _swapped_context(self) -> int:
+        """Largest cached context a prefill chunk may sit on among the swapped-out requests waiting to come back
+        (they keep their computed tokens; fresh and recomputed ones have none); the rest leave the book."""
         swapped = self._swapped
-        if swapped:
-            for request_id in [i for i, r in swapped.items() if not is_waiting(r)]:
-                del swapped[request_id]
-        candidates = [*(r for r in running if in_prompt(r)), *swapped.values()]
-        return max((r.num_computed_tokens for r in candidates), default=0)
+        if not swapped:
+            return 0
+        for request_id in [i for i, r in swapped.items() if not is_waiting(r)]:
+            del swapped[request_id]
+        return max((r.num_computed_tokens for r in swapped.values()), default=0)
 
 
 @register_policy

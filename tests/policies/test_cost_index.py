@@ -196,3 +196,62 @@ def test_slo_slack_raises_the_protected_tiers_ttft_attainment_alike_in_both_mode
     assert all(r.state is RequestState.FINISHED for r in fast)
     plain = run("gittins", True)
     assert _ttft_attainment(fast, (0, 1)) > _ttft_attainment(plain, (0, 1))
+
+
+@pytest.mark.parametrize("cost", ["resource", "output", "weighted"])
+@pytest.mark.parametrize("prompt", [1, 7, 300, 4096])
+@pytest.mark.parametrize("buckets", [1, 3, 10, 97])
+def test_the_next_bucket_boundary_is_the_first_count_a_per_token_scan_finds(
+    cost: str, prompt: int, buckets: int
+) -> None:
+    """on_tokens skips every count below the stored boundary: the boundary (the cost model's inverse, then
+    checked) must be the first count whose bucket changes, for every bucket a long request passes through."""
+    policy = _policy(f"gittins:cost={cost};buckets={buckets}")
+    prediction = LengthDistribution((3, 40, 150), (0.2, 0.5, 0.3))
+    request = make_request(prompt=prompt, output=400, predicted_output=prediction)
+    policy.on_arrival(request, 0.0)
+    generated = 0
+    while generated < 400:
+        bucket = policy._bucket_of(request, generated)
+        expected = next(g for g in range(generated + 1, 10**6) if policy._bucket_of(request, g) > bucket)
+        assert policy._next_bucket_entry(request, bucket, generated) == expected
+        generated = expected
+
+
+@pytest.mark.parametrize(
+    "spec", ["gittins", "mean", "gittins:cost=weighted;buckets=7", "mean:cost=output;buckets=3"]
+)
+def test_tokens_in_uneven_stretches_give_the_index_one_at_a_time_gives(spec: str) -> None:
+    """The window on_tokens keeps (nothing to do below the next boundary) changes no index: stretches of 1 to 37
+    tokens give, after each stretch, the index that reporting every token alone gives."""
+    rng = np.random.default_rng(7)
+    for prediction in (None, SHORT_OR_LONG, LengthDistribution((5, 60, 61, 300), (0.1, 0.4, 0.2, 0.3))):
+        single, together = _policy(spec), _policy(spec)
+        a = make_request(prompt=50, output=320, predicted_output=prediction)
+        b = make_request(prompt=50, output=320, predicted_output=prediction)
+        single.on_arrival(a, 0.0)
+        together.on_arrival(b, 0.0)
+        while b.num_output_tokens < 320:
+            stretch = int(min(rng.integers(1, 38), 320 - b.num_output_tokens))
+            for _ in range(stretch):
+                a.num_output_tokens += 1
+                single.on_tokens(a, 1, 0.0)
+            b.num_output_tokens += stretch
+            together.on_tokens(b, stretch, 0.0)
+            assert together.index(b) == single.index(a)
+
+
+@pytest.mark.parametrize("cost", ["resource", "output", "weighted"])
+def test_a_known_length_gives_the_same_index_as_the_array_arithmetic(cost: str) -> None:
+    """certain_remaining (a point of probability 1: no prediction attached) is the float the numpy path gives."""
+    costs = CostDistribution.of(LengthDistribution.point(77), 123, cost)  # type: ignore[arg-type]
+    for attained in (0.0, 1.0, 5.5, float(costs.costs[0]) - 1e-9, float(costs.costs[0]), 1e12):
+        ahead, probs = costs.tail(attained)
+        if ahead.size == 0:
+            expected_gittins = expected_mean = None
+        else:
+            done = np.cumsum(probs)
+            expected_gittins = float(((np.cumsum(probs * ahead) + ahead * (done[-1] - done)) / done).min())
+            expected_mean = float(np.dot(ahead, probs) / probs.sum())
+        assert gittins_index(costs, attained) == expected_gittins
+        assert costs.mean_remaining(attained) == expected_mean
