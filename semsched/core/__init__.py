@@ -48,7 +48,7 @@ Modules:
   pressure. ``update(plan, result)`` applies a step; ``steady_decode_steps`` / ``update_steady`` are the
   fast-forward pair; ``hand_off`` / ``add_transferred`` move a request between PD instances with its KV;
   ``static_victim_order`` (the running list is re-sorted only after admissions when the class that defines
-  ``victim_key`` promises ``static_victim_key``).
+  ``victim_key`` promises ``static_victim_key``, and when the policy's ``victim_key_changes`` count moved).
 
 Contracts:
 
@@ -67,7 +67,8 @@ Contracts:
   ``exclusive_class``; ``step_budget``; ``reservations`` (asked once); ``on_arrival``, ``on_tokens`` (a
   speculative round's tokens in one call), ``on_preempt``, ``on_finish``, ``on_leave`` (handed off with its
   KV), ``on_step`` (each executed step's composition and duration). ``uses_hook(name)`` says which hooks a
-  policy needs; schedulers skip the others on their hot paths.
+  policy needs; schedulers skip the others on their hot paths, and skip ``on_tokens`` for a request until its
+  ``num_output_tokens`` reaches its ``notify_tokens_at`` (the policy's promise that nothing changes before).
 * **Victims.** Under KV pressure the running request with the largest ``victim_key`` goes: vLLM's rules for
   ``fcfs`` (latest arrival) and ``priority`` (worst priority, then latest arrival).
 * **Fast-forward.** ``stable_between_events = True`` promises that decisions do not drift during a decode-only

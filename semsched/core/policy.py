@@ -122,6 +122,10 @@ class Policy:
     #: True when ``victim_key`` depends only on what never changes while a request runs (arrival, priority,
     #: deadline): the scheduler then re-sorts its running list only after admissions
     static_victim_key: ClassVar[bool] = False
+    #: with ``static_victim_key``: a count the policy raises when a running request's ``victim_key`` changes after
+    #: all, at a moment it knows (``ltr``: a promotion's quantum spent); schedulers re-sort their running list
+    #: when it moved since their last sort
+    victim_key_changes: int = 0
     #: the deployment's tier table when the policy was given one (``tiered:tier_table=``): the vLLM adapter
     #: takes the SLOs of a request that names a tier from it (default: :data:`semsched.core.tiers.DEFAULT_TIERS`)
     tier_table: tuple[TierSpec, ...] | None = None
@@ -209,6 +213,9 @@ class Policy:
         return None
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        """``request`` emitted ``num_tokens`` (already counted in ``num_output_tokens``) at ``now_s``. A policy
+        for which calls would change nothing until a known count sets ``request.notify_tokens_at`` to it: the
+        core scheduler skips the calls before (an engine may still make them)."""
         return None
 
     def on_preempt(self, request: Request, now_s: float) -> None:

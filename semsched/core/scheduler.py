@@ -162,6 +162,7 @@ class Scheduler:
         self._running: list[Request] = []
         self._running_sorted = True  # in ascending victim_key order (removals keep it; admissions clear it)
         self._static_victim_order = static_victim_order(policy)
+        self._sorted_changes = policy.victim_key_changes  # the policy's count of key changes at the last sort
         self._requests: dict[str, Request] = {}
         self._class_counts: Counter[int] = Counter()
         self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
@@ -249,6 +250,7 @@ class Scheduler:
         """Admit ``request`` into the waiting queue, or reject it with a reason (state REJECTED)."""
         if request.request_id in self._requests:
             raise InvalidRequestError(f"request_id: duplicate id {request.request_id!r}")
+        request.notify_tokens_at = 0  # (another scheduler's policy may have set it)
         lookahead = self.config.num_lookahead_tokens
         if not self.kv.fits_ever(request, lookahead):
             decision = Admission.reject(
@@ -335,11 +337,10 @@ class Scheduler:
         running, block_size = RequestState.RUNNING, self.block_size
         lookahead = self.config.num_lookahead_tokens
         order = self.policy.running_order(self._running, self, now_s)
-        if order is None and not (self._running_sorted and self._static_victim_order):
+        if order is None and not self._victim_order_current():
             # most protected first: the budget goes to them first and KV-pressure victims come from the back,
             # the order the vLLM adapter gives vLLM's running list every step
-            self._running.sort(key=self.policy.victim_key)
-            self._running_sorted = True
+            self._sort_running()
         for request in list(self._running if order is None else order):
             if step.tokens <= 0:
                 return
@@ -359,6 +360,17 @@ class Scheduler:
             num_new = uncomputed if uncomputed < step.tokens else step.tokens
             if self._make_room(request, num_new, plan, step, now_s):
                 self._add_chunk(plan, step, request, num_new)
+
+    def _victim_order_current(self) -> bool:
+        """Whether the running list is still in ``victim_key`` order: sorted since the last admission, keys that
+        stay put (``static_victim_key``) and none changed since (the policy's ``victim_key_changes``)."""
+        return (self._running_sorted and self._static_victim_order
+                and self.policy.victim_key_changes == self._sorted_changes)
+
+    def _sort_running(self) -> None:
+        self._running.sort(key=self.policy.victim_key)
+        self._running_sorted = True
+        self._sorted_changes = self.policy.victim_key_changes
 
     def _make_room(self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
         """Allocate blocks for a running request, preempting victims under pressure; False if it was the
@@ -595,7 +607,7 @@ class Scheduler:
             request.num_computed_tokens += 1
             request.num_output_tokens += 1
             request.record_tokens(timeline, step_index, 1)
-            if on_tokens is not None:
+            if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, 1, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
@@ -618,7 +630,7 @@ class Scheduler:
             # the round's tokens share one emission time (one timeline step each); on_tokens hears of them together
             request.num_output_tokens += count
             request.record_round(self.timeline, step_index, count)
-            if self._on_tokens is not None:
+            if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 self._on_tokens(request, count, result.end_time_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
@@ -626,7 +638,7 @@ class Scheduler:
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
         request.record_tokens(self.timeline, step_index, count)
-        if self._on_tokens is not None:
+        if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
             self._on_tokens(request, count, now_s)
 
     def _finish(self, finished: list[Request], now_s: float) -> None:
@@ -751,7 +763,7 @@ class Scheduler:
             request.num_computed_tokens += count
             request.num_output_tokens += count
             request.record_tokens(timeline, first_step, count)
-            if on_tokens is not None:
+            if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
@@ -777,12 +789,11 @@ class Scheduler:
         first_step = self.timeline.extend(end_times_s)
         columns = accepted[:count].T.tolist()
         yields = {id(request): column for request, column in zip(plan.decode, columns, strict=True)}
-        resort = not (self._running_sorted and self._static_victim_order)
         order, context, start_s = plan.decode, plan.decode_context_tokens, plan.time_s
         finished: list[Request] = []
         for index, end_s in enumerate(end_times_s):
-            if index and resort:
-                self._running.sort(key=self.policy.victim_key)
+            if index and not self._victim_order_current():
+                self._sort_running()
                 order = self._running
             if index == count - 1 and index:
                 slots = 1 + self.config.num_lookahead_tokens
@@ -809,7 +820,7 @@ class Scheduler:
             request.num_computed_tokens += count
             request.num_output_tokens += count
             request.record_round(timeline, step_index, count)
-            if on_tokens is not None:
+            if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, end_s)
             if count == left:
                 finished.append(request)

@@ -212,6 +212,7 @@ class CostIndexPolicy(Policy):
             high = min(high, int(state[self._last_key]))
         state[self._low_key] = generated
         state[self._high_key] = high
+        request.notify_tokens_at = high
 
     def _next_bucket_entry(self, request: Request, bucket: int, generated: int) -> int:
         """The least token count above ``generated`` whose bucket is past ``bucket`` (buckets never fall as

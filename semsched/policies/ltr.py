@@ -44,6 +44,9 @@ _LEFT = "ltr.promoted_tokens"  # output tokens of promotion left (0: not promote
 _QUEUED = "ltr.queued_s"  # when the request last entered the waiting queue
 _ENQUEUED = "ltr.enqueued"  # the order of its last entry into a waiting queue (its heap entries' mark)
 
+#: ``notify_tokens_at`` of a request without a promotion: its emissions change nothing here
+_NEVER = 2**62
+
 #: enqueue order, shared by every instance (a request handed off to another instance takes a fresh mark there)
 _enqueue_counter = itertools.count()
 
@@ -80,6 +83,9 @@ class LTR(Policy):
 
     name: ClassVar[str] = "ltr"
     config_cls: ClassVar[type[PolicyConfig]] = LTRConfig
+    #: a running request's key (promoted, score, arrival) changes only when its promotion's quantum is spent,
+    #: which ``on_tokens`` counts in ``victim_key_changes``
+    static_victim_key: ClassVar[bool] = True
     config: LTRConfig
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
@@ -122,6 +128,8 @@ class LTR(Policy):
     def on_arrival(self, request: Request, now_s: float) -> None:
         if self.config.starve_s > 0:
             request.policy_state[_QUEUED] = now_s
+            if request.policy_state.get(_LEFT, 0.0) <= 0:
+                request.notify_tokens_at = _NEVER  # on_tokens only spends a promotion's quantum
         self._enqueue(request, now_s)
 
     def on_preempt(self, request: Request, now_s: float) -> None:
@@ -161,6 +169,7 @@ class LTR(Policy):
             state = request.policy_state
             if state.get(_ENQUEUED) == mark and state.get(_LEFT, 0.0) <= 0 and is_waiting(request):
                 state[_LEFT], state[_QUEUED] = quantum, now_s
+                request.notify_tokens_at = 0
                 heapq.heappush(promoted, (self.score(request), request.arrival_time_s, mark, request))
 
     def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
@@ -201,7 +210,11 @@ class LTR(Policy):
         state = request.policy_state
         left = state.get(_LEFT, 0.0)
         if left > 0:
-            state[_LEFT] = max(left - num_tokens, 0.0)
+            left = max(left - num_tokens, 0.0)
+            state[_LEFT] = left
+            if left <= 0:
+                request.notify_tokens_at = _NEVER  # the quantum is spent: nothing to count until a promotion
+                self.victim_key_changes += 1  # its rank fell back to its score
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         if not self._keyed:
@@ -214,6 +227,7 @@ class LTR(Policy):
         if starve_s > 0 and state.get(_LEFT, 0.0) <= 0 and now_s - state.get(_QUEUED, now_s) >= starve_s:
             state[_LEFT] = float(self.config.quantum_tokens)
             state[_QUEUED] = now_s
+            request.notify_tokens_at = 0
         return (*self.rank(request), request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:

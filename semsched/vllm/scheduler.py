@@ -366,6 +366,8 @@ class Scheduler(_VllmScheduler):
         self._victim_key = policy.victim_key
         self._static_victim_order = static_victim_order(policy)
         self._running_sorted = False  # ``running`` in victim_key order since the last admission
+        self._policy_ref = policy
+        self._sorted_changes = policy.victim_key_changes  # the policy's count of key changes at the last sort
         self._shadows_fresh = False  # running shadows refreshed in this schedule() call
         # (running list, its length, its shadows): what running_shadows() built last in this schedule() call
         self._shadow_cache: tuple[list[VllmRequest], int, list[Request]] | None = None
@@ -761,7 +763,8 @@ class Scheduler(_VllmScheduler):
                 self.running = [by_id[s.request_id] for s in order if s.request_id in by_id]
                 self._running_sorted = False
                 return held_back
-        if len(self.running) < 2 or (self._running_sorted and self._static_victim_order):
+        if len(self.running) < 2 or (self._running_sorted and self._static_victim_order
+                                     and self._policy_ref.victim_key_changes == self._sorted_changes):
             return []
         if self._order_is_moot(tokens, seqs):
             self._running_sorted = False  # (sorted on the next step where the order matters)
@@ -773,6 +776,7 @@ class Scheduler(_VllmScheduler):
         self.running.sort(key=lambda r: victim_key(tracked[r.request_id].shadow) if r.request_id in tracked
                           else _LAST)
         self._running_sorted = True
+        self._sorted_changes = self._policy_ref.victim_key_changes
         return []
 
     def _order_is_moot(self, tokens: int, seqs: int) -> bool:

@@ -10,7 +10,10 @@ from semsched.core.plan import PreemptionMode, StepResult
 from semsched.core.policy import Policy, SchedulerView, SortKey
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.latency import load_profile
 from semsched.policies.priority_preempt import PriorityPreempt
+from semsched.sim.engine import Instance, Simulation
+from semsched.sim.router import make_router
 from tests.support import check_kv, make_request, make_scheduler, random_requests, run_checked
 
 
@@ -222,10 +225,6 @@ def test_on_step_is_skipped_for_policies_that_do_not_define_it() -> None:
 
 
 def test_on_step_calls_are_identical_with_and_without_fast_forward() -> None:
-    from semsched.latency import load_profile
-    from semsched.sim.engine import Instance, Simulation
-    from semsched.sim.router import make_router
-
     latency = load_profile("a100-qwen1.5-7b-batch")
     calls: dict[bool, list[StepCall]] = {}
     events: dict[bool, int] = {}
@@ -244,3 +243,90 @@ def test_on_step_calls_are_identical_with_and_without_fast_forward() -> None:
         assert duration_s == pytest.approx(latency.step_time_s(prefill, num_decode, context), rel=1e-9)
     computed = sum(sum(lq for lq, _ in c[0]) + c[1] for c in calls[True])
     assert computed == sum(r.prompt_tokens + r.target_output_tokens - 1 for r in requests)  # no preemption here
+
+
+class CountsEveryFifthToken(Policy):
+    """Records the token counts on_tokens hears of, and asks to hear only from every fifth token on."""
+
+    name: ClassVar[str] = "test-every-fifth"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heard: list[tuple[str, int]] = []
+
+    def uses_hook(self, hook: str) -> bool:
+        return hook == "on_tokens" or super().uses_hook(hook)
+
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        request.notify_tokens_at = 5
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        self.heard.append((request.request_id, request.num_output_tokens))
+        request.notify_tokens_at = request.num_output_tokens + 5
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_on_tokens_is_skipped_below_notify_tokens_at(fast_forward: bool) -> None:
+    """The scheduler calls on_tokens only once a request's count reaches its notify_tokens_at: per step, every
+    fifth token; in a fast-forwarded stretch, at the stretch's end when it passed the mark."""
+    policy = CountsEveryFifthToken()
+    requests = [make_request("a", prompt=8, output=23), make_request("b", prompt=8, output=12, arrival=0.05)]
+    instance = Instance(Scheduler(SchedulerConfig(), policy), load_profile("a100-qwen1.5-4b"))
+    Simulation([instance], make_router("round-robin"), fast_forward=fast_forward).run(requests)
+    assert all(r.state is RequestState.FINISHED for r in requests)
+    for request in requests:
+        counts = [n for rid, n in policy.heard if rid == request.request_id]
+        assert counts and all(b - a >= 5 for a, b in zip(counts, counts[1:], strict=False))
+        assert counts[0] >= 5
+        if not fast_forward:  # one token per step: heard at exactly every fifth count
+            assert counts == list(range(5, request.target_output_tokens + 1, 5))
+
+
+def test_a_scheduler_taking_a_request_in_resets_notify_tokens_at() -> None:
+    """Another scheduler's policy may have set it: a fresh admission hears every token again."""
+    scheduler = make_scheduler("fcfs")
+    request = make_request("moved", prompt=4, output=3)
+    request.notify_tokens_at = 10**9
+    scheduler.add_request(request, 0.0)
+    assert request.notify_tokens_at == 0
+
+
+class ProgressKeyWithStaticPromise(Policy):
+    """A victim key that reads progress, with a static promise it keeps only by counting the changes it makes:
+    the running list must follow the key only when ``victim_key_changes`` moves."""
+
+    name: ClassVar[str] = "test-static-with-changes"
+    static_victim_key: ClassVar[bool] = True
+
+    def __init__(self, count_changes: bool) -> None:
+        super().__init__()
+        self.count_changes = count_changes
+        self.boosted: set[str] = set()
+
+    def uses_hook(self, hook: str) -> bool:
+        return hook == "on_tokens" or super().uses_hook(hook)
+
+    def victim_key(self, request: Request) -> SortKey:
+        return (0 if request.request_id in self.boosted else 1, request.arrival_time_s)
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        if request.request_id == "late" and request.num_output_tokens == 2 and "late" not in self.boosted:
+            self.boosted.add("late")
+            if self.count_changes:
+                self.victim_key_changes += 1
+
+
+@pytest.mark.parametrize("count_changes", [True, False])
+def test_running_is_resorted_when_the_policy_counts_a_key_change(count_changes: bool) -> None:
+    policy = ProgressKeyWithStaticPromise(count_changes)
+    scheduler = Scheduler(SchedulerConfig(), policy)
+    scheduler.add_request(make_request("early", prompt=4, output=20, arrival=0.0), 0.0)
+    scheduler.add_request(make_request("late", prompt=4, output=20, arrival=0.0001), 0.0001)
+    now = 0.001
+    for _ in range(4):
+        plan = scheduler.schedule(now)
+        now += 0.01
+        scheduler.update(plan, StepResult(now))
+    order = [r.request_id for r in scheduler.schedule(now).decode]
+    # counted: re-sorted by the new key ("late" boosted first); uncounted: the promise holds the old order
+    assert order == (["late", "early"] if count_changes else ["early", "late"])
