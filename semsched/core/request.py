@@ -197,8 +197,8 @@ class Request:
     num_cached_tokens: int = 0
     #: the policy's promise that its ``on_tokens`` changes nothing for this request until ``num_output_tokens``
     #: reaches this count, so the scheduler skips those calls (0: every emission is reported). Reset to 0 when a
-    #: scheduler takes the request in, so it binds only the policy that set it; an engine that ignores it (the
-    #: vLLM adapter reports every emission) is still correct
+    #: scheduler takes the request in, so it binds only the policy that set it. The vLLM adapter keeps it too;
+    #: an engine that ignores it is still correct
     notify_tokens_at: int = 0
     first_scheduled_time_s: float | None = None
     finish_time_s: float | None = None

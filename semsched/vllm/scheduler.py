@@ -941,10 +941,12 @@ class Scheduler(_VllmScheduler):
             entry = tracked.get(request_id)
             if entry is None:
                 continue
-            emitted = entry.request.num_output_tokens - entry.reported_tokens
+            count = entry.request.num_output_tokens
+            emitted = count - entry.reported_tokens
             if emitted > 0:
-                entry.reported_tokens += emitted
-                on_tokens(self._refresh(entry), emitted, now)
+                entry.reported_tokens = count
+                if count >= entry.shadow.notify_tokens_at:  # (the policy's promise, kept as the core keeps it)
+                    on_tokens(self._refresh(entry), emitted, now)
 
     def _note_first_tokens(self, now: float) -> None:
         tracked = self._tracked
