@@ -71,7 +71,8 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS, TierError
 from semsched.latency import LatencyModel, load_profile
-from semsched.latency.analytic import AnalyticLatencyModel
+from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
+from semsched.latency.base import validate_step_inputs
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
 from semsched.policies.registry import register_policy
@@ -304,11 +305,18 @@ class Tiered(Policy):
     def effective_priority(self, request: Request, now_s: float) -> float:
         """The tier's priority, less the aging boost since arrival; a promoted request's is at most the
         protected tier's; a class short of its fair share ranks ahead of every class that is not."""
+        # (every re-key asks this of each waiting request: max and min written out, each keeping its first
+        # argument on a tie as the builtins do, and ``promoted`` inline)
         cfg = self.config
-        waited = max(now_s - request.arrival_time_s, 0.0)
-        effective = request.priority - min(waited * cfg.aging_per_s, cfg.max_age_boost)
-        if self.promoted(request):
-            effective = min(effective, cfg.protected_priority)
+        waited = now_s - request.arrival_time_s
+        if waited < 0.0:
+            waited = 0.0
+        boost = waited * cfg.aging_per_s
+        if cfg.max_age_boost < boost:
+            boost = cfg.max_age_boost
+        effective = request.priority - boost
+        if request.num_preemptions >= cfg.preemption_limit and cfg.protected_priority < effective:
+            effective = cfg.protected_priority
         if self._shares is not None and request.priority in self._shares.short(now_s):
             effective -= SHORT_OF_SHARE_BOOST
         return effective
@@ -318,8 +326,9 @@ class Tiered(Policy):
 
     def victim_key(self, request: Request) -> SortKey:
         """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest."""
-        return (0.0 if self.promoted(request) else 1.0, request.priority, -request.num_computed_tokens,
-                -request.num_preemptions, request.arrival_time_s)
+        preemptions = request.num_preemptions  # (``promoted`` inline: the core sorts by this key every step)
+        return (0.0 if preemptions >= self.config.preemption_limit else 1.0, request.priority,
+                -request.num_computed_tokens, -preemptions, request.arrival_time_s)
 
     # ---- displacement and preemption ---------------------------------------------------------------------
     def victims_for(
@@ -364,34 +373,49 @@ class Tiered(Policy):
         prompt to the cap, so TPOT protection never delays a protected first token; without that exemption it
         cost PREMIUM more TTFT attainment (48 % -> 19 % on the demo workload) than it gained in TPOT.
         """
-        if self._latency is None or not self.config.protect_tpot:
+        latency, cfg = self._latency, self.config
+        if latency is None or not cfg.protect_tpot:
             return None
-        target_s, num_decode, context_tokens = math.inf, 0, 0
+        protected, limit, pace_e2e = cfg.protected_priority, cfg.preemption_limit, cfg.pace_e2e
+        keep = 1.0 - cfg.tpot_margin
+        target_s, num_decode, context_tokens, prompt_tokens = math.inf, 0, 0, 0
         paces: list[float] = []
-        cfg = self.config
         running = view.running_requests()
-        for request in running:  # this runs every step: one pass, no calls for requests that do not matter
+        for request in running:  # this runs every step: one pass, no calls
             computed = request.num_computed_tokens
-            if request.prompt_tokens + request.num_output_tokens - computed > 1:
-                continue  # in its prompt (or recomputing)
+            left = request.prompt_tokens + request.num_output_tokens - computed
+            if left > 1:  # in its prompt (or recomputing): a protected one's tokens are not held back
+                if request.priority <= protected or request.num_preemptions >= limit:
+                    prompt_tokens += left
+                continue
             num_decode += 1
             context_tokens += computed
-            if request.priority > cfg.protected_priority:
+            if request.priority > protected:
                 continue
             if request.tpot_slo_s is not None:
-                target_s = min(target_s, self._step_allowance_s(request, now_s))
-            if request.e2e_slo_s is not None and cfg.pace_e2e:
-                paces.append(self._e2e_pace_s(request, now_s))
-        prompt_tokens = self._pending_prompt_tokens(running, view, now_s)
+                allowance_s = self._step_allowance_s(request, now_s, request.tpot_slo_s * keep)
+                if allowance_s < target_s:  # (min, keeping the first on a tie)
+                    target_s = allowance_s
+            if pace_e2e and request.e2e_slo_s is not None:
+                # how long each step may take for it to finish within its E2E target if it produces all of
+                # max_output_tokens (what the engine knows of its length)
+                tokens = request.max_output_tokens - request.num_output_tokens
+                paces.append((request.arrival_time_s + request.e2e_slo_s - now_s) / (tokens if tokens > 1 else 1))
+        prompt_tokens = self._pending_prompt_tokens(running, view, now_s, prompt_tokens)
         if paces:  # the E2E paces the decode batch alone can keep (a lost cause holds nothing back)
-            decode_s = self._latency.step_time_s([], num_decode, context_tokens)
-            margin = 1.0 - cfg.tpot_margin
-            target_s = min([target_s, *(max(pace * margin, decode_s) for pace in paces if pace >= decode_s)])
+            decode_s = latency.step_time_s([], num_decode, context_tokens)
+            for pace in paces:
+                if pace >= decode_s:
+                    paced_s = pace * keep
+                    if decode_s > paced_s:  # (max, keeping the first on a tie)
+                        paced_s = decode_s
+                    if paced_s < target_s:
+                        target_s = paced_s
         if target_s == math.inf:
             return None
         budget = view.budget
         most = budget.max_num_batched_tokens - num_decode
-        prefill = self._prefill_within(target_s, num_decode, context_tokens, most)
+        prefill = prefill_within(latency, target_s, num_decode, context_tokens, most, cfg.min_prefill_tokens)
         # a protected request's own prompt is not held back: its TTFT is at stake; running_order serves these
         # tokens before any less important prefill
         prefill = max(prefill, min(prompt_tokens, most))
@@ -438,18 +462,24 @@ class Tiered(Policy):
         return blocks_for(request.num_computed_tokens + chunk, view.block_size) \
             <= view.available_blocks(request, admission=True)
 
-    def _pending_prompt_tokens(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> int:
+    def _pending_prompt_tokens(
+        self, running: Sequence[Request], view: SchedulerView, now_s: float, running_tokens: int | None = None
+    ) -> int:
         """Prompt tokens protected requests still need, waiting or running; counted once per step (the core
-        asks step_budget first, the vLLM adapter running_order)."""
+        asks step_budget first, the vLLM adapter running_order). ``running_tokens``: the running requests'
+        share, when the caller has summed it already."""
         when, tokens = self._prompt_work
         if when == now_s:
             return tokens
         tokens = self._waiting_prompt_tokens(running, view)
-        protected, limit = self.config.protected_priority, self.config.preemption_limit
-        for request in running:
-            left = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
-            if left > 1 and (request.priority <= protected or request.num_preemptions >= limit):
-                tokens += left
+        if running_tokens is None:
+            running_tokens = 0
+            protected, limit = self.config.protected_priority, self.config.preemption_limit
+            for request in running:
+                left = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+                if left > 1 and (request.priority <= protected or request.num_preemptions >= limit):
+                    running_tokens += left
+        tokens += running_tokens
         self._prompt_work = (now_s, tokens)
         return tokens
 
@@ -502,12 +532,12 @@ class Tiered(Policy):
             total += tokens
         self._protected_waiting_tokens = total
 
-    def _step_allowance_s(self, request: Request, now_s: float) -> float:
-        """How long the next step may take with ``request`` decoding: its TPOT target, plus the time it is ahead
-        of it. TPOT is the mean gap between its tokens, so a request whose steps so far came faster than its
-        target has banked the difference, and one long step (a prefill chunk) spends it without a miss."""
-        assert request.tpot_slo_s is not None
-        aim_s = request.tpot_slo_s * (1.0 - self.config.tpot_margin)
+    @staticmethod
+    def _step_allowance_s(request: Request, now_s: float, aim_s: float) -> float:
+        """How long the next step may take with ``request`` decoding: its TPOT target (less the margin:
+        ``aim_s``), plus the time it is ahead of it. TPOT is the mean gap between its tokens, so a request whose
+        steps so far came faster than its target has banked the difference, and one long step (a prefill
+        chunk) spends it without a miss."""
         first_s = request.policy_state.get(FIRST_TOKEN_KEY)
         if first_s is None:  # first seen decoding: its first token came at the end of the last step
             if request.num_output_tokens:
@@ -515,15 +545,7 @@ class Tiered(Policy):
             return aim_s
         # after the next step, (tokens so far) gaps must average at most the aim
         banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
-        return max(aim_s, banked_s)
-
-    def _e2e_pace_s(self, request: Request, now_s: float) -> float:
-        """How long each step may take for ``request`` to finish within its E2E target if it produces all of
-        ``max_output_tokens`` (what the engine knows of its length)."""
-        assert request.e2e_slo_s is not None
-        left_s = request.arrival_time_s + request.e2e_slo_s - now_s
-        tokens = max(request.max_output_tokens - request.num_output_tokens, 1)
-        return left_s / tokens
+        return banked_s if banked_s > aim_s else aim_s  # (max, keeping the first on a tie)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         if FIRST_TOKEN_KEY not in request.policy_state:
@@ -532,13 +554,6 @@ class Tiered(Policy):
             self._guard.on_tokens(request, num_tokens, now_s)
         if self._shares is not None:
             self._shares.record(request.priority, num_tokens, now_s)
-
-    def _prefill_within(self, target_s: float, num_decode: int, context_tokens: int, most: int) -> int:
-        """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s``
-        (:func:`prefill_within`)."""
-        assert self._latency is not None
-        return prefill_within(self._latency, target_s, num_decode, context_tokens, most,
-                              self.config.min_prefill_tokens)
 
     @staticmethod
     def _analytic_prefill_within(
@@ -556,10 +571,19 @@ def prefill_within(
     (step time grows with the prefill). Solved in closed form on the analytic latency model, then checked against
     the model's own step times (so the boundary is the one a search would find); a binary search on any other
     model. Shared by the policies that protect TPOT (``tiered``, ``utility``)."""
-    step_s = latency.step_time_s
     low = min(floor_tokens, max(most, 0))
-    if low >= most or step_s([(most, 0)], num_decode, context_tokens) <= target_s:
+    if low >= most:
         return max(most, low)
+    if type(latency) is AnalyticLatencyModel:  # every step of tiered and utility: the decode part priced once
+        validate_step_inputs(((most, 0),), num_decode, context_tokens)
+        decode_s = _analytic_decode_s(latency, num_decode, context_tokens)
+        config = latency.config
+        if config.alpha1 * (most * most) + config.alpha2 * most + decode_s <= target_s:
+            return most
+        return _analytic_within(config, target_s, decode_s, low, most)
+    step_s = latency.step_time_s
+    if step_s([(most, 0)], num_decode, context_tokens) <= target_s:
+        return most
     if isinstance(latency, AnalyticLatencyModel):
         return analytic_prefill_within(latency, target_s, num_decode, context_tokens, low, most)
     high = most  # invariant: high exceeds the target; low is allowed (within it, or the floor)
@@ -578,9 +602,40 @@ def analytic_prefill_within(
     """:func:`prefill_within` on the analytic model, whose step time ``α1·m² + α2·m + decode`` does not fall as
     ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target - decode`` is
     the guess, then the exact step times move it to the boundary (a step or two)."""
-    step_s = latency.step_time_s
-    config = latency.config
+    if type(latency) is AnalyticLatencyModel:
+        return _analytic_within(latency.config, target_s, _analytic_decode_s(latency, num_decode, context_tokens),
+                                low, most)
+    step_s = latency.step_time_s  # (a subclass: its own step times)
     decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
+    guess = _analytic_guess(latency.config, target_s, decode_s, low, most)
+    while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
+        guess += 1
+    while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
+        guess -= 1
+    return guess
+
+
+def _analytic_decode_s(latency: AnalyticLatencyModel, num_decode: int, context_tokens: int) -> float:
+    """The decode part of an analytic step: its ``step_time_s`` without a prefill, 0.0 without decodes."""
+    return latency.step_time_s((), num_decode, context_tokens) if num_decode else 0.0
+
+
+def _analytic_within(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
+    """:func:`analytic_prefill_within` with the decode part priced (``decode_s``): each step time is
+    ``AnalyticLatencyModel.step_time_s``'s float for one fresh chunk, written out. That sums the chunk's time
+    ``α1·m² + α2·m`` onto 0.0 (which leaves it as it is) and adds the decode part when there are decodes; adding
+    ``decode_s`` = 0.0 without them changes nothing either (the chunk's time is never -0.0)."""
+    alpha1, alpha2 = config.alpha1, config.alpha2
+    guess = _analytic_guess(config, target_s, decode_s, low, most)
+    while guess + 1 < most and alpha1 * ((guess + 1) * (guess + 1)) + alpha2 * (guess + 1) + decode_s <= target_s:
+        guess += 1
+    while guess > low and alpha1 * (guess * guess) + alpha2 * guess + decode_s > target_s:
+        guess -= 1
+    return guess
+
+
+def _analytic_guess(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
+    """The positive root of ``α1·m² + α2·m = target - decode``, in [low, most - 1]."""
     room_s = target_s - decode_s
     if room_s <= 0:
         guess = low
@@ -592,9 +647,4 @@ def analytic_prefill_within(
         guess = int(room_s / config.alpha2)
     else:
         guess = most
-    guess = min(max(guess, low), most - 1)
-    while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
-        guess += 1
-    while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
-        guess -= 1
-    return guess
+    return min(max(guess, low), most - 1)
