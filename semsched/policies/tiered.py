@@ -304,9 +304,14 @@ class Tiered(Policy):
     # ---- ordering ----------------------------------------------------------------------------------------
     def effective_priority(self, request: Request, now_s: float) -> float:
         """The tier's priority, less the aging boost since arrival; a promoted request's is at most the
-        protected tier's; a class short of its fair share ranks ahead of every class that is not."""
-        # (every re-key asks this of each waiting request: max and min written out, each keeping its first
-        # argument on a tie as the builtins do, and ``promoted`` inline)
+        protected tier's; a class short of its fair share ranks ahead of every class that is not. (The first
+        item of :meth:`waiting_key`.)"""
+        return self.waiting_key(request, now_s)[0]
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        """(:meth:`effective_priority`, arrival): every re-key asks this of each waiting request, so the
+        effective priority is worked out here, with max and min written out (each keeping its first argument
+        on a tie, as the builtins do) and ``promoted`` inline."""
         cfg = self.config
         waited = now_s - request.arrival_time_s
         if waited < 0.0:
@@ -319,14 +324,12 @@ class Tiered(Policy):
             effective = cfg.protected_priority
         if self._shares is not None and request.priority in self._shares.short(now_s):
             effective -= SHORT_OF_SHARE_BOOST
-        return effective
-
-    def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        return (self.effective_priority(request, now_s), request.arrival_time_s)
+        return (effective, request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:
         """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest."""
-        preemptions = request.num_preemptions  # (``promoted`` inline: the core sorts by this key every step)
+        # (``promoted`` inline: the core sorts the running requests by this key every step)
+        preemptions = request.num_preemptions
         return (0.0 if preemptions >= self.config.preemption_limit else 1.0, request.priority,
                 -request.num_computed_tokens, -preemptions, request.arrival_time_s)
 
@@ -364,10 +367,11 @@ class Tiered(Policy):
         progress); ``None`` (the engine's budget) otherwise.
 
         The seed's developers found PREMIUM's 30 ms TPOT missed whenever a 2,048-token prefill chunk shares its
-        step. Each decode's allowance is its target less ``tpot_margin``, plus what it has banked
-        (:meth:`_step_allowance_s`), so prefills are held back only when a TPOT is at stake. The step is priced
-        with the prefill as one fresh chunk: exact for a new prompt, a lower bound for a chunk on top of cached
-        tokens (a later chunk or a recompute), hence the margin.
+        step. Each decode's allowance is its target less ``tpot_margin``, plus what it has banked (TPOT is the
+        mean gap between its tokens, so a request whose steps so far came faster than its target has banked the
+        difference, and one long step, a prefill chunk, spends it without a miss), so prefills are held back
+        only when a TPOT is at stake. The step is priced with the prefill as one fresh chunk: exact for a new
+        prompt, a lower bound for a chunk on top of cached tokens (a later chunk or a recompute), hence the margin.
 
         A protected request still in its prompt (running, or waiting: :meth:`_pending_prompt_tokens`) adds its
         prompt to the cap, so TPOT protection never delays a protected first token; without that exemption it
@@ -380,8 +384,15 @@ class Tiered(Policy):
         keep = 1.0 - cfg.tpot_margin
         target_s, num_decode, context_tokens, prompt_tokens = math.inf, 0, 0, 0
         paces: list[float] = []
+        # the protected prompt tokens, counted once per step (_pending_prompt_tokens, inline): the requests that
+        # started since the last count leave the waiting sum in this pass
+        counted = self._prompt_work[0] == now_s
+        waiting = self._waiting
+        watch = not counted and bool(waiting)
         running = view.running_requests()
         for request in running:  # this runs every step: one pass, no calls
+            if watch and request.request_id in waiting:
+                self._forget_waiting(request.request_id)
             computed = request.num_computed_tokens
             left = request.prompt_tokens + request.num_output_tokens - computed
             if left > 1:  # in its prompt (or recomputing): a protected one's tokens are not held back
@@ -392,8 +403,17 @@ class Tiered(Policy):
             context_tokens += computed
             if request.priority > protected:
                 continue
-            if request.tpot_slo_s is not None:
-                allowance_s = self._step_allowance_s(request, now_s, request.tpot_slo_s * keep)
+            tpot_slo_s = request.tpot_slo_s
+            if tpot_slo_s is not None:  # how long the next step may take with it decoding: its aim, plus banked
+                allowance_s = aim_s = tpot_slo_s * keep
+                first_s = request.policy_state.get(FIRST_TOKEN_KEY)
+                if first_s is None:  # first seen decoding: its first token came at the end of the last step
+                    if request.num_output_tokens:
+                        request.policy_state[FIRST_TOKEN_KEY] = now_s
+                else:  # after the next step, (tokens so far) gaps must average at most the aim
+                    banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
+                    if banked_s > aim_s:  # (max, keeping the first on a tie)
+                        allowance_s = banked_s
                 if allowance_s < target_s:  # (min, keeping the first on a tie)
                     target_s = allowance_s
             if pace_e2e and request.e2e_slo_s is not None:
@@ -401,9 +421,13 @@ class Tiered(Policy):
                 # max_output_tokens (what the engine knows of its length)
                 tokens = request.max_output_tokens - request.num_output_tokens
                 paces.append((request.arrival_time_s + request.e2e_slo_s - now_s) / (tokens if tokens > 1 else 1))
-        prompt_tokens = self._pending_prompt_tokens(running, view, now_s, prompt_tokens)
+        if counted:
+            prompt_tokens = self._prompt_work[1]
+        else:
+            prompt_tokens += self._kept_waiting_tokens(view) if watch else 0
+            self._prompt_work = (now_s, prompt_tokens)
         if paces:  # the E2E paces the decode batch alone can keep (a lost cause holds nothing back)
-            decode_s = latency.step_time_s([], num_decode, context_tokens)
+            decode_s = decode_step_s(latency, num_decode, context_tokens)
             for pace in paces:
                 if pace >= decode_s:
                     paced_s = pace * keep
@@ -462,24 +486,18 @@ class Tiered(Policy):
         return blocks_for(request.num_computed_tokens + chunk, view.block_size) \
             <= view.available_blocks(request, admission=True)
 
-    def _pending_prompt_tokens(
-        self, running: Sequence[Request], view: SchedulerView, now_s: float, running_tokens: int | None = None
-    ) -> int:
+    def _pending_prompt_tokens(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> int:
         """Prompt tokens protected requests still need, waiting or running; counted once per step (the core
-        asks step_budget first, the vLLM adapter running_order). ``running_tokens``: the running requests'
-        share, when the caller has summed it already."""
+        asks step_budget first, which counts them the same way in its own pass; the vLLM adapter running_order)."""
         when, tokens = self._prompt_work
         if when == now_s:
             return tokens
         tokens = self._waiting_prompt_tokens(running, view)
-        if running_tokens is None:
-            running_tokens = 0
-            protected, limit = self.config.protected_priority, self.config.preemption_limit
-            for request in running:
-                left = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
-                if left > 1 and (request.priority <= protected or request.num_preemptions >= limit):
-                    running_tokens += left
-        tokens += running_tokens
+        protected, limit = self.config.protected_priority, self.config.preemption_limit
+        for request in running:
+            left = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            if left > 1 and (request.priority <= protected or request.num_preemptions >= limit):
+                tokens += left
         self._prompt_work = (now_s, tokens)
         return tokens
 
@@ -515,7 +533,12 @@ class Tiered(Policy):
         for request in running:
             if request.request_id in waiting:
                 self._forget_waiting(request.request_id)
-        if len(waiting) != view.num_waiting:
+        return self._kept_waiting_tokens(view)
+
+    def _kept_waiting_tokens(self, view: SchedulerView) -> int:
+        """The protected waiting prompt tokens, once the requests running now have left the sum: recounted
+        when the entries left differ in number from the engine's waiting requests."""
+        if len(self._waiting) != view.num_waiting:
             self._recount_waiting()
         return self._protected_waiting_tokens
 
@@ -531,21 +554,6 @@ class Tiered(Policy):
             waiting[request_id] = (request, tokens)
             total += tokens
         self._protected_waiting_tokens = total
-
-    @staticmethod
-    def _step_allowance_s(request: Request, now_s: float, aim_s: float) -> float:
-        """How long the next step may take with ``request`` decoding: its TPOT target (less the margin:
-        ``aim_s``), plus the time it is ahead of it. TPOT is the mean gap between its tokens, so a request whose
-        steps so far came faster than its target has banked the difference, and one long step (a prefill
-        chunk) spends it without a miss."""
-        first_s = request.policy_state.get(FIRST_TOKEN_KEY)
-        if first_s is None:  # first seen decoding: its first token came at the end of the last step
-            if request.num_output_tokens:
-                request.policy_state[FIRST_TOKEN_KEY] = now_s
-            return aim_s
-        # after the next step, (tokens so far) gaps must average at most the aim
-        banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
-        return banked_s if banked_s > aim_s else aim_s  # (max, keeping the first on a tie)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         if FIRST_TOKEN_KEY not in request.policy_state:
@@ -575,9 +583,10 @@ def prefill_within(
     if low >= most:
         return max(most, low)
     if type(latency) is AnalyticLatencyModel:  # every step of tiered and utility: the decode part priced once
-        validate_step_inputs(((most, 0),), num_decode, context_tokens)
-        decode_s = _analytic_decode_s(latency, num_decode, context_tokens)
+        if num_decode < 0 or context_tokens < 0 or (not num_decode and context_tokens):
+            validate_step_inputs((), num_decode, context_tokens)  # (raises; the chunks, 0 < m <= most, are valid)
         config = latency.config
+        decode_s = float(context_tokens) * config.gamma1 + config.gamma2 if num_decode else 0.0  # (decode_step_s)
         if config.alpha1 * (most * most) + config.alpha2 * most + decode_s <= target_s:
             return most
         return _analytic_within(config, target_s, decode_s, low, most)
@@ -603,8 +612,9 @@ def analytic_prefill_within(
     ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target - decode`` is
     the guess, then the exact step times move it to the boundary (a step or two)."""
     if type(latency) is AnalyticLatencyModel:
-        return _analytic_within(latency.config, target_s, _analytic_decode_s(latency, num_decode, context_tokens),
-                                low, most)
+        validate_step_inputs((), num_decode, context_tokens)
+        decode_s = decode_step_s(latency, num_decode, context_tokens) if num_decode else 0.0
+        return _analytic_within(latency.config, target_s, decode_s, low, most)
     step_s = latency.step_time_s  # (a subclass: its own step times)
     decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
     guess = _analytic_guess(latency.config, target_s, decode_s, low, most)
@@ -615,9 +625,14 @@ def analytic_prefill_within(
     return guess
 
 
-def _analytic_decode_s(latency: AnalyticLatencyModel, num_decode: int, context_tokens: int) -> float:
-    """The decode part of an analytic step: its ``step_time_s`` without a prefill, 0.0 without decodes."""
-    return latency.step_time_s((), num_decode, context_tokens) if num_decode else 0.0
+def decode_step_s(latency: LatencyModel, num_decode: int, context_tokens: int) -> float:
+    """``latency.step_time_s([], num_decode, context_tokens)``: a step of decodes alone. On the analytic model
+    (with decodes) its float, written out (``γ1·Σctx + γ2``, the summed context as a float), without the step's
+    checks: the caller knows its counts are valid."""
+    if num_decode and type(latency) is AnalyticLatencyModel:
+        config = latency.config
+        return float(context_tokens) * config.gamma1 + config.gamma2
+    return latency.step_time_s([], num_decode, context_tokens)
 
 
 def _analytic_within(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
