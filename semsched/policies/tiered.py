@@ -279,8 +279,9 @@ class Tiered(Policy):
             self._guard.on_finish(request, now_s)
         self._forget_waiting(request.request_id)
 
-    @property
+    @cached_property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
+        # (cached: the core asks before every step; the config and the fair-share meter are fixed at __init__)
         aging = self.config.aging_per_s > 0 and self.config.max_age_boost > 0
         return self.config.rekey_s if aging or self._shares is not None else None
 
