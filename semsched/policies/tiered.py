@@ -419,9 +419,12 @@ class Tiered(Policy):
                     target_s = allowance_s
             if pace_e2e and request.e2e_slo_s is not None:
                 # how long each step may take for it to finish within its E2E target if it produces all of
-                # max_output_tokens (what the engine knows of its length)
+                # max_output_tokens (what the engine knows of its length); a pace whose aim is no tighter than
+                # an allowance already found cannot lower the target (each pace's cap is at least its aim)
                 tokens = request.max_output_tokens - request.num_output_tokens
-                paces.append((request.arrival_time_s + request.e2e_slo_s - now_s) / (tokens if tokens > 1 else 1))
+                pace_s = (request.arrival_time_s + request.e2e_slo_s - now_s) / (tokens if tokens > 1 else 1)
+                if pace_s * keep < target_s:
+                    paces.append(pace_s)
         if counted:
             prompt_tokens = self._prompt_work[1]
         else:
