@@ -71,7 +71,8 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS, TierError
 from semsched.latency import LatencyModel, load_profile
-from semsched.latency.analytic import AnalyticLatencyModel
+from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
+from semsched.latency.base import validate_step_inputs
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
 from semsched.policies.registry import register_policy
@@ -278,8 +279,9 @@ class Tiered(Policy):
             self._guard.on_finish(request, now_s)
         self._forget_waiting(request.request_id)
 
-    @property
+    @cached_property
     def rekey_interval_s(self) -> float | None:  # type: ignore[override]
+        # (cached: the core asks before every step; the config and the fair-share meter are fixed at __init__)
         aging = self.config.aging_per_s > 0 and self.config.max_age_boost > 0
         return self.config.rekey_s if aging or self._shares is not None else None
 
@@ -303,23 +305,34 @@ class Tiered(Policy):
     # ---- ordering ----------------------------------------------------------------------------------------
     def effective_priority(self, request: Request, now_s: float) -> float:
         """The tier's priority, less the aging boost since arrival; a promoted request's is at most the
-        protected tier's; a class short of its fair share ranks ahead of every class that is not."""
-        cfg = self.config
-        waited = max(now_s - request.arrival_time_s, 0.0)
-        effective = request.priority - min(waited * cfg.aging_per_s, cfg.max_age_boost)
-        if self.promoted(request):
-            effective = min(effective, cfg.protected_priority)
-        if self._shares is not None and request.priority in self._shares.short(now_s):
-            effective -= SHORT_OF_SHARE_BOOST
-        return effective
+        protected tier's; a class short of its fair share ranks ahead of every class that is not. (The first
+        item of :meth:`waiting_key`.)"""
+        return self.waiting_key(request, now_s)[0]
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        return (self.effective_priority(request, now_s), request.arrival_time_s)
+        """(:meth:`effective_priority`, arrival): every re-key asks this of each waiting request, so the
+        effective priority is worked out here, with max and min written out (each keeping its first argument
+        on a tie, as the builtins do) and ``promoted`` inline."""
+        cfg = self.config
+        waited = now_s - request.arrival_time_s
+        if waited < 0.0:
+            waited = 0.0
+        boost = waited * cfg.aging_per_s
+        if cfg.max_age_boost < boost:
+            boost = cfg.max_age_boost
+        effective = request.priority - boost
+        if request.num_preemptions >= cfg.preemption_limit and cfg.protected_priority < effective:
+            effective = cfg.protected_priority
+        if self._shares is not None and request.priority in self._shares.short(now_s):
+            effective -= SHORT_OF_SHARE_BOOST
+        return (effective, request.arrival_time_s)
 
     def victim_key(self, request: Request) -> SortKey:
         """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest."""
-        return (0.0 if self.promoted(request) else 1.0, request.priority, -request.num_computed_tokens,
-                -request.num_preemptions, request.arrival_time_s)
+        # (``promoted`` inline: the core sorts the running requests by this key every step)
+        preemptions = request.num_preemptions
+        return (0.0 if preemptions >= self.config.preemption_limit else 1.0, request.priority,
+                -request.num_computed_tokens, -preemptions, request.arrival_time_s)
 
     # ---- displacement and preemption ---------------------------------------------------------------------
     def victims_for(
@@ -355,43 +368,82 @@ class Tiered(Policy):
         progress); ``None`` (the engine's budget) otherwise.
 
         The seed's developers found PREMIUM's 30 ms TPOT missed whenever a 2,048-token prefill chunk shares its
-        step. Each decode's allowance is its target less ``tpot_margin``, plus what it has banked
-        (:meth:`_step_allowance_s`), so prefills are held back only when a TPOT is at stake. The step is priced
-        with the prefill as one fresh chunk: exact for a new prompt, a lower bound for a chunk on top of cached
-        tokens (a later chunk or a recompute), hence the margin.
+        step. Each decode's allowance is its target less ``tpot_margin``, plus what it has banked (TPOT is the
+        mean gap between its tokens, so a request whose steps so far came faster than its target has banked the
+        difference, and one long step, a prefill chunk, spends it without a miss), so prefills are held back
+        only when a TPOT is at stake. The step is priced with the prefill as one fresh chunk: exact for a new
+        prompt, a lower bound for a chunk on top of cached tokens (a later chunk or a recompute), hence the margin.
 
         A protected request still in its prompt (running, or waiting: :meth:`_pending_prompt_tokens`) adds its
         prompt to the cap, so TPOT protection never delays a protected first token; without that exemption it
         cost PREMIUM more TTFT attainment (48 % -> 19 % on the demo workload) than it gained in TPOT.
         """
-        if self._latency is None or not self.config.protect_tpot:
+        latency, cfg = self._latency, self.config
+        if latency is None or not cfg.protect_tpot:
             return None
-        target_s, num_decode, context_tokens = math.inf, 0, 0
+        protected, limit, pace_e2e = cfg.protected_priority, cfg.preemption_limit, cfg.pace_e2e
+        keep = 1.0 - cfg.tpot_margin
+        target_s, num_decode, context_tokens, prompt_tokens = math.inf, 0, 0, 0
         paces: list[float] = []
-        cfg = self.config
+        # the protected prompt tokens, counted once per step (_pending_prompt_tokens, inline): the requests that
+        # started since the last count leave the waiting sum in this pass
+        counted = self._prompt_work[0] == now_s
+        waiting = self._waiting
+        watch = not counted and bool(waiting)
         running = view.running_requests()
-        for request in running:  # this runs every step: one pass, no calls for requests that do not matter
+        for request in running:  # this runs every step: one pass, no calls
+            if watch and request.request_id in waiting:
+                self._forget_waiting(request.request_id)
             computed = request.num_computed_tokens
-            if request.prompt_tokens + request.num_output_tokens - computed > 1:
-                continue  # in its prompt (or recomputing)
+            left = request.prompt_tokens + request.num_output_tokens - computed
+            if left > 1:  # in its prompt (or recomputing): a protected one's tokens are not held back
+                if request.priority <= protected or request.num_preemptions >= limit:
+                    prompt_tokens += left
+                continue
             num_decode += 1
             context_tokens += computed
-            if request.priority > cfg.protected_priority:
+            if request.priority > protected:
                 continue
-            if request.tpot_slo_s is not None:
-                target_s = min(target_s, self._step_allowance_s(request, now_s))
-            if request.e2e_slo_s is not None and cfg.pace_e2e:
-                paces.append(self._e2e_pace_s(request, now_s))
-        prompt_tokens = self._pending_prompt_tokens(running, view, now_s)
+            tpot_slo_s = request.tpot_slo_s
+            if tpot_slo_s is not None:  # how long the next step may take with it decoding: its aim, plus banked
+                allowance_s = aim_s = tpot_slo_s * keep
+                first_s = request.policy_state.get(FIRST_TOKEN_KEY)
+                if first_s is None:  # first seen decoding: its first token came at the end of the last step
+                    if request.num_output_tokens:
+                        request.policy_state[FIRST_TOKEN_KEY] = now_s
+                else:  # after the next step, (tokens so far) gaps must average at most the aim
+                    banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
+                    if banked_s > aim_s:  # (max, keeping the first on a tie)
+                        allowance_s = banked_s
+                if allowance_s < target_s:  # (min, keeping the first on a tie)
+                    target_s = allowance_s
+            if pace_e2e and request.e2e_slo_s is not None:
+                # how long each step may take for it to finish within its E2E target if it produces all of
+                # max_output_tokens (what the engine knows of its length); a pace whose aim is no tighter than
+                # an allowance already found cannot lower the target (each pace's cap is at least its aim)
+                tokens = request.max_output_tokens - request.num_output_tokens
+                pace_s = (request.arrival_time_s + request.e2e_slo_s - now_s) / (tokens if tokens > 1 else 1)
+                if pace_s * keep < target_s:
+                    paces.append(pace_s)
+        if counted:
+            prompt_tokens = self._prompt_work[1]
+        else:
+            prompt_tokens += self._kept_waiting_tokens(view) if watch else 0
+            self._prompt_work = (now_s, prompt_tokens)
         if paces:  # the E2E paces the decode batch alone can keep (a lost cause holds nothing back)
-            decode_s = self._latency.step_time_s([], num_decode, context_tokens)
-            margin = 1.0 - cfg.tpot_margin
-            target_s = min([target_s, *(max(pace * margin, decode_s) for pace in paces if pace >= decode_s)])
+            decode_s = decode_step_s(latency, num_decode, context_tokens)
+            for pace in paces:
+                if pace >= decode_s:
+                    paced_s = pace * keep
+                    if decode_s > paced_s:  # (max, keeping the first on a tie)
+                        paced_s = decode_s
+                    if paced_s < target_s:
+                        target_s = paced_s
         if target_s == math.inf:
             return None
         budget = view.budget
         most = budget.max_num_batched_tokens - num_decode
-        prefill = self._prefill_within(target_s, num_decode, context_tokens, most)
+        prefill = prefill_within(latency, target_s, num_decode, context_tokens, most, cfg.min_prefill_tokens)
         # a protected request's own prompt is not held back: its TTFT is at stake; running_order serves these
         # tokens before any less important prefill
         prefill = max(prefill, min(prompt_tokens, most))
@@ -440,7 +492,7 @@ class Tiered(Policy):
 
     def _pending_prompt_tokens(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> int:
         """Prompt tokens protected requests still need, waiting or running; counted once per step (the core
-        asks step_budget first, the vLLM adapter running_order)."""
+        asks step_budget first, which counts them the same way in its own pass; the vLLM adapter running_order)."""
         when, tokens = self._prompt_work
         if when == now_s:
             return tokens
@@ -485,7 +537,12 @@ class Tiered(Policy):
         for request in running:
             if request.request_id in waiting:
                 self._forget_waiting(request.request_id)
-        if len(waiting) != view.num_waiting:
+        return self._kept_waiting_tokens(view)
+
+    def _kept_waiting_tokens(self, view: SchedulerView) -> int:
+        """The protected waiting prompt tokens, once the requests running now have left the sum: recounted
+        when the entries left differ in number from the engine's waiting requests."""
+        if len(self._waiting) != view.num_waiting:
             self._recount_waiting()
         return self._protected_waiting_tokens
 
@@ -502,29 +559,6 @@ class Tiered(Policy):
             total += tokens
         self._protected_waiting_tokens = total
 
-    def _step_allowance_s(self, request: Request, now_s: float) -> float:
-        """How long the next step may take with ``request`` decoding: its TPOT target, plus the time it is ahead
-        of it. TPOT is the mean gap between its tokens, so a request whose steps so far came faster than its
-        target has banked the difference, and one long step (a prefill chunk) spends it without a miss."""
-        assert request.tpot_slo_s is not None
-        aim_s = request.tpot_slo_s * (1.0 - self.config.tpot_margin)
-        first_s = request.policy_state.get(FIRST_TOKEN_KEY)
-        if first_s is None:  # first seen decoding: its first token came at the end of the last step
-            if request.num_output_tokens:
-                request.policy_state[FIRST_TOKEN_KEY] = now_s
-            return aim_s
-        # after the next step, (tokens so far) gaps must average at most the aim
-        banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
-        return max(aim_s, banked_s)
-
-    def _e2e_pace_s(self, request: Request, now_s: float) -> float:
-        """How long each step may take for ``request`` to finish within its E2E target if it produces all of
-        ``max_output_tokens`` (what the engine knows of its length)."""
-        assert request.e2e_slo_s is not None
-        left_s = request.arrival_time_s + request.e2e_slo_s - now_s
-        tokens = max(request.max_output_tokens - request.num_output_tokens, 1)
-        return left_s / tokens
-
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         if FIRST_TOKEN_KEY not in request.policy_state:
             request.policy_state[FIRST_TOKEN_KEY] = now_s
@@ -532,13 +566,6 @@ class Tiered(Policy):
             self._guard.on_tokens(request, num_tokens, now_s)
         if self._shares is not None:
             self._shares.record(request.priority, num_tokens, now_s)
-
-    def _prefill_within(self, target_s: float, num_decode: int, context_tokens: int, most: int) -> int:
-        """Largest prefill in [min_prefill_tokens, most] whose step stays within ``target_s``
-        (:func:`prefill_within`)."""
-        assert self._latency is not None
-        return prefill_within(self._latency, target_s, num_decode, context_tokens, most,
-                              self.config.min_prefill_tokens)
 
     @staticmethod
     def _analytic_prefill_within(
@@ -556,10 +583,20 @@ def prefill_within(
     (step time grows with the prefill). Solved in closed form on the analytic latency model, then checked against
     the model's own step times (so the boundary is the one a search would find); a binary search on any other
     model. Shared by the policies that protect TPOT (``tiered``, ``utility``)."""
-    step_s = latency.step_time_s
     low = min(floor_tokens, max(most, 0))
-    if low >= most or step_s([(most, 0)], num_decode, context_tokens) <= target_s:
+    if low >= most:
         return max(most, low)
+    if type(latency) is AnalyticLatencyModel:  # every step of tiered and utility: the decode part priced once
+        if num_decode < 0 or context_tokens < 0 or (not num_decode and context_tokens):
+            validate_step_inputs((), num_decode, context_tokens)  # (raises; the chunks, 0 < m <= most, are valid)
+        config = latency.config
+        decode_s = float(context_tokens) * config.gamma1 + config.gamma2 if num_decode else 0.0  # (decode_step_s)
+        if config.alpha1 * (most * most) + config.alpha2 * most + decode_s <= target_s:
+            return most
+        return _analytic_within(config, target_s, decode_s, low, most)
+    step_s = latency.step_time_s
+    if step_s([(most, 0)], num_decode, context_tokens) <= target_s:
+        return most
     if isinstance(latency, AnalyticLatencyModel):
         return analytic_prefill_within(latency, target_s, num_decode, context_tokens, low, most)
     high = most  # invariant: high exceeds the target; low is allowed (within it, or the floor)
@@ -578,9 +615,46 @@ def analytic_prefill_within(
     """:func:`prefill_within` on the analytic model, whose step time ``α1·m² + α2·m + decode`` does not fall as
     ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target - decode`` is
     the guess, then the exact step times move it to the boundary (a step or two)."""
-    step_s = latency.step_time_s
-    config = latency.config
+    if type(latency) is AnalyticLatencyModel:
+        validate_step_inputs((), num_decode, context_tokens)
+        decode_s = decode_step_s(latency, num_decode, context_tokens) if num_decode else 0.0
+        return _analytic_within(latency.config, target_s, decode_s, low, most)
+    step_s = latency.step_time_s  # (a subclass: its own step times)
     decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
+    guess = _analytic_guess(latency.config, target_s, decode_s, low, most)
+    while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
+        guess += 1
+    while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
+        guess -= 1
+    return guess
+
+
+def decode_step_s(latency: LatencyModel, num_decode: int, context_tokens: int) -> float:
+    """``latency.step_time_s([], num_decode, context_tokens)``: a step of decodes alone. On the analytic model
+    (with decodes) its float, written out (``γ1·Σctx + γ2``, the summed context as a float), without the step's
+    checks: the caller knows its counts are valid."""
+    if num_decode and type(latency) is AnalyticLatencyModel:
+        config = latency.config
+        return float(context_tokens) * config.gamma1 + config.gamma2
+    return latency.step_time_s([], num_decode, context_tokens)
+
+
+def _analytic_within(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
+    """:func:`analytic_prefill_within` with the decode part priced (``decode_s``): each step time is
+    ``AnalyticLatencyModel.step_time_s``'s float for one fresh chunk, written out. That sums the chunk's time
+    ``α1·m² + α2·m`` onto 0.0 (which leaves it as it is) and adds the decode part when there are decodes; adding
+    ``decode_s`` = 0.0 without them changes nothing either (the chunk's time is never -0.0)."""
+    alpha1, alpha2 = config.alpha1, config.alpha2
+    guess = _analytic_guess(config, target_s, decode_s, low, most)
+    while guess + 1 < most and alpha1 * ((guess + 1) * (guess + 1)) + alpha2 * (guess + 1) + decode_s <= target_s:
+        guess += 1
+    while guess > low and alpha1 * (guess * guess) + alpha2 * guess + decode_s > target_s:
+        guess -= 1
+    return guess
+
+
+def _analytic_guess(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
+    """The positive root of ``α1·m² + α2·m = target - decode``, in [low, most - 1]."""
     room_s = target_s - decode_s
     if room_s <= 0:
         guess = low
@@ -592,9 +666,4 @@ def analytic_prefill_within(
         guess = int(room_s / config.alpha2)
     else:
         guess = most
-    guess = min(max(guess, low), most - 1)
-    while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
-        guess += 1
-    while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
-        guess -= 1
-    return guess
+    return min(max(guess, low), most - 1)

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from semsched.core.kv import Reservation
 from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason, StepResult
-from semsched.core.policy import StepBudget
+from semsched.core.policy import SchedulerView, StepBudget
 from semsched.core.request import Request, RequestState
+from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency.analytic import AnalyticLatencyModel
 from semsched.policies import PolicyError, make_policy
-from semsched.policies.tiered import Tiered
+from semsched.policies.tiered import Tiered, decode_step_s, prefill_within
 from tests.policies.factories import displaced_by
 from tests.support import check_kv, check_plan, make_request, make_scheduler, random_requests
 
@@ -371,6 +372,119 @@ def test_the_closed_form_prefill_cap_is_the_binary_searchs(
         middle = (searched_low + high) // 2
         searched_low, high = (middle, high) if fits(middle) else (searched_low, middle)
     assert Tiered._analytic_prefill_within(latency, target_s, num_decode, context, low, most) == searched_low
+
+
+@settings(max_examples=300, deadline=None)
+@given(target_ms=st.floats(0.0, 400.0), num_decode=st.integers(0, 256), context=st.integers(0, 400_000),
+       most=st.integers(-4, 8192), floor=st.integers(1, 300), subclass=st.booleans())
+def test_the_prefill_cap_is_a_binary_search_over_the_models_step_times(
+    target_ms: float, num_decode: int, context: int, most: int, floor: int, subclass: bool
+) -> None:
+    """:func:`prefill_within` prices the analytic model's steps itself (the decode part once): its answer is the
+    one a binary search over the model's own ``step_time_s`` gives, the floor and the whole budget included,
+    and so is the step-time path's (a subclass of the model); ``decode_step_s`` is the step time of decodes
+    alone, to the bit."""
+    latency = _tiered()._latency
+    assert isinstance(latency, AnalyticLatencyModel)
+    if subclass:
+        latency = _PricedAlike(latency.config, latency.name)
+    context = context if num_decode else 0
+    target_s = target_ms / 1e3
+
+    def fits(prefill: int) -> bool:
+        return latency.step_time_s([(prefill, 0)], num_decode, context) <= target_s
+
+    low = min(floor, max(most, 0))
+    if low >= most:
+        expected = max(most, low)
+    elif fits(most):
+        expected = most
+    else:
+        high = most
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        expected = low
+    assert prefill_within(latency, target_s, num_decode, context, most, floor) == expected
+    if num_decode:
+        decode_s = decode_step_s(latency, num_decode, context)
+        assert decode_s.hex() == latency.step_time_s([], num_decode, context).hex()
+
+
+class _PricedAlike(AnalyticLatencyModel):
+    """The analytic model under another type: :func:`prefill_within` asks its ``step_time_s``."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(priority=st.integers(0, 4), arrival=st.floats(0.0, 100.0), waited=st.floats(-5.0, 100.0),
+       preemptions=st.integers(0, 4), computed=st.integers(0, 5000), limit=st.integers(1, 3),
+       aging=st.sampled_from([0.0, 0.1, 0.37]), cap=st.sampled_from([0.0, 1.5, 2.0, 7.0]))
+def test_the_written_out_keys_are_the_builtins_formulas(
+    priority: int, arrival: float, waited: float, preemptions: int, computed: int, limit: int, aging: float,
+    cap: float
+) -> None:
+    """The waiting key and the victim key write out ``max``, ``min`` and ``promoted``: the same values, of the
+    same types (a promoted request's effective priority is the protected tier's int), as the builtins give."""
+    policy = _tiered(f"tiered:preemption_limit={limit};aging_per_s={aging};max_age_boost={cap}")
+    request = make_request("r", prompt=6000, output=10, priority=priority, arrival=arrival)
+    request.num_preemptions, request.num_computed_tokens = preemptions, computed
+    now_s = arrival + waited
+    cfg = policy.config
+    effective = priority - min(max(now_s - arrival, 0.0) * aging, cap)
+    if preemptions >= limit:
+        effective = min(effective, cfg.protected_priority)
+    key = policy.waiting_key(request, now_s)
+    assert key == (effective, arrival) and type(key[0]) is type(effective)
+    assert policy.effective_priority(request, now_s) == effective
+    assert policy.victim_key(request) == (0.0 if policy.promoted(request) else 1.0, priority, -computed,
+                                          -preemptions, arrival)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), blocks=st.integers(40, 160), abort_every=st.integers(3, 12))
+def test_step_budget_counts_the_protected_prompt_tokens_as_a_walk_would(
+    seed: int, blocks: int, abort_every: int
+) -> None:
+    """The protected prompt tokens step_budget counts in its own pass (the running requests' prompts, plus the
+    waiting sum once the requests that started have left it) equal, at every step, a walk over the running
+    and waiting requests before it; waiting requests aborted now and then included."""
+    requests = random_requests(seed, 60, rate=40.0, max_prompt=120, max_output=40, num_priorities=4,
+                               with_slos=True)
+    policy = _tiered("tiered:protect_tpot=true;preemption_limit=1")
+    scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=blocks, max_num_batched_tokens=64,
+                                          watermark=0.0), policy)
+    step_budget = policy.step_budget
+    counted = 0
+
+    def walk() -> int:
+        return sum(r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+                   for r in (*scheduler.waiting_requests(), *scheduler.running_requests())
+                   if r.state is not RequestState.RUNNING or r.prompt_tokens + r.num_output_tokens
+                   - r.num_computed_tokens > 1
+                   if r.priority <= PREMIUM or r.num_preemptions >= 1)
+
+    def checked(view: SchedulerView, now_s: float) -> StepBudget | None:
+        nonlocal counted
+        fresh = policy._prompt_work[0] != now_s
+        walked = walk()
+        budget = step_budget(view, now_s)
+        if fresh:
+            counted += 1
+            assert policy._prompt_work == (now_s, walked)
+        return budget
+
+    scheduler._step_budget = checked  # (the hook the scheduler calls before each step)
+
+    steps = 0
+
+    def abort_some(plan: BatchPlan) -> None:
+        nonlocal steps
+        steps += 1
+        if steps % abort_every == 0 and scheduler.num_waiting:
+            scheduler.abort(scheduler.waiting_requests()[-1].request_id, plan.time_s)
+
+    _run(scheduler, requests, on_plan=abort_some)
+    assert counted
 
 
 @settings(max_examples=20, deadline=None)
