@@ -271,8 +271,16 @@ class LapsSD(ServicePolicy):
         # (the core sorts its running requests by this key every step: _queue inlined)
         state = request.policy_state
         service = state.get(ATTAINED, 0.0)
-        if state.get(_PERCEPTIBLE, 0.0) == 1.0:
-            perceived = self._perceived_s(request) or 0.0
+        if state.get(_PERCEPTIBLE, 0.0) == 1.0:  # (_perceived_s inlined too)
+            output = request.predicted_output
+            length = output.mean if output is not None else float(request.target_output_tokens)
+            if self._profiled is not None:
+                perceived = estimated_time_s(length, state[_RATE], self._draft_tokens, *self._profiled)
+            else:
+                count = state.get(ROUNDS, 0)
+                round_s = (state[ROUND_TIME] / count if count else None) or 0.0
+                perceived = length / (self._draft_tokens * state[_RATE] + 1.0) * round_s
+            perceived = perceived or 0.0
             if perceived > service:
                 service = perceived
             key = (0, self._queue_of(service), request.arrival_time_s)
@@ -284,20 +292,20 @@ class LapsSD(ServicePolicy):
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
         mine = self._laps_key(candidate)
+        queue, tiers, fcfs = mine[0], self._tiers, not self._predicted
         victims = []
         for request in running:
             state = request.policy_state
-            if self.config.tiers and request.priority != candidate.priority:
+            if tiers and request.priority != candidate.priority:
                 if request.priority > candidate.priority:
                     victims.append(request)
                 continue
-            if self.perceptible(request):
-                fresh = state.get(_FRESH, 0.0) == 1.0 and self.config.order == "fcfs"
-                if fresh and mine < self._laps_key(request):
+            if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+                if fcfs and state.get(_FRESH, 0.0) == 1.0 and mine < self._laps_key(request):
                     victims.append(request)
                 continue
-            theirs = self._laps_key(request)
-            if mine[0] < theirs[0] or (mine[0] == theirs[0] and self._ranks_first_in_queue(candidate, request)):
+            theirs = self._queue(request, False)  # (its _laps_key's first item: only that is compared)
+            if queue < theirs or (queue == theirs and self._ranks_first_in_queue(candidate, request)):
                 victims.append(request)
         return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
 
