@@ -238,3 +238,50 @@ def test_laps_keys_place_requests_in_the_queue_of_their_service(spec: str) -> No
         key = (0 if perceptible else 1, queue_of(service_s, policy.bounds), request.arrival_time_s)
         assert policy.queue(request) == key[1]
         assert policy.victim_key(request) == ((request.priority, *key) if policy.config.tiers else key)
+
+
+def _victims_by_full_keys(policy: LapsSD, candidate: Request, running: list[Request]) -> list[Request]:
+    """``victims_for`` as written first: every request's whole ``_laps_key``."""
+    mine = policy._laps_key(candidate)
+    victims = []
+    for request in running:
+        if policy.config.tiers and request.priority != candidate.priority:
+            if request.priority > candidate.priority:
+                victims.append(request)
+            continue
+        if policy.perceptible(request):
+            fresh = request.policy_state.get("laps.fresh", 0.0) == 1.0 and policy.config.order == "fcfs"
+            if fresh and mine < policy._laps_key(request):
+                victims.append(request)
+            continue
+        theirs = policy._laps_key(request)
+        if mine[0] < theirs[0] or (mine[0] == theirs[0] and policy._ranks_first_in_queue(candidate, request)):
+            victims.append(request)
+    return sorted(victims, key=lambda r: policy.waiting_key(r, 0.0), reverse=True)
+
+
+@pytest.mark.parametrize("spec", ["laps-sd:s1_s=0.5", "laps-sd:order=predicted;tiers=true;s1_s=0.5",
+                                  "laps-sd:tiers=true;s1_s=0.5"])
+def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
+    policy = make_policy(spec)
+    assert isinstance(policy, LapsSD)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    rng = random.Random(11)
+
+    def served(rid: str) -> Request:
+        request = _request(rid, 1000, arrival=float(rng.randint(0, 3)), priority=rng.randint(0, 2),
+                           predicted=rng.choice([None, 40, 800]))
+        state = request.policy_state
+        state[ATTAINED] = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0])
+        if rng.random() < 0.7:
+            state[ROUNDS], state[ROUND_TIME], state["service.round_tokens"] = rng.randint(1, 9), 0.2, 12
+        if ROUNDS in state and rng.random() < 0.5:
+            state["laps.perceptible"], state["laps.rate"] = 1.0, rng.choice([0.2, 0.8])
+            state["laps.fresh"] = rng.choice([0.0, 1.0])
+        return request
+
+    for trial in range(300):
+        running = [served(f"r{i}") for i in range(rng.randint(0, 10))]
+        candidate = served("c")
+        expected = _victims_by_full_keys(policy, candidate, running)
+        assert policy.victims_for(candidate, running, scheduler, 0.0) == expected, trial
