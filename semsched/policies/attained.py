@@ -9,7 +9,7 @@ for the step that emitted it: with whole-prompt prefills, as in the paper's sett
 
 Each emission after the first is one speculative round (a decode step); ``rounds`` counts them and ``round
 tokens`` sums what they yielded, so a policy reads a request's mean tokens per round, ``n·A + 1`` in the paper's
-notation, without knowing anything of the drafter.
+notation, without knowing anything of the drafter. (``las`` reads only the attained service, and keeps no rounds.)
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ class ServiceMeter:
 
 class ServicePolicy(Policy):
     """Base of the policies that rank by service (``laps-sd``, ``las``): a :class:`ServiceMeter` fed by
-    ``on_step``; a subclass's ``on_tokens`` calls ``self.meter.tokens``."""
+    ``on_step``; a subclass's ``on_tokens`` calls ``self.meter.tokens`` (or ``self.meter.charge``, when it reads
+    no rounds)."""
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)
