@@ -9,7 +9,7 @@ for the step that emitted it: with whole-prompt prefills, as in the paper's sett
 
 Each emission after the first is one speculative round (a decode step); ``rounds`` counts them and ``round
 tokens`` sums what they yielded, so a policy reads a request's mean tokens per round, ``n·A + 1`` in the paper's
-notation, without knowing anything of the drafter.
+notation, without knowing anything of the drafter. (``las`` reads only the attained service, and keeps no rounds.)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ ATTAINED = "service.attained_s"
 ROUNDS = "service.rounds"
 ROUND_TOKENS = "service.round_tokens"
 ROUND_TIME = "service.round_s"  # engine time of the rounds (not the prefill)
+_NO_STEP = (0.0,)  # what tokens reported at another time than the last step's end are charged
 
 
 def attained_s(request: Request) -> float:
@@ -62,13 +63,36 @@ class ServiceMeter:
         self._durations.append(duration_s)
         self._end_s = end_s
 
+    def charge(self, request: Request, now_s: float) -> None:
+        """What :meth:`tokens` does to ``request``'s attained service, and nothing else (no rounds counted): for
+        a policy that reads only :func:`attained_s` (``las``)."""
+        self._closed = True
+        state = request.policy_state
+        durations = self._durations if now_s == self._end_s else _NO_STEP
+        if len(durations) == 1:
+            state[ATTAINED] = state.get(ATTAINED, 0.0) + durations[0]
+            return
+        attained = state.get(ATTAINED, 0.0)
+        for duration in durations:
+            attained += duration
+        state[ATTAINED] = attained
+
     def tokens(self, request: Request, num_tokens: int, now_s: float) -> int:
         """``request`` emitted ``num_tokens`` at ``now_s`` (the policy's ``on_tokens``): charge it the steps' time,
         one step at a time (so a fast-forwarded stretch adds up bit for bit as its steps would). Returns how
         many rounds (decode steps) the emission was: 0 for the prompt's first token."""
         self._closed = True
         state = request.policy_state
-        durations = self._durations if now_s == self._end_s else [0.0]
+        durations = self._durations if now_s == self._end_s else _NO_STEP
+        if len(durations) == 1:  # (one step, the hot path: the same additions as the loops below)
+            duration = durations[0]
+            state[ATTAINED] = state.get(ATTAINED, 0.0) + duration
+            if request.num_output_tokens == num_tokens:
+                return 0
+            state[ROUND_TIME] = state.get(ROUND_TIME, 0.0) + duration
+            state[ROUNDS] = state.get(ROUNDS, 0) + 1
+            state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
+            return 1
         attained = state.get(ATTAINED, 0.0)
         for duration in durations:
             attained += duration
@@ -86,7 +110,8 @@ class ServiceMeter:
 
 class ServicePolicy(Policy):
     """Base of the policies that rank by service (``laps-sd``, ``las``): a :class:`ServiceMeter` fed by
-    ``on_step``; a subclass's ``on_tokens`` calls ``self.meter.tokens``."""
+    ``on_step``; a subclass's ``on_tokens`` calls ``self.meter.tokens`` (or ``self.meter.charge``, when it reads
+    no rounds)."""
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)

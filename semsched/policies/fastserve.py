@@ -212,7 +212,9 @@ class FastServe(Policy):
                 heapq.heappush(levels[level], entry)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        level, state = self.level(request), request.policy_state
+        state = request.policy_state
+        stored = state.get(_LEVEL)  # (self.level, inlined: called for every running request after every step)
+        level = self.level(request) if stored is None else int(stored)
         used = state[_USED] + num_tokens
         if request.num_output_tokens == num_tokens:  # the first token came out of the prefill
             used += self.prefill_iterations(request.prompt_tokens) - 1
@@ -246,6 +248,15 @@ class FastServe(Policy):
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        mine, key = self.level(candidate), self.victim_key
-        lower = [r for r in running if key(r)[0] > mine]
-        return sorted(lower, key=key, reverse=True)
+        """The running requests of higher levels, by ``victim_key`` descending, equal keys in running order:
+        each decorated with its key and place (one pass, one key computed per request)."""
+        mine = self.level(candidate)
+        lower: list[tuple[float, float, int, Request]] = []
+        for request in running:
+            level = request.policy_state.get(_LEVEL)
+            if level is None:
+                level = self.level(request)
+            if level > mine:
+                lower.append((level, request.arrival_time_s, -len(lower), request))
+        lower.sort(reverse=True)
+        return [entry[3] for entry in lower]

@@ -29,9 +29,10 @@ the engine runs), so the estimate needs no profile.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -42,8 +43,8 @@ from semsched.policies.attained import (
     ATTAINED,
     ROUND_TIME,
     ROUND_TOKENS,
+    ROUNDS,
     ServicePolicy,
-    mean_round_s,
     rounds,
 )
 from semsched.policies.params import check_float, check_int, param
@@ -64,6 +65,11 @@ def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_
 def queue_bounds_s(queues: int, multiplier: float, s1_s: float) -> tuple[float, ...]:
     """``S_j^up`` for j = 1 .. K−1 (the last queue has no upper bound)."""
     return tuple(s1_s * multiplier**j for j in range(queues - 1))
+
+
+def _queue_in(bounds: Sequence[float], service_s: float) -> int:
+    """:func:`queue_of` with the bounds first (for ``functools.partial``)."""
+    return queue_of(service_s, bounds)
 
 
 def queue_of(service_s: float, bounds: Sequence[float]) -> int:
@@ -130,8 +136,20 @@ class LapsSD(ServicePolicy):
         super().__init__(config)
         cfg = self.config
         self.bounds = queue_bounds_s(cfg.queues, cfg.multiplier, cfg.s1_s)
-        # engine time and tokens of every round seen (order=predicted prices unstarted requests with them)
+        #: :func:`queue_of` on ``bounds``, as a bisection when they ascend (always, but for a pow rounding)
+        self._queue_of: Callable[[float], int] = (
+            functools.partial(bisect.bisect_right, self.bounds)
+            if all(a <= b for a, b in zip(self.bounds, self.bounds[1:], strict=False))
+            else functools.partial(_queue_in, self.bounds)
+        )
+        # engine time and tokens of every round seen (order=predicted prices unstarted requests with them; with
+        # order=fcfs nothing reads them, and they are not kept)
         self._seconds, self._tokens, self._rounds = 0.0, 0, 0
+        self._predicted = cfg.order == "predicted"
+        self._tiers, self._draft_tokens = cfg.tiers, cfg.draft_tokens
+        self._profiled: tuple[float, float] | None = None  # eq. 6's (T_SSM, T_LLM) when given
+        if cfg.t_ssm_s is not None and cfg.t_llm_s is not None:
+            self._profiled = (cfg.t_ssm_s, cfg.t_llm_s)
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
 
     @property
@@ -157,14 +175,17 @@ class LapsSD(ServicePolicy):
         return self._perceived_s(request)
 
     def _perceived_s(self, request: Request) -> float:
-        """:meth:`estimated_time_s` of a request known to be perceptible."""
-        rate = request.policy_state[_RATE]
-        length = request.predicted_output_tokens()
-        cfg = self.config
-        if cfg.t_ssm_s is not None and cfg.t_llm_s is not None:
-            return estimated_time_s(length, rate, cfg.draft_tokens, cfg.t_ssm_s, cfg.t_llm_s)
-        round_s = mean_round_s(request) or 0.0
-        return length / (cfg.draft_tokens * rate + 1.0) * round_s
+        """:meth:`estimated_time_s` of a request known to be perceptible (the hot path of every sort: what
+        ``predicted_output_tokens`` and ``mean_round_s`` give, inlined)."""
+        state = request.policy_state
+        rate = state[_RATE]
+        output = request.predicted_output
+        length = output.mean if output is not None else float(request.target_output_tokens)
+        if self._profiled is not None:
+            return estimated_time_s(length, rate, self._draft_tokens, *self._profiled)
+        count = state.get(ROUNDS, 0)
+        round_s = (state[ROUND_TIME] / count if count else None) or 0.0
+        return length / (self._draft_tokens * rate + 1.0) * round_s
 
     def estimated_remaining_s(self, request: Request) -> float:
         total = self.estimated_time_s(request)
@@ -182,19 +203,24 @@ class LapsSD(ServicePolicy):
     def _queue(self, request: Request, perceptible: bool) -> int:
         service = request.policy_state.get(ATTAINED, 0.0)  # (attained_s, inlined: the hot path of every sort)
         if perceptible:
-            service = max(service, self._perceived_s(request) or 0.0)
-        return queue_of(service, self.bounds)
+            perceived = self._perceived_s(request) or 0.0
+            if perceived > service:  # (max(service, perceived): the first of equals)
+                service = perceived
+        return self._queue_of(service)
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
         state[_FRESH] = 0.0
-        before = state.get(ROUND_TIME, 0.0)
-        count = self.meter.tokens(request, num_tokens, now_s)
-        if count:
-            self._seconds += state[ROUND_TIME] - before
-            self._tokens += num_tokens
-            self._rounds += count
+        if self._predicted:
+            before = state.get(ROUND_TIME, 0.0)
+            count = self.meter.tokens(request, num_tokens, now_s)
+            if count:
+                self._seconds += state[ROUND_TIME] - before
+                self._tokens += num_tokens
+                self._rounds += count
+        else:
+            count = self.meter.tokens(request, num_tokens, now_s)
         if not count or state.get(_PERCEPTIBLE, 0.0) == 1.0:
             return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
@@ -242,28 +268,44 @@ class LapsSD(ServicePolicy):
 
     def victim_key(self, request: Request) -> SortKey:
         # under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first
-        perceptible = request.policy_state.get(_PERCEPTIBLE, 0.0) == 1.0
-        key = (0 if perceptible else 1, self._queue(request, perceptible), request.arrival_time_s)
-        return (request.priority, *key) if self.config.tiers else key
+        # (the core sorts its running requests by this key every step: _queue inlined)
+        state = request.policy_state
+        service = state.get(ATTAINED, 0.0)
+        if state.get(_PERCEPTIBLE, 0.0) == 1.0:  # (_perceived_s inlined too)
+            output = request.predicted_output
+            length = output.mean if output is not None else float(request.target_output_tokens)
+            if self._profiled is not None:
+                perceived = estimated_time_s(length, state[_RATE], self._draft_tokens, *self._profiled)
+            else:
+                count = state.get(ROUNDS, 0)
+                round_s = (state[ROUND_TIME] / count if count else None) or 0.0
+                perceived = length / (self._draft_tokens * state[_RATE] + 1.0) * round_s
+            perceived = perceived or 0.0
+            if perceived > service:
+                service = perceived
+            key = (0, self._queue_of(service), request.arrival_time_s)
+        else:
+            key = (1, self._queue_of(service), request.arrival_time_s)
+        return (request.priority, *key) if self._tiers else key
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
         mine = self._laps_key(candidate)
+        queue, tiers, fcfs = mine[0], self._tiers, not self._predicted
         victims = []
         for request in running:
             state = request.policy_state
-            if self.config.tiers and request.priority != candidate.priority:
+            if tiers and request.priority != candidate.priority:
                 if request.priority > candidate.priority:
                     victims.append(request)
                 continue
-            if self.perceptible(request):
-                fresh = state.get(_FRESH, 0.0) == 1.0 and self.config.order == "fcfs"
-                if fresh and mine < self._laps_key(request):
+            if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+                if fcfs and state.get(_FRESH, 0.0) == 1.0 and mine < self._laps_key(request):
                     victims.append(request)
                 continue
-            theirs = self._laps_key(request)
-            if mine[0] < theirs[0] or (mine[0] == theirs[0] and self._ranks_first_in_queue(candidate, request)):
+            theirs = self._queue(request, False)  # (its _laps_key's first item: only that is compared)
+            if queue < theirs or (queue == theirs and self._ranks_first_in_queue(candidate, request)):
                 victims.append(request)
         return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
 

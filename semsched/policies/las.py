@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
-from semsched.policies.attained import ServicePolicy, attained_s
+from semsched.policies.attained import ATTAINED, ServicePolicy
 from semsched.policies.params import check_float, param
 from semsched.policies.registry import register_policy
 
@@ -48,20 +48,29 @@ class LAS(ServicePolicy):
         self._mode = PreemptionMode.SWAP if self.config.preemption == "swap" else PreemptionMode.RECOMPUTE
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        self.meter.tokens(request, num_tokens, now_s)
+        self.meter.charge(request, now_s)  # (LAS reads only the attained service: no rounds counted)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        return (attained_s(request), request.arrival_time_s)
+        return (request.policy_state.get(ATTAINED, 0.0), request.arrival_time_s)  # (attained_s, inlined)
 
     def victim_key(self, request: Request) -> SortKey:
-        return (attained_s(request), request.arrival_time_s)
+        # (attained_s, inlined: the core sorts its running requests by this key every step)
+        return (request.policy_state.get(ATTAINED, 0.0), request.arrival_time_s)
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        limit = attained_s(candidate) + self.config.quantum_s
-        served = [r for r in running if attained_s(r) >= limit and attained_s(r) > attained_s(candidate)]
-        return sorted(served, key=self.victim_key, reverse=True)
+        mine = candidate.policy_state.get(ATTAINED, 0.0)
+        limit = mine + self.config.quantum_s
+        # each victim decorated with its victim_key and its place, so the sort is by the key alone and keeps
+        # the running order among equal keys (what a stable sort by victim_key, descending, gives)
+        served: list[tuple[float, float, int, Request]] = []
+        for request in running:
+            attained = request.policy_state.get(ATTAINED, 0.0)
+            if attained >= limit and attained > mine:
+                served.append((attained, request.arrival_time_s, -len(served), request))
+        served.sort(reverse=True)
+        return [entry[3] for entry in served]
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
         return self._mode  # (the core recomputes what the CPU pool cannot hold)

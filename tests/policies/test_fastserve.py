@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from typing import cast
 
 import pytest
@@ -133,3 +134,21 @@ def test_waiting_order_is_the_keyed_queues_order_with_promotion_at_the_check_ins
     assert got[:3] == ["r0", "r1", "r5"]  # all three promoted by 8.0 (the test's premise)
     with pytest.raises(RuntimeError):
         list(keyed.waiting_order(cast(SchedulerView, None), 9.0))  # keyed by waiting_key: the heaps are off
+
+
+def test_victims_are_the_higher_levels_by_victim_key_descending_ties_in_running_order() -> None:
+    """``victims_for`` decorates each victim with its key and place: the stable sort of the filtered list."""
+    policy = _policy()
+    rng = random.Random(5)
+    for trial in range(300):
+        running = [make_request(prompt=16, output=40, arrival=float(rng.randint(0, 3))) for _ in range(12)]
+        for request in running:
+            if rng.random() < 0.9:  # (the others get their entry level when first asked)
+                request.policy_state["fastserve.level"] = rng.randint(0, 3)
+                request.policy_state["fastserve.used"] = 0
+        candidate = make_request(prompt=16, output=40, arrival=2.0)
+        candidate.policy_state["fastserve.level"] = rng.randint(0, 2)
+        mine = policy.level(candidate)
+        expected = sorted([r for r in running if policy.victim_key(r)[0] > mine], key=policy.victim_key,
+                          reverse=True)
+        assert policy.victims_for(candidate, running, cast(SchedulerView, None), 0.0) == expected, trial

@@ -3,13 +3,15 @@ displaced."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from semsched.core.plan import PreemptionMode
 from semsched.core.request import LengthDistribution, Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.policies import make_policy
-from semsched.policies.attained import attained_s, mean_round_s, rounds
+from semsched.policies.attained import ATTAINED, ROUND_TIME, ROUNDS, attained_s, mean_round_s, rounds
 from semsched.policies.laps_sd import LapsSD, estimated_time_s, is_stable, queue_bounds_s, queue_of
 from semsched.policies.las import LAS
 from tests.policies.factories import service_order
@@ -192,3 +194,94 @@ def test_order_predicted_ranks_every_request_of_a_queue_by_estimated_remaining_s
     assert policy.victims_for(short, [fresh_long], scheduler, 1.0) == []  # one queue: no displacement
     assert policy.perceptible(seen)
     assert policy.victims_for(short, [seen], scheduler, 1.0) == []  # nor in its round of perception
+
+
+def test_las_victims_are_the_served_requests_by_victim_key_descending_ties_in_running_order() -> None:
+    """``victims_for`` decorates each victim with its key and place: the stable sort of the filtered list."""
+    rng = random.Random(9)
+    for quantum in ("0", "0.5"):
+        policy = make_policy(f"las:quantum_s={quantum}")
+        assert isinstance(policy, LAS)
+        scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+        for trial in range(200):
+            running = [_request(f"r{i}", arrival=float(rng.randint(0, 3))) for i in range(rng.randint(0, 12))]
+            for request in running:
+                if rng.random() < 0.9:  # (a few have never been served: no entry)
+                    request.policy_state[ATTAINED] = rng.choice([0.0, 0.5, 1.0, 1.5, 2.0])
+            candidate = _request("c", arrival=2.0)
+            candidate.policy_state[ATTAINED] = rng.choice([0.0, 0.5, 1.0])
+            limit = attained_s(candidate) + policy.config.quantum_s
+            served = [r for r in running if attained_s(r) >= limit and attained_s(r) > attained_s(candidate)]
+            expected = sorted(served, key=policy.victim_key, reverse=True)
+            assert policy.victims_for(candidate, running, scheduler, 0.0) == expected, trial
+
+
+@pytest.mark.parametrize("spec", ["laps-sd", "laps-sd:multiplier=1;queues=4", "laps-sd:queues=1",
+                                  "laps-sd:tiers=true;t_ssm_s=0.001;t_llm_s=0.02", "laps-sd:multiplier=1.0001"])
+def test_laps_keys_place_requests_in_the_queue_of_their_service(spec: str) -> None:
+    """The bisection and the inlined service give :func:`queue_of` of ``max(attained, perceived)``."""
+    policy = make_policy(spec)
+    assert isinstance(policy, LapsSD)
+    rng = random.Random(3)
+    services = [0.0, *policy.bounds, *(b * (1 - 1e-16) for b in policy.bounds), 1e9, *(rng.uniform(0, 40)
+                for _ in range(200))]
+    for service in services:
+        assert policy._queue_of(service) == queue_of(service, policy.bounds)
+        request = _request("r", 1000, priority=rng.randint(0, 3), predicted=rng.choice([None, 50, 900]))
+        request.policy_state[ATTAINED] = service
+        if rng.random() < 0.5:  # perceptible: eq. 6 from its rounds so far
+            state = request.policy_state
+            state["laps.perceptible"], state["laps.rate"] = 1.0, rng.random()
+            state[ROUNDS], state[ROUND_TIME] = rng.randint(1, 50), rng.uniform(0, 2)
+        perceptible = policy.perceptible(request)
+        service_s = max(service, (policy.estimated_time_s(request) or 0.0) if perceptible else 0.0)
+        key = (0 if perceptible else 1, queue_of(service_s, policy.bounds), request.arrival_time_s)
+        assert policy.queue(request) == key[1]
+        assert policy.victim_key(request) == ((request.priority, *key) if policy.config.tiers else key)
+
+
+def _victims_by_full_keys(policy: LapsSD, candidate: Request, running: list[Request]) -> list[Request]:
+    """``victims_for`` as written first: every request's whole ``_laps_key``."""
+    mine = policy._laps_key(candidate)
+    victims = []
+    for request in running:
+        if policy.config.tiers and request.priority != candidate.priority:
+            if request.priority > candidate.priority:
+                victims.append(request)
+            continue
+        if policy.perceptible(request):
+            fresh = request.policy_state.get("laps.fresh", 0.0) == 1.0 and policy.config.order == "fcfs"
+            if fresh and mine < policy._laps_key(request):
+                victims.append(request)
+            continue
+        theirs = policy._laps_key(request)
+        if mine[0] < theirs[0] or (mine[0] == theirs[0] and policy._ranks_first_in_queue(candidate, request)):
+            victims.append(request)
+    return sorted(victims, key=lambda r: policy.waiting_key(r, 0.0), reverse=True)
+
+
+@pytest.mark.parametrize("spec", ["laps-sd:s1_s=0.5", "laps-sd:order=predicted;tiers=true;s1_s=0.5",
+                                  "laps-sd:tiers=true;s1_s=0.5"])
+def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
+    policy = make_policy(spec)
+    assert isinstance(policy, LapsSD)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=1), policy)
+    rng = random.Random(11)
+
+    def served(rid: str) -> Request:
+        request = _request(rid, 1000, arrival=float(rng.randint(0, 3)), priority=rng.randint(0, 2),
+                           predicted=rng.choice([None, 40, 800]))
+        state = request.policy_state
+        state[ATTAINED] = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0])
+        if rng.random() < 0.7:
+            state[ROUNDS], state[ROUND_TIME], state["service.round_tokens"] = rng.randint(1, 9), 0.2, 12
+        if ROUNDS in state and rng.random() < 0.5:
+            state["laps.perceptible"], state["laps.rate"] = 1.0, rng.choice([0.2, 0.8])
+            state["laps.fresh"] = rng.choice([0.0, 1.0])
+        return request
+
+    for trial in range(300):
+        running = [served(f"r{i}") for i in range(rng.randint(0, 10))]
+        candidate = served("c")
+        expected = _victims_by_full_keys(policy, candidate, running)
+        assert policy.victims_for(candidate, running, scheduler, 0.0) == expected, trial
