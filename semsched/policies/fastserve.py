@@ -14,7 +14,10 @@
   seconds (the re-key interval). ``starve_s=0`` turns promotion off.
 
 Decisions change inside decode-only stretches (demotion), so the policy is never ``stable_between_events``.
-It does not read predictions.
+It does not read predictions. A running request's ``victim_key`` changes only when it is demoted, which
+``on_tokens`` counts in ``victim_key_changes`` (so the core re-sorts its running requests only then), and
+``on_tokens`` asks to hear of a request only when its quantum may be spent (``notify_tokens_at``): the tokens
+used at its level are those counted then plus the emissions since (``num_output_tokens``).
 
 **Incremental state.** Under the core scheduler the policy keeps one heap per level of its waiting requests,
 ordered (arrival, enqueue order), and gives the core its order through ``waiting_order`` (the head of the lowest
@@ -43,12 +46,16 @@ from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
 _LEVEL = "fastserve.level"
-_USED = "fastserve.used"  # iterations of service used at the current level
+_USED = "fastserve.used"  # iterations of service used at the current level, as of ...
+_COUNTED = "fastserve.counted"  # ... this many output tokens (the scheduler skips the emissions between)
 _QUEUED = "fastserve.queued_s"  # when the request last entered the waiting queue
 _ENQUEUED = "fastserve.enqueued"  # the order of its last entry into a waiting queue (its heap entries' mark)
 
 #: enqueue order, shared by every instance (a request handed off to another instance takes a fresh mark there)
 _enqueue_counter = itertools.count()
+
+#: ``notify_tokens_at`` of a request at the last level: its emissions change nothing here
+_NEVER = 2**62
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -93,6 +100,8 @@ class FastServe(Policy):
 
     name: ClassVar[str] = "fastserve"
     config_cls: ClassVar[type[PolicyConfig]] = FastServeConfig
+    #: a running request's key (level, arrival) changes only when it is demoted (``victim_key_changes``)
+    static_victim_key: ClassVar[bool] = True
     config: FastServeConfig
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
@@ -135,7 +144,7 @@ class FastServe(Policy):
         level = state.get(_LEVEL)
         if level is None:
             level = state[_LEVEL] = self.entry_level(request.prompt_tokens)
-            state[_USED] = 0
+            state[_USED], state[_COUNTED] = 0, request.num_output_tokens
         return int(level)
 
     # ---- hooks --------------------------------------------------------------------------------------------
@@ -176,7 +185,7 @@ class FastServe(Policy):
             _, mark, request = heapq.heappop(queued)
             state = request.policy_state
             if state.get(_ENQUEUED) == mark and state[_LEVEL] > 0 and is_waiting(request):
-                state[_LEVEL], state[_USED], state[_QUEUED] = 0, 0, now_s
+                self._promote(request, now_s)
                 heapq.heappush(top, (request.arrival_time_s, mark, request))
 
     def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
@@ -211,21 +220,38 @@ class FastServe(Policy):
             for level, entry in held:
                 heapq.heappush(levels[level], entry)
 
+    def _promote(self, request: Request, now_s: float) -> None:
+        """Level 0 with a fresh quantum (a starved waiting request)."""
+        state = request.policy_state
+        state[_LEVEL], state[_USED], state[_COUNTED], state[_QUEUED] = 0, 0, request.num_output_tokens, now_s
+        request.notify_tokens_at = 0  # (its quantum is counted afresh from its next emission)
+
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
-        stored = state.get(_LEVEL)  # (self.level, inlined: called for every running request after every step)
-        level = self.level(request) if stored is None else int(stored)
-        used = state[_USED] + num_tokens
-        if request.num_output_tokens == num_tokens:  # the first token came out of the prefill
+        emitted = request.num_output_tokens
+        stored = state.get(_LEVEL)  # (self.level, inlined)
+        if stored is None:  # (never arrived here: its quantum starts with this emission)
+            level = self.level(request)
+            state[_COUNTED] = emitted - num_tokens
+        else:
+            level = int(stored)
+        # the emissions since the last count (this one's, and those the scheduler skipped)
+        used = int(state[_USED]) + emitted - int(state[_COUNTED])
+        if emitted == num_tokens:  # the first token came out of the prefill
             used += self.prefill_iterations(request.prompt_tokens) - 1
         quanta = self._quanta
-        if used >= quanta[level]:  # (most calls stay within the quantum)
-            last = len(quanta) - 1
+        last = len(quanta) - 1
+        if used >= quanta[level]:
+            entered = level
             while level < last and used >= quanta[level]:
                 used -= quanta[level]
                 level += 1
-            state[_LEVEL] = level
-        state[_USED] = used
+            if level != entered:
+                state[_LEVEL] = level
+                self.victim_key_changes += 1  # demoted: its victim_key rose
+        state[_USED], state[_COUNTED] = used, emitted
+        # the next emission that may spend the quantum (none at the last level)
+        request.notify_tokens_at = emitted + quanta[level] - used if level < last else _NEVER
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         if not self._keyed:
@@ -237,7 +263,7 @@ class FastServe(Policy):
         level = self.level(request)
         queued = state.get(_QUEUED, now_s)
         if self.config.starve_s > 0 and level > 0 and now_s - queued >= self.config.starve_s:
-            state[_LEVEL], state[_USED], state[_QUEUED] = 0, 0, now_s
+            self._promote(request, now_s)
             level = 0
         return (level, request.arrival_time_s)
 

@@ -152,3 +152,28 @@ def test_victims_are_the_higher_levels_by_victim_key_descending_ties_in_running_
         expected = sorted([r for r in running if policy.victim_key(r)[0] > mine], key=policy.victim_key,
                           reverse=True)
         assert policy.victims_for(candidate, running, cast(SchedulerView, None), 0.0) == expected, trial
+
+
+def test_a_scheduler_that_skips_emissions_before_notify_tokens_at_sees_the_same_levels() -> None:
+    """Tokens used are counted from ``num_output_tokens``: a request heard only from its ``notify_tokens_at`` on
+    is demoted at the same emissions as one heard at each, through a promotion too; each demotion is counted in
+    ``victim_key_changes``."""
+    policy = _policy("fastserve:base_quantum_tokens=2;levels=4;starve_s=1")
+    every, skipped = make_request("every", prompt=16, output=500), make_request("skipped", prompt=16, output=500)
+    for request in (every, skipped):
+        policy.on_arrival(request, 0.0)
+    rng = random.Random(2)
+    for step in range(120):
+        if step == 60:
+            for request in (every, skipped):
+                policy._promote(request, 1.0)
+        count = rng.choice([1, 1, 1, 3, 7])
+        every.num_output_tokens += count
+        skipped.num_output_tokens += count
+        changes, level = policy.victim_key_changes, policy.level(every)
+        policy.on_tokens(every, count, 0.0)
+        assert policy.victim_key_changes == changes + (policy.level(every) != level)
+        if skipped.num_output_tokens >= skipped.notify_tokens_at:
+            policy.on_tokens(skipped, count, 0.0)
+        assert policy.victim_key(skipped) == policy.victim_key(every), step
+    assert policy.level(every) == 3 and skipped.notify_tokens_at > skipped.num_output_tokens
