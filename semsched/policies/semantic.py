@@ -61,6 +61,7 @@ _WAITING_STATES = frozenset({RequestState.WAITING, RequestState.PREEMPTED_RECOMP
                              RequestState.PREEMPTED_SWAPPED})
 #: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
 _VERSION_KEY = "semantic.version"
+_RUNNING = RequestState.RUNNING
 #: keys cached within one step at most (a bound for configurations that never call step_budget, which clears them)
 _MAX_CACHED_KEYS = 4096
 
@@ -130,9 +131,10 @@ class Semantic(Policy):
         self._waiting: dict[int, tuple[Request, int, int]] = {}
         self._level_count: dict[int, int] = {}
         self._level_tokens: dict[int, int] = {}
-        #: this step's keys by request (id), with the progress and state they were computed at: a step asks for
-        #: a running request's key more than once (stage-aware cap, running order); cleared at each step_budget
-        self._keys: dict[int, tuple[int, int, bool, SortKey]] = {}
+        #: this step's keys by request, with the progress and state they were computed at: a step asks for a
+        #: running request's key more than once (stage-aware cap, running order, the core's sort by victim_key);
+        #: cleared at each step_budget
+        self._keys: dict[Request, tuple[int, int, RequestState, SortKey]] = {}
         #: the engine as the last step_budget saw it (live): what stable_between_events reads
         self._view: SchedulerView | None = None
 
@@ -176,27 +178,33 @@ class Semantic(Policy):
         return cost
 
     def _key(self, request: Request) -> SortKey:
-        computed, output = request.num_computed_tokens, request.num_output_tokens
-        running = request.state is RequestState.RUNNING
-        cached = self._keys.get(id(request))
-        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is running:
+        computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
+        cached = self._keys.get(request)
+        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is state:
             return cached[3]
-        level = request.urgency if request.urgency is not None else request.priority
-        if running and request.prompt_tokens + output - computed <= 1:
-            # a running decode (the bulk of the calls): remaining_time_s with nothing to reload or prefill
-            if self._oracle or request.predicted_output is None:
-                remaining = float(request.target_output_tokens - output)
-            else:
-                remaining = request.predicted_output.expected_remaining(output)
-            remaining = max(remaining, 0.0)
-            total = request.prompt_tokens + output
-            cost = 0.0 + (self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining)
+        if state is _RUNNING and request.prompt_tokens + output - computed <= 1:
+            key = self._decode_key(request)
         else:
-            cost = self.remaining_time_s(request)
-        key = (float(level), cost, request.arrival_time_s)
+            level = request.urgency if request.urgency is not None else request.priority
+            key = (float(level), self.remaining_time_s(request), request.arrival_time_s)
         if len(self._keys) < _MAX_CACHED_KEYS:
-            self._keys[id(request)] = (computed, output, running, key)
+            self._keys[request] = (computed, output, state, key)
         return key
+
+    def _decode_key(self, request: Request) -> SortKey:
+        """The key of a running decode (the bulk of the calls): :meth:`remaining_time_s` with nothing to reload or
+        prefill (its cost is ``0.0 +`` the decode's: the same float)."""
+        output = request.num_output_tokens
+        if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined)
+            remaining = float(request.target_output_tokens - output)
+        else:
+            remaining = request.predicted_output.expected_remaining(output)
+        if remaining < 0.0:  # (max(remaining, 0.0), inlined)
+            remaining = 0.0
+        total = request.prompt_tokens + output
+        cost = 0.0 + (self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining)
+        level = request.urgency if request.urgency is not None else request.priority
+        return (float(level), cost, request.arrival_time_s)
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -204,10 +212,9 @@ class Semantic(Policy):
 
     def victim_key(self, request: Request) -> SortKey:
         """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first."""
-        cached = self._keys.get(id(request))  # (the core sorts the running batch by it every step)
-        running = request.state is RequestState.RUNNING
+        cached = self._keys.get(request)  # (the core sorts the running batch by it every step)
         if cached is not None and cached[0] == request.num_computed_tokens \
-                and cached[1] == request.num_output_tokens and cached[2] is running:
+                and cached[1] == request.num_output_tokens and cached[2] is request.state:
             return cached[3]
         return self._key(request)
 
@@ -308,14 +315,20 @@ class Semantic(Policy):
 
     def _scan_running(self, running: Sequence[Request]) -> tuple[SortKey | None, bool, int]:
         """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
-        the prompts of the most urgent level need beyond one each."""
+        the prompts of the most urgent level need beyond one each. Each key is computed here (a decode's
+        inline, :meth:`_decode_key`) and kept for the step."""
         best: SortKey | None = None
         best_decoding = False
         level, extra = math.inf, 0
-        key_of = self._key
+        keys, key_of, decode_key = self._keys, self._key, self._decode_key
         for request in running:
-            key = key_of(request)
-            uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
+            uncomputed = request.prompt_tokens + output - computed
+            if state is _RUNNING and uncomputed <= 1 and request not in keys and len(keys) < _MAX_CACHED_KEYS:
+                key = decode_key(request)
+                keys[request] = (computed, output, state, key)
+            else:
+                key = key_of(request)
             if best is None or key < best:
                 best, best_decoding = key, uncomputed <= 1
             if key[0] < level:
