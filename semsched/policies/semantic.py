@@ -313,19 +313,32 @@ class Semantic(Policy):
         best, best_decoding, _ = self._scan_running(view.running_requests())
         return self._cap_for(best, best_decoding, view)
 
-    def _scan_running(self, running: Sequence[Request]) -> tuple[SortKey | None, bool, int]:
+    def _scan_running(
+        self, running: Sequence[Request], *, fresh: bool = False
+    ) -> tuple[SortKey | None, bool, int]:
         """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
-        the prompts of the most urgent level need beyond one each. Each key is computed here (a decode's
-        inline, :meth:`_decode_key`) and kept for the step."""
+        the prompts of the most urgent level need beyond one each. ``fresh``: no key is kept yet this step, and
+        a decode's is computed here (:meth:`_decode_key`, inlined) and kept."""
         best: SortKey | None = None
         best_decoding = False
         level, extra = math.inf, 0
-        keys, key_of, decode_key = self._keys, self._key, self._decode_key
+        keys, key_of, g1, g2, oracle = self._keys, self._key, self._g1, self._g2, self._oracle
+        fresh = fresh and len(keys) + len(running) <= _MAX_CACHED_KEYS
+        key: SortKey
         for request in running:
             computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
-            uncomputed = request.prompt_tokens + output - computed
-            if state is _RUNNING and uncomputed <= 1 and request not in keys and len(keys) < _MAX_CACHED_KEYS:
-                key = decode_key(request)
+            total = request.prompt_tokens + output
+            uncomputed = total - computed
+            if fresh and uncomputed <= 1 and state is _RUNNING:  # (_decode_key)
+                if oracle or request.predicted_output is None:
+                    remaining = float(request.target_output_tokens - output)
+                else:
+                    remaining = request.predicted_output.expected_remaining(output)
+                if remaining < 0.0:
+                    remaining = 0.0
+                cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
+                urgency = request.urgency
+                key = (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
                 keys[request] = (computed, output, state, key)
             else:
                 key = key_of(request)
@@ -385,7 +398,7 @@ class Semantic(Policy):
         self._keys.clear()
         self._view = view
         running = view.running_requests()
-        best, best_decoding, extra = self._scan_running(running)
+        best, best_decoding, extra = self._scan_running(running, fresh=True)
         cap = self._cap_for(best, best_decoding, view)
         if cap is None:
             return None
