@@ -307,9 +307,9 @@ class FairBatching(Policy):
             return len(slack)
         if slack and config.gamma1 > 0:  # (TBTBudget._analytic_decodes)
             most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
-            if math.isfinite(most_context):
-                contexts = [context + tokens for tokens in slack_contexts]
-                low = min(max(bisect.bisect_right(contexts, most_context) - 1, 0), len(slack) - 1)
+            if math.isfinite(most_context):  # (the summed contexts are context + slack_contexts)
+                low = bisect.bisect_right(slack_contexts, most_context, key=context.__add__) - 1
+                low = min(max(low, 0), len(slack) - 1)
                 while low > 0 and not within(low):
                     low -= 1
                 while low + 1 < len(slack) and within(low + 1):
