@@ -166,7 +166,9 @@ class Semantic(Policy):
         if computed > 0 and request.state is not RequestState.RUNNING:
             cost += self._latency.swap_time_s(computed)  # swapped out: copied back first
         uncomputed = total - computed
-        if uncomputed > 1:
+        if uncomputed > 1 and self._analytic is not None:  # step_time_s's one chunk: 0.0 + the chunk
+            cost += 0.0 + self._analytic.chunk_time_s(uncomputed, computed)
+        elif uncomputed > 1:
             cost += self._latency.step_time_s([(uncomputed, computed)], 0, 0)
         if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined: the hot path)
             remaining = float(request.target_output_tokens - request.num_output_tokens)
@@ -246,7 +248,13 @@ class Semantic(Policy):
                 break
         else:
             return None
-        return sorted((r for r in running if not (urgency_level(r) > level and r.in_prefill)), key=self._key)
+        kept = []
+        for r in running:  # (urgency_level and in_prefill, inlined)
+            if not ((r.urgency if r.urgency is not None else r.priority) > level
+                    and r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens > 1):
+                kept.append(r)
+        kept.sort(key=self.victim_key)
+        return kept
 
     # ---- stage-aware batching ------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
