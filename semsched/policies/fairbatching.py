@@ -34,12 +34,16 @@ from typing import ClassVar, NamedTuple
 
 from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
-from semsched.core.request import Request
+from semsched.core.request import Request, RequestState
 from semsched.latency import AnalyticLatencyModel, load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
 from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
-from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, is_waiting, whole_sequence_blocks
+from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
+
+#: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
+#: frozenset hashes each state with Enum.__hash__, a Python call)
+_WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 
 
 def token_deadline_s(request: Request, index: int) -> float:
@@ -110,7 +114,7 @@ class _OrderedBook(WaitingBook):
         while frontier:
             entry, index = heapq.heappop(frontier)
             _, seq, request = entry
-            if live.get(request.request_id) == seq and is_waiting(request):
+            if live.get(request.request_id) == seq and request.state in _WAITING_STATES:  # (is_waiting)
                 yield request
             for child in (2 * index + 1, 2 * index + 2):
                 if child < len(heap):

@@ -57,8 +57,8 @@ from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
 _FIT_CONTEXTS = (0, 8192)
-_WAITING_STATES = frozenset({RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE,
-                             RequestState.PREEMPTED_SWAPPED})
+#: (a tuple: its ``in`` compares members by identity, where a frozenset's hashes each state with Enum.__hash__)
+_WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 #: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
 _VERSION_KEY = "semantic.version"
 _RUNNING = RequestState.RUNNING
