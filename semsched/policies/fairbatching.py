@@ -24,26 +24,26 @@ waiting request never overtakes a running prompt with a later deadline.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
+from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
-from semsched.core.request import Request
-from semsched.latency import load_profile
+from semsched.core.request import Request, RequestState
+from semsched.latency import AnalyticLatencyModel, load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
 from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
-from semsched.policies.vllm_fcfs import (
-    WaitingBook,
-    admission_blocks,
-    is_waiting,
-    step_blocks,
-    whole_sequence_blocks,
-)
+from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
+
+#: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
+#: frozenset hashes each state with Enum.__hash__, a Python call)
+_WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 
 
 def token_deadline_s(request: Request, index: int) -> float:
@@ -54,13 +54,18 @@ def token_deadline_s(request: Request, index: int) -> float:
     return request.arrival_time_s + request.ttft_slo_s + decode_s
 
 
-def _first(item: tuple[float, Request]) -> float:
-    return item[0]
-
-
 def next_deadline_s(request: Request) -> float:
     """When ``request``'s next output token is due."""
     return token_deadline_s(request, request.num_output_tokens)
+
+
+def _next_deadlines_s(requests: Sequence[Request]) -> list[float]:
+    """:func:`next_deadline_s` of each of ``requests``, inlined (this runs every step)."""
+    return [
+        math.inf if r.ttft_slo_s is None or (r.num_output_tokens > 0 and r.tpot_slo_s is None)
+        else r.arrival_time_s + r.ttft_slo_s
+        + (r.tpot_slo_s * r.num_output_tokens if r.num_output_tokens > 0 and r.tpot_slo_s is not None else 0.0)
+        for r in requests]
 
 
 @dataclass(frozen=True)
@@ -84,16 +89,15 @@ class FairBatchingConfig(PolicyConfig):
             raise ValueError(f"profile must be a profile name or path, got {self.profile!r}")
 
 
-def _fits_in_place(requests: Sequence[Request], view: SchedulerView) -> bool:
-    """:func:`~semsched.policies.vllm_fcfs.fits_in_place` (no margin), the engine asked once per priority: the
-    blocks a running request may take depend on its priority (the reservations it may not use) alone."""
+def _fits_in_place(requests: Sequence[Request], blocks: int, view: SchedulerView) -> bool:
+    """:func:`~semsched.policies.vllm_fcfs.fits_in_place` (no margin) for running ``requests`` that may allocate
+    ``blocks`` (their :func:`~semsched.policies.vllm_fcfs.step_blocks`, counted by the caller), the engine asked
+    once per priority: the blocks a running request may take depend on its priority (the reservations it may
+    not use) alone."""
     if not requests:
         return True
-    room: dict[int, int] = {}
-    for request in requests:
-        if request.priority not in room:
-            room[request.priority] = view.available_blocks(request, admission=False)
-    return step_blocks(requests, view.block_size) <= min(room.values())
+    one_per_priority = {request.priority: request for request in requests}.values()
+    return blocks <= min(view.available_blocks(request, admission=False) for request in one_per_priority)
 
 
 class _OrderedBook(WaitingBook):
@@ -110,15 +114,14 @@ class _OrderedBook(WaitingBook):
         while frontier:
             entry, index = heapq.heappop(frontier)
             _, seq, request = entry
-            if live.get(request.request_id) == seq and is_waiting(request):
+            if live.get(request.request_id) == seq and request.state in _WAITING_STATES:  # (is_waiting)
                 yield request
             for child in (2 * index + 1, 2 * index + 2):
                 if child < len(heap):
                     heapq.heappush(frontier, (heap[child], child))
 
 
-@dataclass(frozen=True)
-class _StepPlan:
+class _StepPlan(NamedTuple):
     """What one step serves of the running requests, and its token budget (None: the engine's)."""
 
     time_s: float
@@ -126,6 +129,24 @@ class _StepPlan:
     budget: StepBudget | None
     #: nothing to prefill: no running prompt, and no waiting request the free blocks and slots would admit
     idle_prefill: bool = False
+
+
+@dataclass(slots=True)
+class _Split:
+    """The running requests of one step split into prompts, urgent and slack decodes (each by next deadline), and
+    the sums the step's budget needs."""
+
+    prompts: list[Request]
+    urgent: list[Request]
+    slack: list[Request]
+    #: the prompts' uncomputed tokens, the most computed tokens among them (0 without prompts), their step_blocks
+    prompt_tokens: int
+    prompt_cached: int
+    prompt_blocks: int
+    #: the urgent decodes' summed context
+    urgent_context: int
+    #: entry ``k``: the summed context of the first ``k`` slack decodes
+    slack_contexts: list[int]
 
 
 @register_policy
@@ -148,6 +169,11 @@ class FairBatching(Policy):
         self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
         self._waiting = _OrderedBook(lambda request: self.waiting_key(request, 0.0))
         self._plan: _StepPlan | None = None
+        self._slo_of: tuple[tuple[Request, ...], float] | None = None  # (running requests, their TBT SLO)
+        self._margin_s = cfg.margin_ms / 1000.0 if cfg.margin_ms is not None else None
+        latency = self.budget.latency
+        #: the analytic model, whose decode part _decodes_within prices itself (None: any other model)
+        self._analytic = latency if isinstance(latency, AnalyticLatencyModel) else None
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -196,65 +222,128 @@ class FairBatching(Policy):
         return self._plan
 
     def _make_plan(self, view: SchedulerView, now_s: float) -> _StepPlan:
-        running, prompts, urgent, slack = self._partition(view.running_requests(), now_s)
-        waiting = self._admissible_waiting(view, prompts)
-        demand = sum(r.num_uncomputed_tokens for r in (*prompts, *waiting))
+        running = view.running_requests()
+        split = self._partition(running, now_s, view.block_size)
+        prompts, urgent, slack = split.prompts, split.urgent, split.slack
+        waiting = self._admissible_waiting(view, split.prompt_blocks)
+        demand, cached = split.prompt_tokens, split.prompt_cached
+        for request in waiting:
+            demand += request.num_uncomputed_tokens
+            cached = max(cached, request.num_computed_tokens)
         engine = view.budget
         if demand == 0:  # nothing to prefill: every decode runs
             return _StepPlan(now_s, tuple(urgent + slack), None, idle_prefill=True)
-        slo_s = self.budget.slo_s(running)
-        context = sum(r.num_computed_tokens for r in urgent)
-        cached = max(r.num_computed_tokens for r in (*prompts, *waiting))
+        slo_s = self._slo_s(running)
+        context = split.urgent_context
         most = engine.max_num_batched_tokens - len(urgent)
         if most <= 0:  # the urgent decodes take the whole budget
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
         prefill = min(demand, self.budget.prefill_tokens(slo_s, len(urgent), context, cached, most))
-        joining = self.budget.decodes_within(slo_s, prefill, cached, slack, len(urgent), context)
+        joining = self._decodes_within(slo_s, prefill, cached, split)
         joining = min(joining, most - prefill)
         budget = StepBudget(len(urgent) + prefill + joining, engine.max_num_seqs)
         order = urgent + prompts + slack[:joining]
-        if len(order) < len(running) and not _fits_in_place(order, view):
+        if len(order) < len(running) and not _fits_in_place(order, len(urgent) + split.prompt_blocks + joining,
+                                                            view):
             # what runs may have to preempt under KV pressure, possibly itself: hold nothing back, so the step
             # cannot come out empty while decodes wait
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
         return _StepPlan(now_s, tuple(order), budget)
 
-    def _partition(self, requests: Sequence[Request], now_s: float) -> tuple[
-            list[Request], list[Request], list[Request], list[Request]]:
-        """The running requests by next deadline (stably), and split into prompts (:func:`in_prompt`), urgent
-        decodes (:meth:`urgent`) and slack decodes; one pass, with :func:`next_deadline_s` inlined."""
-        keyed: list[tuple[float, Request]] = []
-        for request in requests:
-            ttft_s, tpot_s, index = request.ttft_slo_s, request.tpot_slo_s, request.num_output_tokens
-            if ttft_s is None or (index > 0 and tpot_s is None):
-                keyed.append((math.inf, request))
-            else:
-                decode_s = tpot_s * index if index > 0 and tpot_s is not None else 0.0
-                keyed.append((request.arrival_time_s + ttft_s + decode_s, request))
-        keyed.sort(key=_first)
-        margin_ms = self.config.margin_ms
-        margin_s = margin_ms / 1000.0 if margin_ms is not None else None
-        prompts: list[Request] = []
-        urgent: list[Request] = []
-        slack: list[Request] = []
-        for deadline_s, request in keyed:
+    def _slo_s(self, running: Sequence[Request]) -> float:
+        """:meth:`TBTBudget.slo_s` of ``running``, kept while the running requests stay the same (it reads only
+        their SLOs, which do not change)."""
+        if self._slo_of is None or running != self._slo_of[0]:  # (a tuple, the core's, or a copy)
+            running = tuple(running)
+            self._slo_of = (running, self.budget.slo_s(running))
+        return self._slo_of[1]
+
+    def _partition(self, requests: Sequence[Request], now_s: float, block_size: int) -> _Split:
+        """The running requests by next deadline (stably), split into prompts (:func:`in_prompt`), urgent
+        decodes (:meth:`urgent`) and slack decodes, with the sums the step's budget needs; one pass after the
+        sort."""
+        deadlines = _next_deadlines_s(requests)
+        margin_s = self._margin_s
+        split = _Split([], [], [], 0, 0, 0, 0, [0])
+        prompts, urgent, slack, slack_contexts = split.prompts, split.urgent, split.slack, split.slack_contexts
+        urgent_context = slack_context = 0
+        for index in sorted(range(len(requests)), key=deadlines.__getitem__):  # (stable, as a sort by deadline)
+            request = requests[index]
             computed, prompt = request.num_computed_tokens, request.prompt_tokens
             if computed < prompt or prompt + request.num_output_tokens - computed > 1:  # in_prompt
                 prompts.append(request)
                 continue
             within_s = margin_s if margin_s is not None else request.tpot_slo_s
-            (urgent if within_s is not None and deadline_s - now_s <= within_s else slack).append(request)
-        return [r for _, r in keyed], prompts, urgent, slack
+            if within_s is not None and deadlines[index] - now_s <= within_s:
+                urgent.append(request)
+                urgent_context += computed
+            else:
+                slack.append(request)
+                slack_context += computed
+                slack_contexts.append(slack_context)
+        split.urgent_context = urgent_context
+        for request in prompts:
+            computed = request.num_computed_tokens
+            split.prompt_tokens += request.num_uncomputed_tokens
+            split.prompt_cached = max(split.prompt_cached, computed)
+            # step_blocks: the prompt's whole remaining sequence
+            split.prompt_blocks += whole_sequence_blocks(request, block_size) - blocks_for(computed, block_size)
+        return split
 
-    def _admissible_waiting(self, view: SchedulerView, prompts: Sequence[Request]) -> list[Request]:
+    def _decodes_within(self, slo_s: float, prefill: int, cached: int, split: _Split) -> int:
+        """:meth:`TBTBudget.decodes_within` for the slack decodes beside the urgent ones, from the summed
+        contexts the partition kept; for the analytic model the prefill part is priced once, and each count
+        adds the decode part as ``step_time_s`` does (same floats: its sum of one chunk is ``0.0 +`` the
+        chunk), without its per-call checks (the counts are not negative)."""
+        model, slack, num_urgent, context = self._analytic, split.slack, len(split.urgent), split.urgent_context
+        if model is None:
+            return self.budget.decodes_within(slo_s, prefill, cached, slack, num_urgent, context)
+        config, slack_contexts = model.config, split.slack_contexts
+        prefill_s = 0.0 + model.chunk_time_s(prefill, cached) if prefill else 0.0
+
+        def within(count: int) -> bool:
+            if num_urgent + count == 0:
+                return prefill_s <= slo_s
+            decode_s = float(context + slack_contexts[count]) * config.gamma1 + config.gamma2
+            return (prefill_s + decode_s if prefill else decode_s) <= slo_s
+
+        if within(len(slack)):
+            return len(slack)
+        if slack and config.gamma1 > 0:  # (TBTBudget._analytic_decodes)
+            most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
+            if math.isfinite(most_context):  # (the summed contexts are context + slack_contexts)
+                low = bisect.bisect_right(slack_contexts, most_context, key=context.__add__) - 1
+                low = min(max(low, 0), len(slack) - 1)
+                while low > 0 and not within(low):
+                    low -= 1
+                while low + 1 < len(slack) and within(low + 1):
+                    low += 1
+                return low
+        low, high = 0, len(slack)  # invariant: high exceeds the SLO; low is within it (or 0)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if within(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def _admissible_waiting(self, view: SchedulerView, prompt_blocks: int) -> list[Request]:
         """The waiting requests, in deadline order, that the free blocks and sequence slots would admit after
-        the running ``prompts`` take the blocks of their remaining prompt (the core stops at the first that does
-        not fit)."""
+        the running prompts take the blocks of their remaining prompt (``prompt_blocks``; the core stops at the
+        first that does not fit). The head is checked before the book is walked: most steps stop there."""
         slots = view.budget.max_num_seqs - view.num_running
+        head = self._waiting.head() if slots > 0 else None
+        if head is None:
+            return []
         block_size = view.block_size
-        taken = step_blocks(prompts, block_size)
-        admitted: list[Request] = []
-        for request in itertools.islice(self._waiting.in_order(), max(slots, 0)):
+        taken = prompt_blocks + whole_sequence_blocks(head, block_size)
+        if taken > admission_blocks(view, head, 0):
+            return []
+        admitted = [head]
+        waiting = self._waiting.in_order()
+        next(waiting)  # (the head)
+        for request in itertools.islice(waiting, slots - 1):
             taken += whole_sequence_blocks(request, block_size)
             if taken > admission_blocks(view, request, 0):
                 break

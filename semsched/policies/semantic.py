@@ -57,10 +57,11 @@ from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
 _FIT_CONTEXTS = (0, 8192)
-_WAITING_STATES = frozenset({RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE,
-                             RequestState.PREEMPTED_SWAPPED})
+#: (a tuple: its ``in`` compares members by identity, where a frozenset's hashes each state with Enum.__hash__)
+_WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 #: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
 _VERSION_KEY = "semantic.version"
+_RUNNING = RequestState.RUNNING
 #: keys cached within one step at most (a bound for configurations that never call step_budget, which clears them)
 _MAX_CACHED_KEYS = 4096
 
@@ -130,9 +131,10 @@ class Semantic(Policy):
         self._waiting: dict[int, tuple[Request, int, int]] = {}
         self._level_count: dict[int, int] = {}
         self._level_tokens: dict[int, int] = {}
-        #: this step's keys by request (id), with the progress and state they were computed at: a step asks for
-        #: a running request's key more than once (stage-aware cap, running order); cleared at each step_budget
-        self._keys: dict[int, tuple[int, int, bool, SortKey]] = {}
+        #: this step's keys by request, with the progress and state they were computed at: a step asks for a
+        #: running request's key more than once (stage-aware cap, running order, the core's sort by victim_key);
+        #: cleared at each step_budget
+        self._keys: dict[Request, tuple[int, int, RequestState, SortKey]] = {}
         #: the engine as the last step_budget saw it (live): what stable_between_events reads
         self._view: SchedulerView | None = None
 
@@ -164,7 +166,9 @@ class Semantic(Policy):
         if computed > 0 and request.state is not RequestState.RUNNING:
             cost += self._latency.swap_time_s(computed)  # swapped out: copied back first
         uncomputed = total - computed
-        if uncomputed > 1:
+        if uncomputed > 1 and self._analytic is not None:  # step_time_s's one chunk: 0.0 + the chunk
+            cost += 0.0 + self._analytic.chunk_time_s(uncomputed, computed)
+        elif uncomputed > 1:
             cost += self._latency.step_time_s([(uncomputed, computed)], 0, 0)
         if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined: the hot path)
             remaining = float(request.target_output_tokens - request.num_output_tokens)
@@ -176,27 +180,33 @@ class Semantic(Policy):
         return cost
 
     def _key(self, request: Request) -> SortKey:
-        computed, output = request.num_computed_tokens, request.num_output_tokens
-        running = request.state is RequestState.RUNNING
-        cached = self._keys.get(id(request))
-        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is running:
+        computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
+        cached = self._keys.get(request)
+        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is state:
             return cached[3]
-        level = request.urgency if request.urgency is not None else request.priority
-        if running and request.prompt_tokens + output - computed <= 1:
-            # a running decode (the bulk of the calls): remaining_time_s with nothing to reload or prefill
-            if self._oracle or request.predicted_output is None:
-                remaining = float(request.target_output_tokens - output)
-            else:
-                remaining = request.predicted_output.expected_remaining(output)
-            remaining = max(remaining, 0.0)
-            total = request.prompt_tokens + output
-            cost = 0.0 + (self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining)
+        if state is _RUNNING and request.prompt_tokens + output - computed <= 1:
+            key = self._decode_key(request)
         else:
-            cost = self.remaining_time_s(request)
-        key = (float(level), cost, request.arrival_time_s)
+            level = request.urgency if request.urgency is not None else request.priority
+            key = (float(level), self.remaining_time_s(request), request.arrival_time_s)
         if len(self._keys) < _MAX_CACHED_KEYS:
-            self._keys[id(request)] = (computed, output, running, key)
+            self._keys[request] = (computed, output, state, key)
         return key
+
+    def _decode_key(self, request: Request) -> SortKey:
+        """The key of a running decode (the bulk of the calls): :meth:`remaining_time_s` with nothing to reload or
+        prefill (its cost is ``0.0 +`` the decode's: the same float)."""
+        output = request.num_output_tokens
+        if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined)
+            remaining = float(request.target_output_tokens - output)
+        else:
+            remaining = request.predicted_output.expected_remaining(output)
+        if remaining < 0.0:  # (max(remaining, 0.0), inlined)
+            remaining = 0.0
+        total = request.prompt_tokens + output
+        cost = 0.0 + (self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining)
+        level = request.urgency if request.urgency is not None else request.priority
+        return (float(level), cost, request.arrival_time_s)
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -204,10 +214,9 @@ class Semantic(Policy):
 
     def victim_key(self, request: Request) -> SortKey:
         """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first."""
-        cached = self._keys.get(id(request))  # (the core sorts the running batch by it every step)
-        running = request.state is RequestState.RUNNING
+        cached = self._keys.get(request)  # (the core sorts the running batch by it every step)
         if cached is not None and cached[0] == request.num_computed_tokens \
-                and cached[1] == request.num_output_tokens and cached[2] is running:
+                and cached[1] == request.num_output_tokens and cached[2] is request.state:
             return cached[3]
         return self._key(request)
 
@@ -239,7 +248,13 @@ class Semantic(Policy):
                 break
         else:
             return None
-        return sorted((r for r in running if not (urgency_level(r) > level and r.in_prefill)), key=self._key)
+        kept = []
+        for r in running:  # (urgency_level and in_prefill, inlined)
+            if not ((r.urgency if r.urgency is not None else r.priority) > level
+                    and r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens > 1):
+                kept.append(r)
+        kept.sort(key=self.victim_key)
+        return kept
 
     # ---- stage-aware batching ------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
@@ -306,16 +321,35 @@ class Semantic(Policy):
         best, best_decoding, _ = self._scan_running(view.running_requests())
         return self._cap_for(best, best_decoding, view)
 
-    def _scan_running(self, running: Sequence[Request]) -> tuple[SortKey | None, bool, int]:
+    def _scan_running(
+        self, running: Sequence[Request], *, fresh: bool = False
+    ) -> tuple[SortKey | None, bool, int]:
         """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
-        the prompts of the most urgent level need beyond one each."""
+        the prompts of the most urgent level need beyond one each. ``fresh``: no key is kept yet this step, and
+        a decode's is computed here (:meth:`_decode_key`, inlined) and kept."""
         best: SortKey | None = None
         best_decoding = False
         level, extra = math.inf, 0
-        key_of = self._key
+        keys, key_of, g1, g2, oracle = self._keys, self._key, self._g1, self._g2, self._oracle
+        fresh = fresh and len(keys) + len(running) <= _MAX_CACHED_KEYS
+        key: SortKey
         for request in running:
-            key = key_of(request)
-            uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
+            total = request.prompt_tokens + output
+            uncomputed = total - computed
+            if fresh and uncomputed <= 1 and state is _RUNNING:  # (_decode_key)
+                if oracle or request.predicted_output is None:
+                    remaining = float(request.target_output_tokens - output)
+                else:
+                    remaining = request.predicted_output.expected_remaining(output)
+                if remaining < 0.0:
+                    remaining = 0.0
+                cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
+                urgency = request.urgency
+                key = (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
+                keys[request] = (computed, output, state, key)
+            else:
+                key = key_of(request)
             if best is None or key < best:
                 best, best_decoding = key, uncomputed <= 1
             if key[0] < level:
@@ -372,7 +406,7 @@ class Semantic(Policy):
         self._keys.clear()
         self._view = view
         running = view.running_requests()
-        best, best_decoding, extra = self._scan_running(running)
+        best, best_decoding, extra = self._scan_running(running, fresh=True)
         cap = self._cap_for(best, best_decoding, view)
         if cap is None:
             return None

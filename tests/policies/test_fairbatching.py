@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from semsched.core.plan import StepResult
+from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler
 from semsched.policies import PolicyError, make_policy
-from semsched.policies.fairbatching import token_deadline_s
+from semsched.policies.fairbatching import FairBatching, next_deadline_s, token_deadline_s
+from semsched.policies.vllm_fcfs import in_prompt, step_blocks
 from tests.policies.factories import service_order
 from tests.support import make_request, make_scheduler, random_requests, run_checked
 
@@ -77,3 +80,65 @@ def test_bad_config_names_the_field() -> None:
     with pytest.raises(PolicyError, match="margin_ms"):
         make_policy("fairbatching:margin_ms=-1")
     assert make_policy("fairbatching:margin_ms=5").describe()["margin_ms"] == 5.0
+
+
+def _running_mix(seed: int, count: int) -> list[Request]:
+    """Running requests in their prompt or decoding, with and without SLOs, some sharing a deadline."""
+    rng = np.random.default_rng(seed)
+    requests = []
+    for i in range(count):
+        prompt, output = int(rng.integers(1, 60)), int(rng.integers(1, 40))
+        slos = [(None, None), (0.5, None), (0.5, 0.05), (1.0, 0.02)][int(rng.integers(0, 4))]
+        request = make_request(str(i), prompt=prompt, output=output, arrival=float(rng.integers(0, 3)) * 0.25,
+                               ttft_slo_s=slos[0], tpot_slo_s=slos[1], priority=int(rng.integers(0, 3)))
+        request.state = RequestState.RUNNING
+        emitted = int(rng.integers(0, output))
+        request.num_output_tokens = emitted
+        decoding = emitted > 0 and rng.random() < 0.8
+        request.num_computed_tokens = prompt + emitted - 1 if decoding else int(rng.integers(0, prompt + emitted))
+        requests.append(request)
+    return requests
+
+
+@pytest.mark.parametrize("margin", ["", ":margin_ms=30"])
+def test_partition_is_a_sort_by_next_deadline_then_a_split(margin: str) -> None:
+    policy = make_policy(f"fairbatching{margin}")
+    assert isinstance(policy, FairBatching)
+    for seed in range(30):
+        requests = _running_mix(seed, int(seed % 7) * 5)
+        now_s = 0.3 + 0.05 * seed
+        split = policy._partition(requests, now_s, 4)
+        ordered = sorted(requests, key=next_deadline_s)
+        prompts = [r for r in ordered if in_prompt(r)]
+        decodes = [r for r in ordered if not in_prompt(r)]
+        urgent = [r for r in decodes if policy.urgent(r, now_s)]
+        slack = [r for r in decodes if not policy.urgent(r, now_s)]
+        assert (split.prompts, split.urgent, split.slack) == (prompts, urgent, slack)
+        assert split.prompt_tokens == sum(r.num_uncomputed_tokens for r in prompts)
+        assert split.prompt_cached == max((r.num_computed_tokens for r in prompts), default=0)
+        assert split.prompt_blocks == step_blocks(prompts, 4)
+        assert split.urgent_context == sum(r.num_computed_tokens for r in urgent)
+        contexts = [sum(r.num_computed_tokens for r in slack[:count]) for count in range(len(slack) + 1)]
+        assert split.slack_contexts == contexts
+
+
+def test_slack_decodes_search_is_the_tbt_budget_s() -> None:
+    """The search priced from the partition's sums gives TBTBudget.decodes_within's answer, at SLOs on and one
+    ulp either side of the priced step of several counts of slack decodes."""
+    policy = make_policy("fairbatching")
+    assert isinstance(policy, FairBatching)
+    searched = set()
+    for seed in range(20):
+        requests = [r for r in _running_mix(seed, 40) if not in_prompt(r)]
+        split = policy._partition(requests, 0.0 if seed % 2 else 100.0, 4)
+        slack, num_urgent, context = split.slack, len(split.urgent), split.urgent_context
+        for prefill, cached in ((0, 0), (1, 0), (64, 100), (512, 2000)):
+            chunks = [(prefill, cached)] if prefill else []
+            for count in {0, 1, len(slack) // 2, len(slack) - 1, len(slack)} - {-1}:
+                step_s = policy.budget.latency.step_time_s(chunks, num_urgent + count, split.slack_contexts[count]
+                                                           + context)
+                for slo_s in (math.nextafter(step_s, 0.0), step_s, math.nextafter(step_s, math.inf)):
+                    expected = policy.budget.decodes_within(slo_s, prefill, cached, slack, num_urgent, context)
+                    assert policy._decodes_within(slo_s, prefill, cached, split) == expected
+                    searched.add(0 < expected < len(slack))
+    assert searched == {False, True}  # the search ended inside the slack decodes as well as at either end

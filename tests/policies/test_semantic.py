@@ -295,3 +295,35 @@ def test_a_running_decodes_key_is_its_remaining_time(length: str) -> None:
         request.num_output_tokens += 1
         request.num_computed_tokens += 1
         assert policy.victim_key(request)[1] == policy.remaining_time_s(request)
+
+
+@pytest.mark.parametrize("length", ["predicted", "oracle"])
+def test_the_steps_scan_keeps_each_running_requests_key(length: str) -> None:
+    """The keys the step's scan computes inline for running decodes are remaining_time_s's, bit for bit, and its
+    summary (the smallest key, whether its request decodes, the prompt tokens of the most urgent level beyond
+    one each) is that of those keys."""
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        policy = make_policy(f"semantic:length={length}")
+        assert isinstance(policy, Semantic)
+        running = []
+        for i in range(int(rng.integers(1, 30))):
+            prompt, output = int(rng.integers(1, 2000)), int(rng.integers(1, 500))
+            request = make_request(f"r{i}", prompt=prompt, output=output, priority=int(rng.integers(0, 3)),
+                                   arrival=float(rng.integers(0, 4)), urgency=[None, 0, 2][i % 3])
+            if rng.random() < 0.5:
+                request.predicted_output = LengthDistribution((max(1, output // 2), output + 50), (0.3, 0.7))
+            request.state = RequestState.RUNNING
+            request.num_output_tokens = int(rng.integers(0, output))
+            decoding = request.num_output_tokens > 0 and rng.random() < 0.8
+            request.num_computed_tokens = (request.num_tokens - 1 if decoding
+                                           else int(rng.integers(0, request.num_tokens - 1)))
+            running.append(request)
+        best, best_decoding, extra = policy._scan_running(running, fresh=True)
+        keys = [policy.victim_key(r) for r in running]  # (kept by the scan)
+        assert keys == [(float(urgency_level(r)), policy.remaining_time_s(r), r.arrival_time_s) for r in running]
+        first = min(range(len(keys)), key=keys.__getitem__)
+        assert (best, best_decoding) == (keys[first], running[first].num_uncomputed_tokens <= 1)
+        top = min(key[0] for key in keys)
+        assert extra == sum(r.num_uncomputed_tokens - 1 for r, key in zip(running, keys, strict=True)
+                            if key[0] == top and r.num_uncomputed_tokens > 1)
