@@ -41,9 +41,10 @@ class RequestState(enum.Enum):
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset(
-    {RequestState.FINISHED, RequestState.REJECTED, RequestState.DROPPED, RequestState.STALLED}
-)
+# tuples, not sets: ``in`` compares by identity first, where a set hashes an Enum member in Python
+_TERMINAL = (RequestState.FINISHED, RequestState.REJECTED, RequestState.DROPPED, RequestState.STALLED)
+#: the states of a request in a waiting queue (arrived or preempted, not running, not ended)
+WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 
 
 class InvalidRequestError(SemschedError):

@@ -34,7 +34,7 @@ from typing import ClassVar, NamedTuple
 
 from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
-from semsched.core.request import Request, RequestState
+from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import AnalyticLatencyModel, load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
@@ -43,7 +43,6 @@ from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_seq
 
 #: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
 #: frozenset hashes each state with Enum.__hash__, a Python call)
-_WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 
 
 def token_deadline_s(request: Request, index: int) -> float:
@@ -114,7 +113,7 @@ class _OrderedBook(WaitingBook):
         while frontier:
             entry, index = heapq.heappop(frontier)
             _, seq, request = entry
-            if live.get(request.request_id) == seq and request.state in _WAITING_STATES:  # (is_waiting)
+            if live.get(request.request_id) == seq and request.state in WAITING_STATES:  # (is_waiting)
                 yield request
             for child in (2 * index + 1, 2 * index + 2):
                 if child < len(heap):

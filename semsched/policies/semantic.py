@@ -50,7 +50,7 @@ from typing import Any, ClassVar, Literal
 from semsched.core.kv import blocks_for
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
-from semsched.core.request import Request, RequestState
+from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
 from semsched.policies.registry import register_policy
@@ -58,7 +58,6 @@ from semsched.policies.registry import register_policy
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
 _FIT_CONTEXTS = (0, 8192)
 #: (a tuple: its ``in`` compares members by identity, where a frozenset's hashes each state with Enum.__hash__)
-_WAITING_STATES = (RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED)
 #: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
 _VERSION_KEY = "semantic.version"
 _RUNNING = RequestState.RUNNING
@@ -287,7 +286,7 @@ class Semantic(Policy):
         queue = self._queue
         while queue:
             key, version, _, request = queue[0]
-            if request.state in _WAITING_STATES and request.policy_state.get(_VERSION_KEY) == version:
+            if request.state in WAITING_STATES and request.policy_state.get(_VERSION_KEY) == version:
                 return key
             heapq.heappop(queue)
         return None
@@ -384,7 +383,7 @@ class Semantic(Policy):
 
     def _recount_waiting(self) -> None:
         """Drop the entries of requests no longer waiting, and recount the rest as they stand now."""
-        entries = [request for request, _, _ in self._waiting.values() if request.state in _WAITING_STATES]
+        entries = [request for request, _, _ in self._waiting.values() if request.state in WAITING_STATES]
         self._waiting, self._level_count, self._level_tokens = {}, {}, {}
         for request in entries:
             self._add_waiting(request)

@@ -73,7 +73,7 @@ import numpy as np
 
 from semsched.core.errors import SemschedError
 from semsched.core.plan import Admission
-from semsched.core.request import Request, RequestState
+from semsched.core.request import WAITING_STATES, Request
 from semsched.core.tiers import DEFAULT_TIERS, TierSpec
 from semsched.latency.base import LatencyModel
 
@@ -94,8 +94,6 @@ METRICS: tuple[Metric, ...] = ("ttft", "tpot")
 Feasible = Callable[[Request, Metric], bool]
 """Whether a request could meet its class's target for a metric on an idle engine (see :class:`SLOGuard`)."""
 
-_WAITING_STATES = frozenset(
-    {RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED})
 _MAX_INT = 2**31 - 1
 
 
@@ -533,7 +531,7 @@ class SLOGuard:
         queued = self._queued.get(priority)
         if not queued:
             return 0
-        for request_id in [i for i, r in queued.items() if r.state not in _WAITING_STATES]:
+        for request_id in [i for i, r in queued.items() if r.state not in WAITING_STATES]:
             del queued[request_id]
         return len(queued)
 

@@ -117,7 +117,7 @@ from typing import ClassVar, Literal
 
 from semsched.core.plan import Admission, PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
-from semsched.core.request import Request, RequestState
+from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import load_profile
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.cost_model import CostModel, attained_cost, cost_distribution, one_token_floor
@@ -142,8 +142,6 @@ _VICTIM_WEIGHT = "utility.victim_weight"  # w, or 0 when demoted: the weight of 
 #: the work a request at the preemption limit counts as losing: more than any request's weighted tokens
 _LIMITED = 1e30
 
-_WAITING_STATES = frozenset(
-    {RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE, RequestState.PREEMPTED_SWAPPED})
 
 # the layers of the waiting order (the first element of every key): starved, deadline at risk, in time (by
 # index), late or demoted (by index)
@@ -421,7 +419,7 @@ class Utility(Policy):
 
     @staticmethod
     def _live(request: Request, mark: float) -> bool:
-        return request.policy_state.get(_MARK) == mark and request.state in _WAITING_STATES
+        return request.policy_state.get(_MARK) == mark and request.state in WAITING_STATES
 
     def _head(self, now_s: float) -> tuple[Request, bool] | None:
         """The request first at ``now_s`` and whether its deadline is at risk, or None if none waits: the
@@ -443,7 +441,7 @@ class Utility(Policy):
         pop, push = heapq.heappop, heapq.heappush
         while ordered:  # (each request passes here once or twice in its wait: inlined)
             key, mark, request = ordered[0]
-            if request.policy_state.get(_MARK) != mark or request.state not in _WAITING_STATES:
+            if request.policy_state.get(_MARK) != mark or request.state not in WAITING_STATES:
                 pop(ordered)
             elif key[0] == _BY_INDEX and (now_s >= request.e2e_deadline_s or (
                     request.num_output_tokens == 0 and now_s >= request.ttft_deadline_s)):

@@ -25,17 +25,14 @@ from typing import ClassVar
 
 from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
-from semsched.core.request import Request, RequestState
+from semsched.core.request import WAITING_STATES, Request
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
-
-_WAITING_STATES = frozenset({RequestState.WAITING, RequestState.PREEMPTED_RECOMPUTE,
-                             RequestState.PREEMPTED_SWAPPED})
 
 
 def is_waiting(request: Request) -> bool:
     """Whether ``request`` is in a waiting queue (arrived or preempted, not running, not ended)."""
-    return request.state in _WAITING_STATES
+    return request.state in WAITING_STATES
 
 
 def in_prompt(request: Request) -> bool:
