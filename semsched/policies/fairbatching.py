@@ -38,7 +38,7 @@ from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import AnalyticLatencyModel, load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
-from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
+from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms, last_within
 from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
 
 #: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
@@ -308,24 +308,12 @@ class FairBatching(Policy):
 
         if within(len(slack)):
             return len(slack)
+        guess = None
         if slack and config.gamma1 > 0:  # (TBTBudget._analytic_decodes)
             most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
             if math.isfinite(most_context):  # (the summed contexts are context + slack_contexts)
-                low = bisect.bisect_right(slack_contexts, most_context, key=context.__add__) - 1
-                low = min(max(low, 0), len(slack) - 1)
-                while low > 0 and not within(low):
-                    low -= 1
-                while low + 1 < len(slack) and within(low + 1):
-                    low += 1
-                return low
-        low, high = 0, len(slack)  # invariant: high exceeds the SLO; low is within it (or 0)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if within(middle):
-                low = middle
-            else:
-                high = middle
-        return low
+                guess = bisect.bisect_right(slack_contexts, most_context, key=context.__add__) - 1
+        return last_within(within, len(slack), guess)
 
     def _admissible_waiting(self, view: SchedulerView, prompt_blocks: int) -> list[Request]:
         """The waiting requests, in deadline order, that the free blocks and sequence slots would admit after

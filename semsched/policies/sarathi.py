@@ -160,21 +160,28 @@ class TBTBudget:
         if within(len(decodes)):
             return len(decodes)
         guess = self._analytic_decodes(slo_s, chunks, contexts) if decodes else None
-        if guess is not None:  # the search's answer, found from the decode term and checked with the model
-            low = min(guess, len(decodes) - 1)
-            while low > 0 and not within(low):
-                low -= 1
-            while low + 1 < len(decodes) and within(low + 1):
-                low += 1
-            return low
-        low, high = 0, len(decodes)  # invariant: high exceeds the SLO; low is within it (or 0)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if within(middle):
-                low = middle
-            else:
-                high = middle
+        return last_within(within, len(decodes), guess)
+
+
+def last_within(within: Callable[[int], bool], count: int, guess: int | None) -> int:
+    """The largest ``k`` below ``count`` with ``within(k)`` (true up to a point, false at ``count``), or 0: from
+    ``guess`` (a closed form's answer, stepped until the model agrees: the search's answer in a step or two), else
+    by binary search."""
+    if guess is not None:
+        low = min(max(guess, 0), count - 1)
+        while low > 0 and not within(low):
+            low -= 1
+        while low + 1 < count and within(low + 1):
+            low += 1
         return low
+    low, high = 0, count  # invariant: high exceeds the SLO; low is within it (or 0)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if within(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 @dataclass(frozen=True)
