@@ -14,7 +14,7 @@ vLLM's KV-cache manager) into the numbers below and acts on the answer, so a rul
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from semsched.core.kv import blocks_for
@@ -77,14 +77,16 @@ def release(room: Room, victim: Release) -> Room:
     return Room(room.free_blocks + victim.blocks, room.free_seqs + 1, room.tokens + victim.tokens)
 
 
-def victims_to_displace(need: Need, room: Room, victims: Sequence[Release]) -> int | None:
+def victims_to_displace(need: Need, room: Room, victims: Iterable[Release]) -> int | None:
     """How many of ``victims`` (in the policy's order) must give way, from the front, for the request to fit:
     0 if it fits already; ``None`` if no prefix of them makes room, and then none is displaced (a waiting
     request displaces running ones only if that lets it run now). The budget the victims give back may lengthen
-    the request's first chunk, which :func:`fits` accounts for at each step."""
-    for count in range(len(victims) + 1):
-        if count:
-            room = release(room, victims[count - 1])
+    the request's first chunk, which :func:`fits` accounts for at each step. ``victims`` is read from the front
+    only as far as needed (a caller may build each release lazily)."""
+    if fits(need, room):
+        return 0
+    for count, victim in enumerate(victims, start=1):
+        room = release(room, victim)
         if fits(need, room):
             return count
     return None

@@ -464,10 +464,15 @@ class Scheduler:
         return Room(self.kv.available_for(candidate, admission=True), step.max_seqs - len(self._running),
                     step.tokens)
 
-    def _releases(self, victims: Sequence[Request], plan: BatchPlan) -> list[Release]:
-        scheduled = {id(c.request): c.num_tokens for c in plan.prefill}
-        scheduled.update((id(r), 1) for r in plan.decode)
-        return [Release(self.kv.gpu_blocks_of(v), scheduled.get(id(v), 0)) for v in victims]
+    def _releases(self, victims: Sequence[Request], plan: BatchPlan) -> Iterator[Release]:
+        """What each victim gives back, built as :func:`victims_to_displace` reads them (it stops at the first
+        prefix that makes room; a policy may name every running request)."""
+        scheduled: dict[int, int] | None = None
+        for victim in victims:
+            if scheduled is None:
+                scheduled = {id(c.request): c.num_tokens for c in plan.prefill}
+                scheduled.update((id(r), 1) for r in plan.decode)
+            yield Release(self.kv.gpu_blocks_of(victim), scheduled.get(id(victim), 0))
 
     # ---- state transitions ------------------------------------------------------------------------------
     def _start_running(self, request: Request, plan: BatchPlan, now_s: float) -> None:
