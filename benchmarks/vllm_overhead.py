@@ -15,7 +15,8 @@ Two measurements, each comparing schedulers on the same workload in the same run
    running and ``--waiting`` requests queued, and times ``schedule()`` + ``update_from_output()``; once with
    vLLM's synchronous scheduling (the CPU backend's) and once with its asynchronous scheduling (the GPU default:
    ``semsched.vllm.AsyncScheduler`` vs vLLM's ``AsyncScheduler``, a batch scheduled before the previous one's
-   output arrives).
+   output arrives). Every scheduler is built first; the ``--scheduler-steps`` are then taken in
+   ``--scheduler-rounds`` rounds over all of them, the order rotating, so the machine's drift reaches each alike.
 
 Targets: engine step ratio <= 1.1 for every semsched policy measured (issue 3); scheduler-only ratio <= 1.05,
 sync and async, for every semsched policy measured (issue 13; by default fcfs and priority-preempt). In the
@@ -166,7 +167,7 @@ def scheduler_benchmark(
                            max_num_batched_tokens=max(512, args.running), max_model_len=512,
                            async_scheduling=async_scheduling)
     rng = random.Random(args.seed)
-    timings: dict[str, list[float]] = {}
+    harnesses: dict[str, Any] = {}
     for policy in [VLLM, *args.policies]:
         if policy == VLLM:  # vLLM's own class for the config (its AsyncScheduler under async scheduling)
             harness = SchedulerHarness(None, model, config)
@@ -180,12 +181,21 @@ def scheduler_benchmark(
         for i in range(args.waiting):
             harness.add(f"wait{i}", [rng.randrange(100, 31000) for _ in range(16)], 8, priority=3,
                         arrival_time=10_000.0 + i)
-        samples = []
-        for _ in range(args.scheduler_steps):
-            started = time.perf_counter()
-            harness.step()
-            samples.append(time.perf_counter() - started)
-        timings[policy] = samples
+        harnesses[policy] = harness
+    # the steps in rounds, every scheduler in each round (the order rotating), so the machine's drift over the
+    # run reaches every scheduler alike instead of the last ones measured
+    timings: dict[str, list[float]] = {policy: [] for policy in harnesses}
+    names = list(harnesses)
+    rounds = max(1, min(args.scheduler_rounds, args.scheduler_steps))
+    for round_index in range(rounds):
+        steps = args.scheduler_steps // rounds + (1 if round_index < args.scheduler_steps % rounds else 0)
+        shift = round_index % len(names)
+        for policy in names[shift:] + names[:shift]:
+            harness, samples = harnesses[policy], timings[policy]
+            for _ in range(steps):
+                started = time.perf_counter()
+                harness.step()
+                samples.append(time.perf_counter() - started)
     base = statistics.median(timings[VLLM])
     mode = "async" if async_scheduling else "sync"
     table = ResultTable(
@@ -221,6 +231,8 @@ def main() -> int:
     parser.add_argument("--running", type=int, default=256)
     parser.add_argument("--waiting", type=int, default=1000)
     parser.add_argument("--scheduler-steps", type=int, default=200)
+    parser.add_argument("--scheduler-rounds", type=int, default=10,
+                        help="scheduler only: the steps are taken in this many rounds over every scheduler")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
