@@ -11,6 +11,7 @@ recompute after preemption are therefore one mechanism.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,8 +89,9 @@ class LengthDistribution:
         probs = counts / counts.sum()
         return cls(tuple(int(v) for v in values), tuple(float(p) for p in probs))
 
-    @property
+    @functools.cached_property
     def mean(self) -> float:
+        """The expected length (computed once: policies read it on hot paths)."""
         return float(sum(n * p for n, p in zip(self.lengths, self.probs, strict=True)))
 
     def quantile(self, q: float) -> int:
