@@ -126,6 +126,10 @@ class Policy:
     #: all, at a moment it knows (``ltr``: a promotion's quantum spent); schedulers re-sort their running list
     #: when it moved since their last sort
     victim_key_changes: int = 0
+    #: True when ``running_order`` only orders: it returns every running request and changes nothing in the
+    #: policy, so an engine may skip it in a step where the order of the running requests cannot matter (the
+    #: vLLM adapter's steady decode step, whose budget and KV blocks cover every running request)
+    running_order_keeps_all: ClassVar[bool] = False
     #: the deployment's tier table when the policy was given one (``tiered:tier_table=``): the vLLM adapter
     #: takes the SLOs of a request that names a tier from it (default: :data:`semsched.core.tiers.DEFAULT_TIERS`)
     tier_table: tuple[TierSpec, ...] | None = None

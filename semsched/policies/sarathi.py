@@ -212,6 +212,7 @@ class SarathiFCFS(Policy):
     name: ClassVar[str] = "sarathi-fcfs"
     config_cls: ClassVar[type[PolicyConfig]] = SarathiConfig
     static_victim_key: ClassVar[bool] = True
+    running_order_keeps_all: ClassVar[bool] = True  # (it orders decodes before prompts and leaves none out)
     config: SarathiConfig
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
@@ -241,13 +242,16 @@ class SarathiFCFS(Policy):
     def running_order(
         self, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request] | None:
-        """Decodes first, then running prompts (each group most protected first)."""
+        """Decodes first, then running prompts (each group most protected first): ``running`` itself when that is
+        its order already (an engine then keeps its running list as it is)."""
         decodes: list[Request] = []
         prompts: list[Request] = []
         for r in sorted(running, key=self._sort_key):
             computed, prompt = r.num_computed_tokens, r.prompt_tokens
             # in_prompt(r), inline: the step's hot loop
             (prompts if computed < prompt or prompt + r.num_output_tokens - computed > 1 else decodes).append(r)
+        if not prompts and decodes == running:  # (a list compares its items by identity first)
+            return running
         decodes += prompts
         return decodes
 

@@ -33,6 +33,7 @@ most the prompts admitted but not yet computed, ``B * I / w_min`` per client.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -63,7 +64,13 @@ EVERY_STEP_S = 0.001
 
 def client_of(request: Request) -> str:
     """The client a request is counted under: its ``client``, else its priority class."""
-    return request.client if request.client is not None else f"priority:{request.priority}"
+    return request.client if request.client is not None else _priority_client(request.priority)
+
+
+@functools.lru_cache(maxsize=256)
+def _priority_client(priority: int) -> str:
+    """The client name of a priority class (a request that names no client)."""
+    return f"priority:{priority}"
 
 
 def _check_number(name: str, value: object, *, low: float, high: float, low_open: bool) -> None:
@@ -228,9 +235,20 @@ class VTC(Policy):
         self._left.add(request.request_id)  # its entry still counts ahead of later ones while it is WAITING
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        cost = self.config.output_cost * num_tokens / self.weight(request.priority)
+        # (every running request every step: weight, client_of, _client and _charge inlined)
+        priority, weights = request.priority, self.config.weights
+        if weights is not None:
+            weight = weights[priority] if 0 <= priority < len(weights) else LOW_PRIORITY_WEIGHT
+        else:
+            weight = HIGH_PRIORITY_WEIGHT if priority == self._top_priority else LOW_PRIORITY_WEIGHT
+        cost = self.config.output_cost * num_tokens / weight
         if cost:
-            self._charge(self._client(request), cost)
+            client = request.client
+            entry = self._clients.get(client if client is not None else _priority_client(priority))
+            if entry is None:
+                entry = self._client(request)
+            entry.counter += cost
+            self._version += 1
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """Charges this step's newly running requests before the core re-keys (the budget is the engine's)."""

@@ -357,6 +357,7 @@ class Scheduler(_VllmScheduler):
         self._view = _EngineView(self)
         policy = self.semsched_policy
         self._custom_running_order = policy.uses_hook("running_order")
+        self._order_only = self._custom_running_order and policy.running_order_keeps_all
         self._displaces = policy.uses_hook("victims_for")
         self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
@@ -750,7 +751,8 @@ class Scheduler(_VllmScheduler):
         """Order ``running`` for this step (budget from the front, KV victims from the back) within the step's
         ``tokens`` and ``seqs``; returns the requests the policy holds back this step (removed from ``running``
         until vLLM has scheduled)."""
-        if self._custom_running_order and self.running:
+        if self._custom_running_order and self.running and not (self._order_only
+                                                               and self._order_is_moot(tokens, seqs)):
             shadows = self.running_shadows()
             order = self.semsched_policy.running_order(shadows, self._view, now)
             if order is shadows and len(shadows) == len(self.running):
@@ -941,12 +943,16 @@ class Scheduler(_VllmScheduler):
             entry = tracked.get(request_id)
             if entry is None:
                 continue
-            count = entry.request.num_output_tokens
+            request = entry.request
+            count = request.num_output_tokens
             emitted = count - entry.reported_tokens
             if emitted > 0:
                 entry.reported_tokens = count
-                if count >= entry.shadow.notify_tokens_at:  # (the policy's promise, kept as the core keeps it)
-                    on_tokens(self._refresh(entry), emitted, now)
+                shadow = entry.shadow
+                if count >= shadow.notify_tokens_at:  # (the policy's promise, kept as the core keeps it)
+                    shadow.num_computed_tokens = request.num_computed_tokens  # (_refresh, inlined)
+                    shadow.num_output_tokens = count
+                    on_tokens(shadow, emitted, now)
 
     def _note_first_tokens(self, now: float) -> None:
         tracked = self._tracked

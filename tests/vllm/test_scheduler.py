@@ -66,10 +66,31 @@ class _OnlyPriority(Policy):
         return [r for r in running if r.priority == self.config.priority]
 
 
+class _LatestFirst(Policy):
+    """Test policy: runs the latest arrival first and counts the ``running_order`` calls it gets."""
+
+    name: ClassVar[str] = "test-latest-first"
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        self.calls = 0
+
+    def running_order(self, running: Sequence[Request], view: SchedulerView, now_s: float) -> Sequence[Request]:
+        self.calls += 1
+        return sorted(running, key=lambda r: -r.arrival_time_s)
+
+
+class _LatestFirstOnlyOrders(_LatestFirst):
+    """The same order, which promises to leave no running request out (``running_order_keeps_all``)."""
+
+    name: ClassVar[str] = "test-latest-first-keeps-all"
+    running_order_keeps_all: ClassVar[bool] = True
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _test_policies() -> Iterator[None]:
     """Registered only while this module runs, so no other test sees them in ``semsched policies``."""
-    classes = (_RejectLong, _SmallSteps, _OnlyPriority)
+    classes = (_RejectLong, _SmallSteps, _OnlyPriority, _LatestFirst, _LatestFirstOnlyOrders)
     for cls in classes:
         register_policy(cls)
     yield
@@ -152,7 +173,7 @@ LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
                      "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3", "hpjf", "semantic",
                      "semantic:stage_aware=strict", "gittins:displace=true;victim=index", "fastserve:starve_s=0",
-                     "trail", "utility:starve_s=0"]
+                     "trail", "utility:starve_s=0", "sarathi-fcfs", "sarathi-priority"]
 #: the lockstep policies that displace running work (their workloads must show preemptions)
 PREEMPTING = ("priority-preempt", "srpt", "tiered", "semantic", "gittins", "fastserve", "trail")
 
@@ -441,6 +462,27 @@ def test_running_order_holds_back_what_it_leaves_out(tiny_model_dir: Path) -> No
     scheduled = [set(h.step().num_scheduled_tokens) for _ in range(5)]
     assert all("p1" not in s for s in scheduled)
     assert h.output_tokens["p0"] == 5 and h.output_tokens["p1"] == 1
+
+
+def test_an_order_that_keeps_all_is_not_asked_in_steady_decode_steps(tiny_model_dir: Path) -> None:
+    """``running_order_keeps_all``: while every running request decodes one token a step within the budget and
+    the KV blocks, the order cannot change the batch, and the adapter skips the hook; a policy without the promise
+    is asked every step. Both serve every request in full, the same batches step by step."""
+    calls, batches = {}, {}
+    for policy in ("test-latest-first", "test-latest-first-keeps-all"):
+        h = _harness(tiny_model_dir, policy, num_blocks=64)
+        rng = random.Random(6)
+        for i in range(4):
+            h.add(f"r{i}", _prompt(rng, 20), 40, arrival_time=1.0 + i)
+        steps = [h.step() for _ in range(3)]  # the prompts, then steady decodes
+        before = h.scheduler.semsched_policy.calls
+        steps += [h.step() for _ in range(20)]
+        calls[policy] = h.scheduler.semsched_policy.calls - before
+        steps += h.run()
+        batches[policy] = [r.num_scheduled_tokens for r in steps]
+        assert all(h.output_tokens[f"r{i}"] == 40 for i in range(4))
+    assert calls == {"test-latest-first": 20, "test-latest-first-keeps-all": 0}
+    assert batches["test-latest-first"] == batches["test-latest-first-keeps-all"]
 
 
 def test_bad_policy_stops_the_engine_with_a_clear_error(tiny_model_dir: Path) -> None:
