@@ -19,8 +19,8 @@ PROSERVE's §5.1 "Weighted VTC" baseline.
   time it was away.
 * **Non-preemptive**: no displacement; under KV pressure vLLM's FCFS victim (latest arrival).
 
-Hook mapping. The policy learns of admissions from the running list at the next step's ``step_budget`` (called
-before the core re-keys) or ``running_order``, and charges each request's prompt once (a request readmitted after
+Hook mapping. The policy learns of admissions from the running list at the next step's ``step_budget`` (which
+both engines ask first in every step, before the core re-keys), and charges each request's prompt once (a request readmitted after
 a KV-pressure preemption is not charged again); output tokens are charged in ``on_tokens``.
 
 Fairness bound (tested in tests/policies/test_vtc.py): while two clients f and g both have waiting requests,
@@ -251,15 +251,9 @@ class VTC(Policy):
             self._version += 1
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
-        """Charges this step's newly running requests before the core re-keys (the budget is the engine's)."""
+        """Charges this step's newly running requests before the core re-keys (the budget is the engine's). Both
+        engines ask it first in every step, before the running order, so no other hook needs to charge them."""
         self._charge_admissions(view.running_requests())
-        return None
-
-    def running_order(
-        self, running: Sequence[Request], view: SchedulerView, now_s: float
-    ) -> Sequence[Request] | None:
-        """Charges newly running requests (for engines that ask this hook first); every request runs."""
-        self._charge_admissions(running)
         return None
 
     def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
