@@ -40,6 +40,7 @@ import heapq
 import itertools
 import logging
 import math
+import operator
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -259,6 +260,7 @@ class _StepTiming:
 
 
 _MAX_STEPS_IN_FLIGHT = 8  # more than vLLM's batch queue holds: older entries are outputs that never came back
+_NUM_PROMPT_TOKENS = operator.attrgetter("num_prompt_tokens")
 
 
 @dataclass
@@ -909,17 +911,31 @@ class Scheduler(_VllmScheduler):
         num_decode = context = 0
         cached, get_request = output.scheduled_cached_reqs, self.requests.get
         one_each = output.total_num_scheduled_tokens == len(scheduled)  # (each request is given a token or more)
-        for request_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
-            query = 1 if one_each else scheduled[request_id]
-            request = get_request(request_id)
-            if query == 1 and request is not None and computed >= request.num_prompt_tokens:
-                num_decode += 1
-                context += computed
-            else:
-                prefill.append((query, computed))
+        if one_each and self._all_decode(cached.req_ids, cached.num_computed_tokens):
+            num_decode, context = len(cached.req_ids), sum(cached.num_computed_tokens)  # (the loop's, in C)
+        else:
+            for request_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+                query = 1 if one_each else scheduled[request_id]
+                request = get_request(request_id)
+                if query == 1 and request is not None and computed >= request.num_prompt_tokens:
+                    num_decode += 1
+                    context += computed
+                else:
+                    prefill.append((query, computed))
         if len(self._steps_in_flight) >= _MAX_STEPS_IN_FLIGHT:
             self._steps_in_flight.popleft()
         self._steps_in_flight.append(_StepTiming(output, time.time(), prefill, num_decode, context))
+
+    def _all_decode(self, request_ids: Sequence[str], computed: Sequence[int]) -> bool:
+        """Whether each of ``request_ids`` (scheduled one token) has its whole prompt computed (``computed``, in
+        the same order): a decode, as the loop of :meth:`_start_step_timing` finds, without a Python step each."""
+        if len(request_ids) != len(computed):
+            return False
+        try:
+            prompts = list(map(_NUM_PROMPT_TOKENS, map(self.requests.__getitem__, request_ids)))
+        except KeyError:  # (a request vLLM no longer knows: the loop counts it as a prefill)
+            return False
+        return all(map(operator.ge, computed, prompts))
 
     def _report_step(self, output: Any, received_s: float) -> None:
         """``on_step`` for the batch whose output arrived at ``received_s`` (batches scheduled before it whose
