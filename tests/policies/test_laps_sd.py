@@ -261,7 +261,8 @@ def _victims_by_full_keys(policy: LapsSD, candidate: Request, running: list[Requ
 
 
 @pytest.mark.parametrize("spec", ["laps-sd:s1_s=0.5", "laps-sd:order=predicted;tiers=true;s1_s=0.5",
-                                  "laps-sd:tiers=true;s1_s=0.5"])
+                                  "laps-sd:tiers=true;s1_s=0.5", "laps-sd:multiplier=1;queues=4;s1_s=0.5",
+                                  "laps-sd:queues=1"])
 def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
     policy = make_policy(spec)
     assert isinstance(policy, LapsSD)
@@ -272,7 +273,7 @@ def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
         request = _request(rid, 1000, arrival=float(rng.randint(0, 3)), priority=rng.randint(0, 2),
                            predicted=rng.choice([None, 40, 800]))
         state = request.policy_state
-        state[ATTAINED] = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0])
+        state[ATTAINED] = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0, *policy.bounds])  # (a bound: the next queue's)
         if rng.random() < 0.7:
             state[ROUNDS], state[ROUND_TIME], state["service.round_tokens"] = rng.randint(1, 9), 0.2, 12
         if ROUNDS in state and rng.random() < 0.5:
