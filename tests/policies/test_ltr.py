@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from semsched.core.request import LengthDistribution
@@ -53,3 +55,27 @@ def test_stable_only_without_starvation_prevention() -> None:
 @pytest.mark.parametrize("spec", ["ltr", "ltr:starve_s=0.5;check_s=0.1", "ltr:starve_s=0"])
 def test_completes_a_predicted_workload_identically_in_both_simulator_modes(spec: str) -> None:
     assert check_complete_and_exact(spec, max_num_seqs=4, num_gpu_blocks=200, block_size=16) > 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_quantum_counted_only_where_it_may_run_out_matches_one_counted_at_every_emission(seed: int) -> None:
+    """The scheduler skips ``on_tokens`` below ``notify_tokens_at``: the promotion ends at the same emission, with
+    the same key change, as when every emission is heard (emissions of 1-5 tokens, as speculation or a
+    fast-forwarded stretch gives)."""
+    rng = random.Random(seed)
+    quantum = rng.randint(1, 40)
+    heard_all, skipping = (make_policy(f"ltr:starve_s=1;quantum_tokens={quantum}") for _ in range(2))
+    requests = [make_request(f"r{i}", output=500, arrival=0.0) for i in range(2)]
+    for policy, request in zip((heard_all, skipping), requests, strict=True):
+        policy.on_arrival(request, 0.0)
+        policy.waiting_key(request, 2.0)  # starved: promoted
+    while requests[0].policy_state["ltr.promoted_tokens"] > 0:
+        count = rng.randint(1, 5)
+        for request in requests:
+            request.num_output_tokens += count
+        heard_all.on_tokens(requests[0], count, 3.0)
+        if requests[1].num_output_tokens >= requests[1].notify_tokens_at:
+            skipping.on_tokens(requests[1], count, 3.0)
+        assert heard_all.victim_key(requests[0]) == skipping.victim_key(requests[1])
+        assert heard_all.victim_key_changes == skipping.victim_key_changes
+    assert skipping.victim_key_changes == 1 and requests[1].policy_state["ltr.promoted_tokens"] == 0.0
