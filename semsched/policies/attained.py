@@ -61,7 +61,10 @@ class ServiceMeter:
         self.single_s: float | None = None
 
     def step(self, duration_s: float, end_s: float) -> None:
-        """A step of ``duration_s`` ended at ``end_s`` (the policy's ``on_step``)."""
+        """A step of ``duration_s`` ended at ``end_s`` (the policy's ``on_step``). Kept as Python floats (a
+        fast-forwarded stretch reports NumPy's): the same values and the same additions, at a float's cost, and so
+        is the service they add up to (the key every sort of ``las`` compares)."""
+        duration_s, end_s = float(duration_s), float(end_s)
         if self.closed:
             self._durations, self.closed, self.single_s = [duration_s], False, duration_s
         else:
