@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
-from semsched.core.request import Request, RequestState
+from semsched.core.request import Request
 from semsched.latency import load_profile
+from semsched.policies.kept_keys import KeptVictimKeys
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -65,32 +66,6 @@ def _param(default: Any, doc: str) -> Any:
 def _check_count(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
         raise ValueError(f"{name} must be an integer from 1 to {2**31 - 1}, got {value!r}")
-
-
-class _VictimKeys(dict[Request, SortKey]):
-    """``victim_key`` of the running requests, ``(level, arrival)``, kept so that the key function the schedulers
-    sort by (after every admission) is this dict's own lookup, not a Python call. An entry is made when a key is
-    first asked for (:meth:`__missing__`), replaced on a demotion, and dropped when the level changes otherwise
-    (a promotion) or the request leaves the running list through a hook (preempted, finished, handed off); those
-    that end without one (aborted, dropped) are swept out every ``_SWEEP_ARRIVALS`` arrivals. So every entry is
-    the key the request's state gives."""
-
-    def __init__(self, level: Callable[[Request], int]) -> None:
-        super().__init__()
-        self._level = level
-
-    def __missing__(self, request: Request) -> SortKey:
-        key = self[request] = (self._level(request), request.arrival_time_s)
-        return key
-
-    def sweep(self) -> None:
-        """Drop the entries of requests not running (those ended without a hook; the others are remade)."""
-        for request in [r for r in self if r.state is not RequestState.RUNNING]:
-            del self[request]
-
-
-#: arrivals between two sweeps of the victim keys
-_SWEEP_ARRIVALS = 1024
 
 
 @dataclass(frozen=True)
@@ -141,8 +116,7 @@ class FastServe(Policy):
         self._next_check_s = -math.inf
         #: ``waiting_key`` was asked (the vLLM adapter keys its own queue): the heaps are not kept
         self._keyed = False
-        self._victim_keys = _VictimKeys(self.level)
-        self._arrivals = 0
+        self._victim_keys = KeptVictimKeys(lambda request: (self.level(request), request.arrival_time_s))
 
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":  # (the starvation check's clock)
@@ -180,9 +154,7 @@ class FastServe(Policy):
         self.level(request)
         request.policy_state[_QUEUED] = now_s
         self._enqueue(request, now_s)
-        self._arrivals += 1
-        if self._arrivals % _SWEEP_ARRIVALS == 0:
-            self._victim_keys.sweep()
+        self._victim_keys.arrived()
 
     def on_preempt(self, request: Request, now_s: float) -> None:
         self._victim_keys.pop(request, None)

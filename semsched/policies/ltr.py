@@ -31,12 +31,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import Request
+from semsched.policies.kept_keys import KeptVictimKeys
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -100,6 +101,7 @@ class LTR(Policy):
         self._next_check_s = -math.inf
         #: ``waiting_key`` was asked (the vLLM adapter keys its own queue): the heaps are not kept
         self._keyed = False
+        self._victim_keys = KeptVictimKeys(self._victim_key_of)
 
     @property
     def stable_between_events(self) -> bool:  # type: ignore[override]
@@ -128,6 +130,8 @@ class LTR(Policy):
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
+        self._victim_keys.arrived()
         request.policy_state[_SCORE] = self.score(request)
         if self.config.starve_s > 0:
             request.policy_state[_QUEUED] = now_s
@@ -136,11 +140,16 @@ class LTR(Policy):
         self._enqueue(request, now_s)
 
     def on_preempt(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
         if self.config.starve_s > 0:
             request.policy_state[_QUEUED] = now_s
         self._enqueue(request, now_s)
 
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
+
     def on_leave(self, request: Request) -> None:
+        self._victim_keys.pop(request, None)
         request.policy_state.pop(_ENQUEUED, None)  # its entries here are stale, though it reads as waiting
 
     def _enqueue(self, request: Request, now_s: float) -> None:
@@ -209,10 +218,10 @@ class LTR(Policy):
             for which, entry in held:
                 heapq.heappush(ranks[which], entry)
 
-    @staticmethod
-    def _count_quantum_from(request: Request) -> None:
-        """A fresh promotion: its quantum is spent by the emissions after now, and ``on_tokens`` needs to hear of
-        none before the last of them."""
+    def _count_quantum_from(self, request: Request) -> None:
+        """A fresh promotion (its victim key changes): its quantum is spent by the emissions after now, and
+        ``on_tokens`` needs to hear of none before the last of them."""
+        self._victim_keys.pop(request, None)
         emitted = request.num_output_tokens
         request.policy_state[_COUNTED] = emitted
         request.notify_tokens_at = emitted + int(request.policy_state[_LEFT])
@@ -231,6 +240,7 @@ class LTR(Policy):
             state[_LEFT], state[_COUNTED] = left, emitted
             if left <= 0:
                 request.notify_tokens_at = _NEVER  # the quantum is spent: nothing to count until a promotion
+                self._victim_keys.pop(request, None)
                 self.victim_key_changes += 1  # its rank fell back to its score
             else:
                 request.notify_tokens_at = emitted + int(left)
@@ -249,8 +259,14 @@ class LTR(Policy):
             self._count_quantum_from(request)
         return (*self.rank(request), request.arrival_time_s)
 
-    def victim_key(self, request: Request) -> SortKey:
-        """``(*rank, arrival)``, without the calls (the core sorts the running requests by it after admissions)."""
+    @property
+    def victim_key(self) -> Callable[[Request], SortKey]:
+        """``(*rank, arrival)`` of a request: the kept keys' lookup (:mod:`semsched.policies.kept_keys`), so the
+        key function the schedulers sort their running requests by (after every admission) is a dict's own."""
+        return self._victim_keys.__getitem__
+
+    def _victim_key_of(self, request: Request) -> SortKey:
+        """``(*rank, arrival)`` from the request's state, without the calls."""
         state = request.policy_state
         score = state.get(_SCORE)
         return (
@@ -264,7 +280,7 @@ class LTR(Policy):
     ) -> Sequence[Request]:
         """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order):
         each decorated with its key and place (one pass, the key read inline)."""
-        mine_promoted, mine_score, _ = self.victim_key(candidate)
+        mine_promoted, mine_score, _ = self._victim_key_of(candidate)
         lower: list[tuple[float, float, float, int, Request]] = []
         for request in running:
             state = request.policy_state

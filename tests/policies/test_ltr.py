@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import pytest
 
-from semsched.core.request import LengthDistribution
+from semsched.core.policy import SchedulerView
+from semsched.core.request import LengthDistribution, Request, RequestState
 from semsched.policies import make_policy
 from tests.policies.factories import displaced_by, service_order
 from tests.policies.predicted import check_complete_and_exact
@@ -79,3 +81,44 @@ def test_a_quantum_counted_only_where_it_may_run_out_matches_one_counted_at_ever
         assert heard_all.victim_key(requests[0]) == skipping.victim_key(requests[1])
         assert heard_all.victim_key_changes == skipping.victim_key_changes
     assert skipping.victim_key_changes == 1 and requests[1].policy_state["ltr.promoted_tokens"] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_victim_keys_are_the_keys_the_requests_state_gives(seed: int) -> None:
+    """The schedulers read ``victim_key`` from the policy's kept keys: through arrivals, promotions (at the
+    starvation checks and through ``waiting_key``), emissions that spend them, preemptions, finishes and hand-offs,
+    each running request's kept key is what its state gives."""
+    policy = make_policy("ltr:starve_s=1;quantum_tokens=5;check_s=1")
+    rng = random.Random(seed)
+    requests = [make_request(f"r{i}", output=rng.randint(5, 400), arrival=float(i % 7)) for i in range(30)]
+    for request in requests:
+        policy.on_arrival(request, 0.0)
+
+    def state_key(request: Request) -> tuple[float, ...]:
+        promoted = request.policy_state.get("ltr.promoted_tokens", 0.0) > 0
+        return (0.0 if promoted else 1.0, request.predicted_output_tokens(), request.arrival_time_s)
+
+    for now in range(1, 400):
+        policy.step_budget(cast(SchedulerView, None), float(now))  # (promotes the starved at each check)
+        request = rng.choice(requests)
+        action = rng.random()
+        if request.state is RequestState.RUNNING:
+            if action < 0.7:
+                count = rng.choice([1, 1, 3, 9])
+                request.num_output_tokens += count
+                if request.num_output_tokens >= request.notify_tokens_at:
+                    policy.on_tokens(request, count, float(now))
+            elif action < 0.85:
+                request.state = RequestState.PREEMPTED_RECOMPUTE
+                policy.on_preempt(request, float(now))
+            elif action < 0.9:
+                request.state = RequestState.WAITING
+                policy.on_leave(request)
+                policy.on_arrival(request, float(now))
+            else:
+                request.state = RequestState.FINISHED
+                policy.on_finish(request, float(now))
+        elif request.state is not RequestState.FINISHED and action < 0.6:
+            request.state = RequestState.RUNNING
+        running = [r for r in requests if r.state is RequestState.RUNNING]
+        assert [policy.victim_key(r) for r in running] == [state_key(r) for r in running]
