@@ -49,26 +49,35 @@ class ServiceMeter:
     steps when the simulator fast-forwards a stretch (it reports the ``k`` steps, then each request's ``k``
     tokens at once); a request of the group is charged the group's whole duration and ``k`` rounds."""
 
-    __slots__ = ("_durations", "_end_s", "_closed")
+    __slots__ = ("_durations", "end_s", "closed", "single_s")
 
     def __init__(self) -> None:
         self._durations: list[float] = []
-        self._end_s = float("nan")
-        self._closed = True  # tokens were reported since the last step: the next step starts a new group
+        #: when the last step ended (tokens reported at another time are charged nothing)
+        self.end_s = float("nan")
+        #: tokens were reported since the last step: the next step starts a new group
+        self.closed = True
+        #: the group's duration while it is one step (the hot path's charge), else None
+        self.single_s: float | None = None
 
     def step(self, duration_s: float, end_s: float) -> None:
-        """A step of ``duration_s`` ended at ``end_s`` (the policy's ``on_step``)."""
-        if self._closed:
-            self._durations, self._closed = [], False
-        self._durations.append(duration_s)
-        self._end_s = end_s
+        """A step of ``duration_s`` ended at ``end_s`` (the policy's ``on_step``). Kept as Python floats (a
+        fast-forwarded stretch reports NumPy's): the same values and the same additions, at a float's cost, and so
+        is the service they add up to (the key every sort of ``las`` compares)."""
+        duration_s, end_s = float(duration_s), float(end_s)
+        if self.closed:
+            self._durations, self.closed, self.single_s = [duration_s], False, duration_s
+        else:
+            self._durations.append(duration_s)
+            self.single_s = None
+        self.end_s = end_s
 
     def charge(self, request: Request, now_s: float) -> None:
         """What :meth:`tokens` does to ``request``'s attained service, and nothing else (no rounds counted): for
         a policy that reads only :func:`attained_s` (``las``)."""
-        self._closed = True
+        self.closed = True
         state = request.policy_state
-        durations = self._durations if now_s == self._end_s else _NO_STEP
+        durations = self._durations if now_s == self.end_s else _NO_STEP
         if len(durations) == 1:
             state[ATTAINED] = state.get(ATTAINED, 0.0) + durations[0]
             return
@@ -81,9 +90,9 @@ class ServiceMeter:
         """``request`` emitted ``num_tokens`` at ``now_s`` (the policy's ``on_tokens``): charge it the steps' time,
         one step at a time (so a fast-forwarded stretch adds up bit for bit as its steps would). Returns how
         many rounds (decode steps) the emission was: 0 for the prompt's first token."""
-        self._closed = True
+        self.closed = True
         state = request.policy_state
-        durations = self._durations if now_s == self._end_s else _NO_STEP
+        durations = self._durations if now_s == self.end_s else _NO_STEP
         if len(durations) == 1:  # (one step, the hot path: the same additions as the loops below)
             duration = durations[0]
             state[ATTAINED] = state.get(ATTAINED, 0.0) + duration

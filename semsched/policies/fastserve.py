@@ -35,13 +35,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import Request
 from semsched.latency import load_profile
+from semsched.policies.kept_keys import KeptVictimKeys
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -115,6 +116,7 @@ class FastServe(Policy):
         self._next_check_s = -math.inf
         #: ``waiting_key`` was asked (the vLLM adapter keys its own queue): the heaps are not kept
         self._keyed = False
+        self._victim_keys = KeptVictimKeys(lambda request: (self.level(request), request.arrival_time_s))
 
     def uses_hook(self, hook: str) -> bool:
         if hook == "step_budget":  # (the starvation check's clock)
@@ -152,12 +154,18 @@ class FastServe(Policy):
         self.level(request)
         request.policy_state[_QUEUED] = now_s
         self._enqueue(request, now_s)
+        self._victim_keys.arrived()
 
     def on_preempt(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
         request.policy_state[_QUEUED] = now_s
         self._enqueue(request, now_s)
 
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
+
     def on_leave(self, request: Request) -> None:
+        self._victim_keys.pop(request, None)
         request.policy_state.pop(_ENQUEUED, None)  # its entries here are stale, though it reads as waiting
 
     def _enqueue(self, request: Request, now_s: float) -> None:
@@ -224,6 +232,7 @@ class FastServe(Policy):
         """Level 0 with a fresh quantum (a starved waiting request)."""
         state = request.policy_state
         state[_LEVEL], state[_USED], state[_COUNTED], state[_QUEUED] = 0, 0, request.num_output_tokens, now_s
+        self._victim_keys.pop(request, None)
         request.notify_tokens_at = 0  # (its quantum is counted afresh from its next emission)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
@@ -248,6 +257,7 @@ class FastServe(Policy):
                 level += 1
             if level != entered:
                 state[_LEVEL] = level
+                self._victim_keys[request] = (level, request.arrival_time_s)
                 self.victim_key_changes += 1  # demoted: its victim_key rose
         state[_USED], state[_COUNTED] = used, emitted
         # the next emission that may spend the quantum (none at the last level)
@@ -267,9 +277,11 @@ class FastServe(Policy):
             level = 0
         return (level, request.arrival_time_s)
 
-    def victim_key(self, request: Request) -> SortKey:
-        level = request.policy_state.get(_LEVEL)  # (the core sorts its running requests by it every step)
-        return (self.level(request) if level is None else level, request.arrival_time_s)
+    @property
+    def victim_key(self) -> Callable[[Request], SortKey]:
+        """``(level, arrival)`` of a request: the kept keys' lookup, so the key function the schedulers sort their
+        running requests by (after every admission) is a dict's own, not a Python call."""
+        return self._victim_keys.__getitem__
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float

@@ -48,7 +48,15 @@ class LAS(ServicePolicy):
         self._mode = PreemptionMode.SWAP if self.config.preemption == "swap" else PreemptionMode.RECOMPUTE
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        self.meter.charge(request, now_s)  # (LAS reads only the attained service: no rounds counted)
+        # (LAS reads only the attained service: no rounds counted; the meter's charge, its one-step path inline)
+        meter = self.meter
+        single_s = meter.single_s
+        if single_s is not None and now_s == meter.end_s:
+            meter.closed = True
+            state = request.policy_state
+            state[ATTAINED] = state.get(ATTAINED, 0.0) + single_s
+            return
+        meter.charge(request, now_s)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.policy_state.get(ATTAINED, 0.0), request.arrival_time_s)  # (attained_s, inlined)

@@ -31,18 +31,21 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import Request
+from semsched.policies.kept_keys import KeptVictimKeys
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
-_LEFT = "ltr.promoted_tokens"  # output tokens of promotion left (0: not promoted)
+_LEFT = "ltr.promoted_tokens"  # output tokens of promotion left (0: not promoted), as of ...
+_COUNTED = "ltr.counted"  # ... this many output tokens (the scheduler skips the emissions between)
 _QUEUED = "ltr.queued_s"  # when the request last entered the waiting queue
 _ENQUEUED = "ltr.enqueued"  # the order of its last entry into a waiting queue (its heap entries' mark)
+_SCORE = "ltr.score"  # its score, kept at arrival (a prediction is made before; the mean is a sum over it)
 
 #: ``notify_tokens_at`` of a request without a promotion: its emissions change nothing here
 _NEVER = 2**62
@@ -98,6 +101,7 @@ class LTR(Policy):
         self._next_check_s = -math.inf
         #: ``waiting_key`` was asked (the vLLM adapter keys its own queue): the heaps are not kept
         self._keyed = False
+        self._victim_keys = KeptVictimKeys(self._victim_key_of)
 
     @property
     def stable_between_events(self) -> bool:  # type: ignore[override]
@@ -126,6 +130,9 @@ class LTR(Policy):
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
+        self._victim_keys.arrived()
+        request.policy_state[_SCORE] = self.score(request)
         if self.config.starve_s > 0:
             request.policy_state[_QUEUED] = now_s
             if request.policy_state.get(_LEFT, 0.0) <= 0:
@@ -133,11 +140,16 @@ class LTR(Policy):
         self._enqueue(request, now_s)
 
     def on_preempt(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
         if self.config.starve_s > 0:
             request.policy_state[_QUEUED] = now_s
         self._enqueue(request, now_s)
 
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._victim_keys.pop(request, None)
+
     def on_leave(self, request: Request) -> None:
+        self._victim_keys.pop(request, None)
         request.policy_state.pop(_ENQUEUED, None)  # its entries here are stale, though it reads as waiting
 
     def _enqueue(self, request: Request, now_s: float) -> None:
@@ -169,7 +181,7 @@ class LTR(Policy):
             state = request.policy_state
             if state.get(_ENQUEUED) == mark and state.get(_LEFT, 0.0) <= 0 and is_waiting(request):
                 state[_LEFT], state[_QUEUED] = quantum, now_s
-                request.notify_tokens_at = 0
+                self._count_quantum_from(request)
                 heapq.heappush(promoted, (self.score(request), request.arrival_time_s, mark, request))
 
     def waiting_order(self, view: SchedulerView, now_s: float) -> Iterator[Request]:
@@ -206,15 +218,32 @@ class LTR(Policy):
             for which, entry in held:
                 heapq.heappush(ranks[which], entry)
 
+    def _count_quantum_from(self, request: Request) -> None:
+        """A fresh promotion (its victim key changes): its quantum is spent by the emissions after now, and
+        ``on_tokens`` needs to hear of none before the last of them."""
+        self._victim_keys.pop(request, None)
+        emitted = request.num_output_tokens
+        request.policy_state[_COUNTED] = emitted
+        request.notify_tokens_at = emitted + int(request.policy_state[_LEFT])
+
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        """Spends a promotion's quantum by the emissions since it was last counted (this one's, and those the
+        scheduler skipped: ``notify_tokens_at`` is where it runs out). The quantum and the tokens are whole
+        numbers, so one subtraction of their sum is exact, as one per emission was."""
         state = request.policy_state
         left = state.get(_LEFT, 0.0)
         if left > 0:
-            left = max(left - num_tokens, 0.0)
-            state[_LEFT] = left
+            emitted = request.num_output_tokens
+            counted = state.get(_COUNTED)
+            used = num_tokens if counted is None else emitted - int(counted)
+            left = max(left - used, 0.0)
+            state[_LEFT], state[_COUNTED] = left, emitted
             if left <= 0:
                 request.notify_tokens_at = _NEVER  # the quantum is spent: nothing to count until a promotion
+                self._victim_keys.pop(request, None)
                 self.victim_key_changes += 1  # its rank fell back to its score
+            else:
+                request.notify_tokens_at = emitted + int(left)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         if not self._keyed:
@@ -227,29 +256,39 @@ class LTR(Policy):
         if starve_s > 0 and state.get(_LEFT, 0.0) <= 0 and now_s - state.get(_QUEUED, now_s) >= starve_s:
             state[_LEFT] = float(self.config.quantum_tokens)
             state[_QUEUED] = now_s
-            request.notify_tokens_at = 0
+            self._count_quantum_from(request)
         return (*self.rank(request), request.arrival_time_s)
 
-    def victim_key(self, request: Request) -> SortKey:
-        """``(*rank, arrival)``, without the calls (the core sorts the running requests by it every step)."""
-        predicted = request.predicted_output
+    @property
+    def victim_key(self) -> Callable[[Request], SortKey]:
+        """``(*rank, arrival)`` of a request: the kept keys' lookup (:mod:`semsched.policies.kept_keys`), so the
+        key function the schedulers sort their running requests by (after every admission) is a dict's own."""
+        return self._victim_keys.__getitem__
+
+    def _victim_key_of(self, request: Request) -> SortKey:
+        """``(*rank, arrival)`` from the request's state, without the calls."""
+        state = request.policy_state
+        score = state.get(_SCORE)
         return (
-            0.0 if request.policy_state.get(_LEFT, 0.0) > 0 else 1.0,
-            predicted.mean if predicted is not None else float(request.target_output_tokens),
+            0.0 if state.get(_LEFT, 0.0) > 0 else 1.0,
+            self.score(request) if score is None else score,
             request.arrival_time_s,
         )
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order)."""
-        key = self.victim_key
-        mine = key(candidate)[:2]
-        lower: list[Request] = []
-        keys: list[SortKey] = []
+        """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order):
+        each decorated with its key and place (one pass, the key read inline)."""
+        mine_promoted, mine_score, _ = self._victim_key_of(candidate)
+        lower: list[tuple[float, float, float, int, Request]] = []
         for request in running:
-            k = key(request)
-            if k[:2] > mine:
-                lower.append(request)
-                keys.append(k)
-        return [lower[i] for i in sorted(range(len(lower)), key=keys.__getitem__, reverse=True)]
+            state = request.policy_state
+            promoted = 0.0 if state.get(_LEFT, 0.0) > 0 else 1.0
+            score = state.get(_SCORE)
+            if score is None:
+                score = self.score(request)
+            if promoted > mine_promoted or (promoted == mine_promoted and score > mine_score):
+                lower.append((promoted, score, request.arrival_time_s, -len(lower), request))
+        lower.sort(reverse=True)
+        return [entry[4] for entry in lower]

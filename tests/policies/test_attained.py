@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from semsched.core.request import Request
+from semsched.policies import make_policy
 from semsched.policies.attained import ATTAINED, ROUND_TIME, ROUND_TOKENS, ROUNDS, ServiceMeter
 
 
@@ -45,3 +46,23 @@ def test_tokens_and_charge_add_each_step_of_a_group_in_order() -> None:
         assert counted.policy_state.get(ROUNDS, 0) == rounds
         assert counted.policy_state.get(ROUND_TOKENS, 0) == tokens
     assert ROUNDS not in plain.policy_state  # charge counts no rounds
+
+
+def test_las_charges_what_the_meter_charges() -> None:
+    """``las``'s ``on_tokens`` (the meter's one-step path inline) adds what :meth:`ServiceMeter.charge` adds."""
+    rng = random.Random(9)
+    las, meter = make_policy("las"), ServiceMeter()
+    heard = Request("heard", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
+    plain = Request("plain", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
+    now = 0.0
+    for _ in range(400):
+        group = [rng.choice([0.1, 0.3, 1e-3 * rng.random(), 1e-17]) for _ in range(rng.choice([1, 1, 1, 2, 5]))]
+        for duration in group:
+            now += duration
+            las.on_step([], 1, 10, duration, now)
+            meter.step(duration, now)
+        at = now + 1.0 if rng.random() < 0.1 else now
+        for _ in range(rng.choice([1, 1, 2])):  # (several requests of one step: the same group)
+            las.on_tokens(heard, 1, at)
+            meter.charge(plain, at)
+        assert heard.policy_state[ATTAINED] == plain.policy_state[ATTAINED]

@@ -177,3 +177,42 @@ def test_a_scheduler_that_skips_emissions_before_notify_tokens_at_sees_the_same_
             policy.on_tokens(skipped, count, 0.0)
         assert policy.victim_key(skipped) == policy.victim_key(every), step
     assert policy.level(every) == 3 and skipped.notify_tokens_at > skipped.num_output_tokens
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_victim_keys_are_the_keys_the_requests_state_gives(seed: int) -> None:
+    """The schedulers read ``victim_key`` from the policy's kept keys: through arrivals, emissions (demotions),
+    preemptions, promotions, finishes and hand-offs, each running request's kept key is what the method gives."""
+    policy = _policy("fastserve:base_quantum_tokens=2;levels=4;starve_s=1")
+    rng = random.Random(seed)
+    requests = [make_request(f"r{i}", prompt=rng.choice([16, 2000, 8000]), output=10_000, arrival=float(i % 7))
+                for i in range(30)]
+    for request in requests:
+        policy.on_arrival(request, 0.0)
+    for now in range(400):
+        request = rng.choice(requests)
+        action = rng.random()
+        if request.state is RequestState.RUNNING:
+            if action < 0.7:
+                count = rng.choice([1, 1, 3, 9])
+                request.num_output_tokens += count
+                if request.num_output_tokens >= request.notify_tokens_at:
+                    policy.on_tokens(request, count, float(now))
+            elif action < 0.85:
+                request.state = RequestState.PREEMPTED_RECOMPUTE
+                policy.on_preempt(request, float(now))
+            elif action < 0.9:
+                request.state = RequestState.WAITING
+                policy.on_leave(request)
+                policy.on_arrival(request, float(now))
+            else:
+                request.state = RequestState.FINISHED
+                policy.on_finish(request, float(now))
+        elif request.state is not RequestState.FINISHED:
+            if action < 0.2:
+                policy._promote(request, float(now))
+            else:
+                request.state = RequestState.RUNNING
+                request.notify_tokens_at = 0
+        running = [r for r in requests if r.state is RequestState.RUNNING]
+        assert [policy.victim_key(r) for r in running] == [(policy.level(r), r.arrival_time_s) for r in running]
