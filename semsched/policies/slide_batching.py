@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -174,6 +175,9 @@ class SlideBatching(Policy):
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
         self._running_cache: tuple[tuple[int, ...], list[Request], list[_Row]] | None = None
+        #: the order that merges the running requests' columns with the waiting ones' (arrival at this policy),
+        #: kept while both sets stay
+        self._merge_cache: tuple[tuple[tuple[int, ...], int], _Merge] | None = None
         #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
         #: preemption or a request left (the only events that can make the next sync differ for the same set)
         self._synced_running: tuple[int, ...] | None = None
@@ -335,13 +339,13 @@ class SlideBatching(Policy):
         first = [i for i, _ in chosen]
         taken = set(first)
         ranked = first + [i for i in order if i not in taken]
-        rank = {requests[i].request_id: position for position, i in enumerate(ranked)}
+        in_order = tuple(map(requests.__getitem__, ranked))
         num_urgent = urgent.count(True)
         return SlidePlan(
             time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
-            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen), rank=rank,
-            ranked=tuple(requests[i] for i in ranked), num_urgent=num_urgent,
-            num_normal=len(requests) - num_urgent,
+            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
+            rank=dict(zip(map(_REQUEST_ID, in_order), range(len(in_order)), strict=True)), ranked=in_order,
+            num_urgent=num_urgent, num_normal=len(requests) - num_urgent,
         )
 
     def _running_plan(self, now_s: float, view: SchedulerView) -> SlidePlan | None:
@@ -403,6 +407,15 @@ class SlideBatching(Policy):
         every = rows + stats.rows
         if not every:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
+        if stats.size >= _NUMPY_WAITING_FROM:
+            key = (tuple(map(id, rows)), stats.version)
+            if self._merge_cache is None or self._merge_cache[0] != key:
+                seqs = [row.seq for row in every]
+                positions = sorted(range(len(every)), key=seqs.__getitem__)
+                self._merge_cache = (key, _Merge(operator.itemgetter(*positions), np.array(positions)))
+            running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
+            queue = _Queue.merged(running, stats, self._merge_cache[1], self, now_s)
+            return self._plan_of([row.request for row in queue.rows], queue, now_s)
         seqs = [row.seq for row in every]
         order = sorted(range(len(every)), key=seqs.__getitem__)
         all_computed, all_outputs = computed + stats.computed, outputs + stats.outputs
@@ -463,7 +476,7 @@ class SlideBatching(Policy):
         if cfg.eta_ms is not None:
             eta_s = cfg.eta_ms / 1e3
         else:
-            tpot = min(min(queue.tpot_s), stats.min_tpot_s)
+            tpot = min(min(queue.tpot_s), stats.min_tpot_s)  # (a running-only queue: no arrays)
             eta_s = tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
         return max(budget_s, eta_s)
 
@@ -545,7 +558,7 @@ class SlideBatching(Policy):
     def _budget_s(self, queue: _Queue) -> float:
         """t_budget = max(min remain, η), capped by ``max_budget_ms``; inf when nothing has a deadline."""
         cfg = self.config
-        budget_s = min(queue.remain)
+        budget_s = min(queue.remain) if queue.arrays is None else float(queue.arrays.remain.min())
         if cfg.max_budget_ms is not None:
             budget_s = min(budget_s, cfg.max_budget_ms / 1e3)
         return max(budget_s, self.eta_s(queue))
@@ -557,7 +570,7 @@ class SlideBatching(Policy):
         attained 37 % of SLOs, η = the TPOT SLO 74 %, FCFS 53 %)."""
         if self.config.eta_ms is not None:
             return self.config.eta_ms / 1e3
-        tpot = min(queue.tpot_s)
+        tpot = min(queue.tpot_s) if queue.arrays is None else queue.arrays.min_tpot_s
         return tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
 
     def _urgent(self, queue: _Queue, budget_s: float) -> list[bool]:
@@ -567,15 +580,15 @@ class SlideBatching(Policy):
         t_c = self.estimator.t_c
         remain = queue.remain
         if cfg.phi == "prefill":
-            threshold_s = cfg.gamma * (pairwise_sum(queue.exec_s) + queue.size * t_c)
-            return [r < threshold_s for r in remain]
+            threshold_s = cfg.gamma * (_total_s(queue) + queue.size * t_c)
+            return _below(queue, threshold_s)
         # steps per unit of work: a step holds budget - t_c of it (eq. 8-9); none when budget <= t_c
         scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
         if math.isinf(budget_s):
             scale = 1.0
         if cfg.phi == "aggressive":
-            threshold_s = cfg.gamma * (scale * pairwise_sum(queue.exec_s))
-            return [r < threshold_s for r in remain]  # (inf remain against an inf threshold: not urgent)
+            threshold_s = cfg.gamma * (scale * _total_s(queue))
+            return _below(queue, threshold_s)  # (inf remain against an inf threshold: not urgent)
         urgent = [False] * queue.size  # conservative: the work up to each request's own place in deadline order
         exec_s, gamma, total_s = queue.exec_s, cfg.gamma, 0.0
         for i in _by_deadline(queue):
@@ -599,7 +612,7 @@ class SlideBatching(Policy):
             room = _StartRoom(queue, self._view, seqs_left)
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         started, prefill, exec_s = queue.started, queue.prefill, queue.exec_s
-        for i in order:
+        for position, i in enumerate(order):
             if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
                 break
             if not started[i] and not room.admits(i, requests[i]):
@@ -624,6 +637,8 @@ class SlideBatching(Policy):
             estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
             tokens_left -= tokens
             seqs_left -= 1
+            if cut and all(map(prefill.__getitem__, order[position + 1:])):
+                break  # only prompts after the cut one, none of which may take a token (admits changes nothing)
         if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
             i = next((j for j in order if started[j] or room.admits(j, requests[j])), order[0])
             request = requests[i]
@@ -725,6 +740,21 @@ def _deadline_s(row: _Row, outputs: int) -> float:
     return row.first_deadline_s + (outputs * row.tpot_s if outputs > 0 else 0.0)
 
 
+class _Arrays(NamedTuple):
+    exec_s: np.ndarray
+    remain: np.ndarray
+    density: np.ndarray
+    arrival_s: np.ndarray
+    min_tpot_s: float  # the smallest TPOT SLO (inf: none)
+
+
+class _Merge(NamedTuple):
+    """The order that merges the running requests' columns with the waiting ones' (arrival at this policy)."""
+
+    take: Callable[[list[Any]], tuple[Any, ...]]  # that order's items of a list
+    positions: np.ndarray  # that order
+
+
 @dataclass(frozen=True, slots=True)
 class _Queue:
     """Per-request columns of one plan (lines 2-6 of Algorithm 1). Plain lists and floats: a plan's queue holds
@@ -743,6 +773,7 @@ class _Queue:
     density: list[float]
     arrival_s: list[float]
     tpot_s: list[float]
+    arrays: _Arrays | None = None  # a long queue's columns as numpy arrays too, for its sorts and sums
 
     @classmethod
     def of(cls, requests: Sequence[Request], policy: SlideBatching, now_s: float) -> _Queue:
@@ -785,6 +816,33 @@ class _Queue:
                 density.append(first_weight * weight / exec_s)
         return cls(len(rows), rows, computed, outputs, started, prefill, True in prefill, exec_list, remain,
                    density, [row.arrival_s for row in rows], [row.tpot_s for row in rows])
+
+    @classmethod
+    def merged(cls, running: _Queue, stats: _WaitingStats, merge: _Merge, policy: SlideBatching,
+               now_s: float) -> _Queue:
+        """The queue of the running requests (``running``) and the waiting ones (``stats``), in ``merge``'s order
+        (arrival at this policy). The waiting requests' columns come from their kept base costs and deadlines, by
+        numpy for a long queue: the same operations as :meth:`build`, element by element."""
+        exec_w = np.maximum(policy.estimator.beta * stats.costs_array_s, 1e-9)
+        remain_w = stats.deadlines_array_s - now_s
+        if stats.first_token.any():
+            weights = np.where(stats.first_token, policy.first_token_weight() * stats.weights, stats.weights)
+        else:
+            weights = stats.weights
+        positions, take = merge.positions, merge.take
+        arrays = _Arrays(np.concatenate((running.exec_s, exec_w))[positions],
+                         np.concatenate((running.remain, remain_w))[positions],
+                         np.concatenate((running.density, weights / exec_w))[positions],
+                         np.concatenate((running.arrival_s, stats.arrival_s))[positions],
+                         min(min(running.tpot_s, default=math.inf), stats.min_tpot_s))
+        prefill = list(take(running.prefill + stats.prefill))
+        return cls(
+            running.size + stats.size, list(take(running.rows + stats.rows)),
+            list(take(running.computed + stats.computed)), list(take(running.outputs + stats.outputs)),
+            list(take(running.started + [False] * stats.size)), prefill, True in prefill,
+            arrays.exec_s.tolist(), arrays.remain.tolist(), arrays.density.tolist(), arrays.arrival_s.tolist(),
+            list(take(running.tpot_s + stats.tpot_s)), arrays,
+        )
 
 
 def pairwise_sum(values: Sequence[float]) -> float:
@@ -848,6 +906,13 @@ class _WaitingStats:
     min_cost_s: float
     min_tpot_s: float
     min_blocks: dict[int, tuple[int, Request]]  # per priority: the fewest blocks a whole sequence needs, and whose
+    prefill: list[bool]
+    arrival_s: list[float]
+    tpot_s: list[float]
+    costs_array_s: np.ndarray  # costs_s, deadlines_unsorted_s, their weights, and whether a first token is next
+    deadlines_array_s: np.ndarray
+    weights: np.ndarray
+    first_token: np.ndarray
 
     @classmethod
     def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
@@ -855,8 +920,9 @@ class _WaitingStats:
         config = policy.estimator.model.config
         computed = [row.request.num_computed_tokens for row in rows]
         outputs = [row.request.num_output_tokens for row in rows]
-        costs_s = [_base_cost_s(config, row.prompt, done, emitted)[1]
-                   for row, done, emitted in zip(rows, computed, outputs, strict=True)]
+        next_work = [_base_cost_s(config, row.prompt, done, emitted)
+                     for row, done, emitted in zip(rows, computed, outputs, strict=True)]
+        costs_s = [cost_s for _prefill, cost_s in next_work]
         deadline_s = [_deadline_s(row, emitted) for row, emitted in zip(rows, outputs, strict=True)]
         min_blocks: dict[int, tuple[int, Request]] = {}
         for row, emitted in zip(rows, outputs, strict=True):
@@ -869,6 +935,10 @@ class _WaitingStats:
             policy._waiting_version, block_size, len(rows), rows, sorted(deadline_s), deadline_s, computed,
             outputs, costs_s, pairwise_sum(costs_s), min(costs_s, default=math.inf),
             min((row.tpot_s for row in rows), default=math.inf), min_blocks,
+            [prefill for prefill, _cost_s in next_work], [row.arrival_s for row in rows],
+            [row.tpot_s for row in rows],
+            np.array(costs_s, dtype=np.float64), np.array(deadline_s, dtype=np.float64),
+            np.array([row.weight for row in rows], dtype=np.float64), np.array(outputs, dtype=np.int64) == 0,
         )
 
     def count_remain_below(self, threshold_s: float, now_s: float) -> int:
@@ -916,10 +986,10 @@ class _StartRoom:
             return
         size = self._block_size = view.block_size
         committed = 0
-        for row, started, prefill, computed, outputs in zip(queue.rows, queue.started, queue.prefill,
-                                                            queue.computed, queue.outputs, strict=True):
-            if started and prefill:
-                still_needed = -(-(row.prompt + outputs) // size) - -(-computed // size)
+        rows, prefill, computed, outputs = queue.rows, queue.prefill, queue.computed, queue.outputs
+        for i in itertools.compress(range(queue.size), queue.started):
+            if prefill[i]:
+                still_needed = -(-(rows[i].prompt + outputs[i]) // size) - -(-computed[i] // size)
                 if still_needed > 0:
                     committed += still_needed
         self._committed = committed
@@ -949,8 +1019,37 @@ class _StartRoom:
             self._committed += self._whole_blocks(index)
 
 
+#: from this many waiting requests a plan made on them all computes their columns by numpy
+_NUMPY_WAITING_FROM = 32
+#: from this many requests a sort goes through numpy's lexsort (the same order as a sort of tuples ending with
+#: the position, cheaper for long queues)
+_LEXSORT_FROM = 96
+
+
+def _total_s(queue: _Queue) -> float:
+    """The sum of the queue's ``exec`` in its order, as numpy sums it."""
+    if queue.arrays is not None:
+        return float(queue.arrays.exec_s.sum())
+    return pairwise_sum(queue.exec_s)
+
+
+def _below(queue: _Queue, threshold_s: float) -> list[bool]:
+    """Whether each request's ``remain`` is below ``threshold_s`` (never, against a NaN one)."""
+    if queue.arrays is not None:
+        below: list[bool] = (queue.arrays.remain < threshold_s).tolist()
+        return below
+    return [r < threshold_s for r in queue.remain]
+
+
 def _by_deadline(queue: _Queue) -> list[int]:
     """The requests by ascending ``remain``; arrival, then position, break ties."""
+    arrays = queue.arrays
+    if arrays is not None:
+        order: list[int] = np.lexsort((arrays.arrival_s, arrays.remain)).tolist()
+        return order
+    if queue.size >= _LEXSORT_FROM:
+        order = np.lexsort((np.array(queue.arrival_s), np.array(queue.remain))).tolist()
+        return order
     return [key[2] for key in sorted(zip(queue.remain, queue.arrival_s, range(queue.size), strict=True))]
 
 
@@ -958,7 +1057,15 @@ def _sorted(queue: _Queue, urgent: list[bool]) -> list[int]:
     """Line 13: URGENT first by descending density, then NORMAL by ascending remain; arrival breaks ties."""
     if True not in urgent:  # (the first key is the same for all: the order of the other two)
         return _by_deadline(queue)
-    keys = sorted(zip([not flag for flag in urgent],
-                      [-d if flag else r for flag, d, r in zip(urgent, queue.density, queue.remain, strict=True)],
-                      queue.arrival_s, range(queue.size), strict=True))
+    arrays = queue.arrays
+    if arrays is not None:
+        flags = np.array(urgent)
+        order: list[int] = np.lexsort((arrays.arrival_s, np.where(flags, -arrays.density, arrays.remain),
+                                       ~flags)).tolist()
+        return order
+    secondary = [-d if flag else r for flag, d, r in zip(urgent, queue.density, queue.remain, strict=True)]
+    if queue.size >= _LEXSORT_FROM:
+        order = np.lexsort((np.array(queue.arrival_s), np.array(secondary), np.logical_not(urgent))).tolist()
+        return order
+    keys = sorted(zip([not flag for flag in urgent], secondary, queue.arrival_s, range(queue.size), strict=True))
     return [key[3] for key in keys]
