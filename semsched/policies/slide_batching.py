@@ -414,8 +414,9 @@ class SlideBatching(Policy):
                 positions = sorted(range(len(every)), key=seqs.__getitem__)
                 self._merge_cache = (key, _Merge(operator.itemgetter(*positions), np.array(positions)))
             running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
-            queue = _Queue.merged(running, stats, self._merge_cache[1], self, now_s)
-            return self._plan_of([row.request for row in queue.rows], queue, now_s)
+            merge = self._merge_cache[1]
+            queue = _Queue.merged(running, stats, merge, self, now_s)
+            return self._plan_of(list(merge.take([row.request for row in rows] + stats.requests)), queue, now_s)
         seqs = [row.seq for row in every]
         order = sorted(range(len(every)), key=seqs.__getitem__)
         all_computed, all_outputs = computed + stats.computed, outputs + stats.outputs
@@ -774,6 +775,9 @@ class _Queue:
     arrival_s: list[float]
     tpot_s: list[float]
     arrays: _Arrays | None = None  # a long queue's columns as numpy arrays too, for its sorts and sums
+    #: a merged queue's KV needs (its ``rows``, ``computed``, ``outputs`` and ``tpot_s`` are left empty): the
+    #: blocks each request's whole sequence needs, and those the started prompts still need to complete
+    blocks: tuple[list[int], int] | None = None
 
     @classmethod
     def of(cls, requests: Sequence[Request], policy: SlideBatching, now_s: float) -> _Queue:
@@ -830,6 +834,14 @@ class _Queue:
         else:
             weights = stats.weights
         positions, take = merge.positions, merge.take
+        block_size, committed = stats.block_size, 0
+        whole_running = []
+        for row, in_prompt, done, emitted in zip(running.rows, running.prefill, running.computed, running.outputs,
+                                                 strict=True):
+            whole = -(-(row.prompt + emitted) // block_size)
+            whole_running.append(whole)
+            if in_prompt and whole - -(-done // block_size) > 0:  # (as _StartRoom counts a started prompt's)
+                committed += whole - -(-done // block_size)
         arrays = _Arrays(np.concatenate((running.exec_s, exec_w))[positions],
                          np.concatenate((running.remain, remain_w))[positions],
                          np.concatenate((running.density, weights / exec_w))[positions],
@@ -837,11 +849,9 @@ class _Queue:
                          min(min(running.tpot_s, default=math.inf), stats.min_tpot_s))
         prefill = list(take(running.prefill + stats.prefill))
         return cls(
-            running.size + stats.size, list(take(running.rows + stats.rows)),
-            list(take(running.computed + stats.computed)), list(take(running.outputs + stats.outputs)),
-            list(take(running.started + [False] * stats.size)), prefill, True in prefill,
-            arrays.exec_s.tolist(), arrays.remain.tolist(), arrays.density.tolist(), arrays.arrival_s.tolist(),
-            list(take(running.tpot_s + stats.tpot_s)), arrays,
+            running.size + stats.size, [], [], [], list(take(running.started + [False] * stats.size)), prefill,
+            True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), arrays.density.tolist(),
+            arrays.arrival_s.tolist(), [], arrays, (list(take(whole_running + stats.whole_blocks)), committed),
         )
 
 
@@ -913,6 +923,8 @@ class _WaitingStats:
     deadlines_array_s: np.ndarray
     weights: np.ndarray
     first_token: np.ndarray
+    requests: list[Request]
+    whole_blocks: list[int]  # the blocks each one's whole sequence needs
 
     @classmethod
     def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
@@ -925,9 +937,10 @@ class _WaitingStats:
         costs_s = [cost_s for _prefill, cost_s in next_work]
         deadline_s = [_deadline_s(row, emitted) for row, emitted in zip(rows, outputs, strict=True)]
         min_blocks: dict[int, tuple[int, Request]] = {}
-        for row, emitted in zip(rows, outputs, strict=True):
+        whole_blocks = [-(-(row.prompt + emitted) // block_size)
+                        for row, emitted in zip(rows, outputs, strict=True)]
+        for row, blocks in zip(rows, whole_blocks, strict=True):
             request = row.request
-            blocks = -(-(row.prompt + emitted) // block_size)
             best = min_blocks.get(request.priority)
             if best is None or blocks < best[0]:
                 min_blocks[request.priority] = (blocks, request)
@@ -939,6 +952,7 @@ class _WaitingStats:
             [row.tpot_s for row in rows],
             np.array(costs_s, dtype=np.float64), np.array(deadline_s, dtype=np.float64),
             np.array([row.weight for row in rows], dtype=np.float64), np.array(outputs, dtype=np.int64) == 0,
+            [row.request for row in rows], whole_blocks,
         )
 
     def count_remain_below(self, threshold_s: float, now_s: float) -> int:
@@ -982,7 +996,11 @@ class _StartRoom:
         self._free_slots = max_num_seqs - queue.started.count(True)
         self._committed = 0
         self._available: dict[int, int] = {}  # free blocks per priority (reservations differ), asked once a plan
+        self._whole: list[int] | None = None
         if view is None:
+            return
+        if queue.blocks is not None:
+            self._whole, self._committed = queue.blocks
             return
         size = self._block_size = view.block_size
         committed = 0
@@ -998,6 +1016,8 @@ class _StartRoom:
         """The blocks request ``index``'s whole sequence needs (0 without a view)."""
         if self._view is None:
             return 0
+        if self._whole is not None:
+            return self._whole[index]
         queue = self._queue
         return -(-(queue.rows[index].prompt + queue.outputs[index]) // self._block_size)
 
