@@ -45,7 +45,7 @@ import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -167,14 +167,17 @@ class SlideBatching(Policy):
         cfg = self.config
         self.estimator = CorrectedEstimator(batch_model(cfg.profile), cfg.correction_config())
         self._live: dict[str, Request] = {}
-        self._seq: dict[str, int] = {}  # each live request's arrival order at this policy (the sort's last tie)
+        self._rows: dict[str, _Row] = {}  # each live request's unchanging columns (its arrival order among them)
         self._next_seq = 0
         #: the live requests not running as far as the policy knows (arrived or preempted; those the engine has
         #: admitted since leave at the next plan, which reads the running ones from the engine's view)
         self._waiting: dict[str, Request] = {}
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
-        self._running_cache: tuple[tuple[int, ...], list[Request], _Static, np.ndarray] | None = None
+        self._running_cache: tuple[tuple[int, ...], list[Request], list[_Row]] | None = None
+        #: the order that merges the running requests' columns with the waiting ones' (arrival at this policy),
+        #: kept while both sets stay
+        self._merge_cache: tuple[tuple[tuple[int, ...], int], _Merge] | None = None
         #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
         #: preemption or a request left (the only events that can make the next sync differ for the same set)
         self._synced_running: tuple[int, ...] | None = None
@@ -189,7 +192,7 @@ class SlideBatching(Policy):
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._live[request.request_id] = request
-        self._seq[request.request_id] = self._next_seq
+        self._rows[request.request_id] = _row(request, self._next_seq, self)
         self._next_seq += 1
         self._waiting[request.request_id] = request
         self._waiting_version += 1
@@ -215,7 +218,7 @@ class SlideBatching(Policy):
     def _forget(self, request_id: str) -> None:
         self._synced_running = None
         self._live.pop(request_id, None)
-        self._seq.pop(request_id, None)
+        self._rows.pop(request_id, None)
         if self._waiting.pop(request_id, None) is not None:
             self._waiting_version += 1
 
@@ -328,20 +331,21 @@ class SlideBatching(Policy):
         urgent = self._urgent(queue, budget_s)
         order = _sorted(queue, urgent)
         chosen, estimated_s = self._fill(requests, queue, order, budget_s)
-        chosen = self._cut_last(requests, chosen, queue.prefill)
+        chosen = self._cut_last(requests, chosen, queue)
         running = [requests[i] for i, _ in chosen if requests[i].state is RequestState.RUNNING]
         if len(running) < len(chosen) and running and self._is_cut(requests, chosen[-1]) \
                 and requests[chosen[-1][0]].state is RequestState.RUNNING:
             chosen, running = chosen[:-1], running[:-1]  # a cut running prompt would take waiting tokens
         first = [i for i, _ in chosen]
         taken = set(first)
-        ranked = first + [i for i in order.tolist() if i not in taken]
-        rank = {requests[i].request_id: position for position, i in enumerate(ranked)}
+        ranked = first + [i for i in order if i not in taken]
+        in_order = tuple(map(requests.__getitem__, ranked))
+        num_urgent = urgent.count(True)
         return SlidePlan(
             time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
-            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen), rank=rank,
-            ranked=tuple(requests[i] for i in ranked),
-            num_urgent=int(urgent.sum()), num_normal=int(len(requests) - urgent.sum()),
+            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
+            rank=dict(zip(map(_REQUEST_ID, in_order), range(len(in_order)), strict=True)), ranked=in_order,
+            num_urgent=num_urgent, num_normal=len(requests) - num_urgent,
         )
 
     def _running_plan(self, now_s: float, view: SchedulerView) -> SlidePlan | None:
@@ -360,16 +364,16 @@ class SlideBatching(Policy):
         if not self._sync_waiting(running, view, key):
             return None
         stats = self._current_waiting_stats(view.block_size)
-        requests, static, seqs = self._running_static(running, key)
+        requests, rows = self._running_rows(running, key)
         n = len(requests)
-        computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
-        outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
+        computed = [r.num_computed_tokens for r in requests]
+        outputs = [r.num_output_tokens for r in requests]
         engine = self._engine_budget
         max_num_seqs = engine.max_num_seqs if engine is not None else 2**31
         if not n or (cfg.order == "slide" and cfg.phi != "aggressive") \
                 or _waiting_may_start(requests, stats, view, max_num_seqs):
-            return self._merged_plan(now_s, (requests, static, seqs, computed, outputs), stats)
-        queue = _Queue.build(static, computed, outputs, np.ones(n, dtype=bool), self, now_s)
+            return self._merged_plan(now_s, rows, computed, outputs, stats)
+        queue = _Queue.build(rows, computed, outputs, [True] * n, self, now_s)
         room = _StartRoom(queue, None, max_num_seqs)  # (all started: no KV check is asked of it)
         budget_s = self._budget_s_with(queue, stats, now_s)
         beta = self.estimator.beta
@@ -378,14 +382,14 @@ class SlideBatching(Policy):
         urgent, threshold_s, num_urgent_waiting = self._urgent_with(queue, stats, budget_s, now_s)
         order = _sorted(queue, urgent)
         chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
-        chosen = self._cut_last(requests, chosen, queue.prefill)
+        chosen = self._cut_last(requests, chosen, queue)
         first = list(map(_FIRST, chosen))
         if len(first) < n:
             taken = set(first)
-            first += [i for i in order.tolist() if i not in taken]
+            first += [i for i in order if i not in taken]
         ranked = tuple(map(requests.__getitem__, first))  # (all running: a cut prompt takes no waiting tokens)
         ids = list(map(_REQUEST_ID, ranked))
-        num_urgent = int(urgent.sum()) + num_urgent_waiting
+        num_urgent = urgent.count(True) + num_urgent_waiting
         size = queue.size + stats.size
         tokens = list(map(_SECOND, chosen))
         return SlidePlan(
@@ -396,33 +400,40 @@ class SlideBatching(Policy):
             waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
         )
 
-    def _merged_plan(self, now_s: float, running: _RunningColumns, stats: _WaitingStats) -> SlidePlan:
+    def _merged_plan(self, now_s: float, rows: list[_Row], computed: list[int], outputs: list[int],
+                     stats: _WaitingStats) -> SlidePlan:
         """The full plan, its queue put together from the running requests' columns and the waiting ones'
         (kept while the waiting set stays), in the full plan's order (arrival at this policy)."""
-        requests_r, static_r, seqs_r, computed_r, outputs_r = running
-        order = np.argsort(np.concatenate((seqs_r, stats.seqs)), kind="stable")
-        every = (*requests_r, *stats.requests)
-        requests = [every[i] for i in order.tolist()]
-        if not requests:
+        every = rows + stats.rows
+        if not every:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
-        started = np.concatenate((np.ones(len(requests_r), dtype=bool), np.zeros(stats.size, dtype=bool)))
-        queue = _Queue.build(
-            _Static.merged(static_r, stats.static, order), np.concatenate((computed_r, stats.computed))[order],
-            np.concatenate((outputs_r, stats.outputs))[order], started[order], self, now_s,
-        )
-        return self._plan_of(requests, queue, now_s)
+        if stats.size >= _NUMPY_WAITING_FROM:
+            key = (tuple(map(id, rows)), stats.version)
+            if self._merge_cache is None or self._merge_cache[0] != key:
+                seqs = [row.seq for row in every]
+                positions = sorted(range(len(every)), key=seqs.__getitem__)
+                self._merge_cache = (key, _Merge(operator.itemgetter(*positions), np.array(positions)))
+            running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
+            merge = self._merge_cache[1]
+            queue = _Queue.merged(running, stats, merge, self, now_s)
+            return self._plan_of(list(merge.take([row.request for row in rows] + stats.requests)), queue, now_s)
+        seqs = [row.seq for row in every]
+        order = sorted(range(len(every)), key=seqs.__getitem__)
+        all_computed, all_outputs = computed + stats.computed, outputs + stats.outputs
+        started = [True] * len(rows) + [False] * stats.size
+        queue = _Queue.build([every[i] for i in order], [all_computed[i] for i in order],
+                             [all_outputs[i] for i in order], [started[i] for i in order], self, now_s)
+        return self._plan_of([row.request for row in queue.rows], queue, now_s)
 
-    def _running_static(self, running: Sequence[Request],
-                        key: tuple[int, ...]) -> tuple[Sequence[Request], _Static, np.ndarray]:
-        """The running requests in the full plan's index order (arrival at this policy), their static
-        columns and arrival order, kept while the running set (``key``: their id()s) does not change."""
+    def _running_rows(self, running: Sequence[Request], key: tuple[int, ...]) -> tuple[list[Request], list[_Row]]:
+        """The running requests in the full plan's index order (arrival at this policy) and their rows, kept
+        while the running set (``key``: their id()s) does not change."""
         cached = self._running_cache
         if cached is None or cached[0] != key:
-            seq = self._seq
-            ordered = sorted(running, key=lambda r: seq[r.request_id])
-            seqs = np.fromiter((seq[r.request_id] for r in ordered), np.int64, len(ordered))
-            cached = self._running_cache = (key, ordered, _Static.of(ordered, self), seqs)
-        return cached[1], cached[2], cached[3]
+            rows = self._rows
+            ordered = sorted((rows[r.request_id] for r in running), key=_SEQ_OF)
+            cached = self._running_cache = (key, [row.request for row in ordered], ordered)
+        return cached[1], cached[2]
 
     def _sync_waiting(self, running: Sequence[Request], view: SchedulerView, key: tuple[int, ...]) -> bool:
         """Bring the waiting set up to date with the engine's running requests (``key``: their id()s); False when
@@ -458,7 +469,7 @@ class SlideBatching(Policy):
     def _budget_s_with(self, queue: _Queue, stats: _WaitingStats, now_s: float) -> float:
         """:meth:`_budget_s` of the whole queue: the running requests' ``queue`` and the waiting ``stats``."""
         cfg = self.config
-        budget_s = float(queue.remain.min())
+        budget_s = min(queue.remain)
         if stats.size:
             budget_s = min(budget_s, stats.deadlines_s[0] - now_s)  # (x - now is monotone in x)
         if cfg.max_budget_ms is not None:
@@ -466,34 +477,34 @@ class SlideBatching(Policy):
         if cfg.eta_ms is not None:
             eta_s = cfg.eta_ms / 1e3
         else:
-            tpot = min(float(queue.tpot_s.min()), stats.min_tpot_s)
+            tpot = min(min(queue.tpot_s), stats.min_tpot_s)  # (a running-only queue: no arrays)
             eta_s = tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
         return max(budget_s, eta_s)
 
     def _urgent_with(self, queue: _Queue, stats: _WaitingStats, budget_s: float,
-                     now_s: float) -> tuple[np.ndarray, float, int]:
+                     now_s: float) -> tuple[list[bool], float, int]:
         """:meth:`_urgent` of the whole queue: the running requests' flags, the threshold ``remain`` is held
         against (nan: none urgent, -inf: all) and how many waiting requests are URGENT."""
         cfg = self.config
         if cfg.order != "slide":
             every = cfg.order == "density"
-            return np.full(queue.size, every), (math.inf if every else math.nan), stats.size if every else 0
+            return [every] * queue.size, (math.inf if every else math.nan), stats.size if every else 0
         t_c = self.estimator.t_c
         scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
         if math.isinf(budget_s):
             scale = 1.0
         # the full plan's sum runs over every request in its own order: this one is equal up to rounding, so a
         # request within the rounding bound of the threshold is left to the full plan
-        total_s = float(queue.exec_s.sum()) + self.estimator.beta * stats.cost_s
+        total_s = pairwise_sum(queue.exec_s) + self.estimator.beta * stats.cost_s
         threshold_s = cfg.gamma * (scale * total_s)
         if math.isinf(scale) or threshold_s == 0.0:
             slack_s = 0.0  # the threshold is exact: inf, nan or 0 whatever the sum
         else:
             slack_s = abs(threshold_s) * (8 * (queue.size + stats.size + 16) * 2.0**-53)
-        with np.errstate(invalid="ignore"):
-            urgent: np.ndarray = queue.remain < threshold_s
-            if slack_s and np.any(np.abs(queue.remain - threshold_s) <= slack_s):
-                raise _NeedsFullPlan
+        remain = queue.remain
+        urgent = [r < threshold_s for r in remain]
+        if slack_s and any(abs(r - threshold_s) <= slack_s for r in remain):
+            raise _NeedsFullPlan
         num_urgent = stats.count_remain_below(threshold_s, now_s)
         if slack_s and stats.count_remain_below(threshold_s - slack_s, now_s) != \
                 stats.count_remain_at_most(threshold_s + slack_s, now_s):
@@ -505,18 +516,25 @@ class SlideBatching(Policy):
         deadline), sorted when first asked for: the core asks only when it has tokens left to admit with."""
         if not stats.size:
             return
-        with np.errstate(invalid="ignore"):
-            remain = stats.deadlines_unsorted_s - now_s
-            urgent = remain < threshold_s
+        remain = [deadline_s - now_s for deadline_s in stats.deadlines_unsorted_s]
         if self.config.order != "slide":
-            urgent = np.full(stats.size, self.config.order == "density")
-        exec_s = np.maximum(self.estimator.beta * stats.costs_s, 1e-9)
-        token_weight = np.where(stats.outputs == 0, self.first_token_weight(), 1.0)
-        density = token_weight * stats.priority_weights / exec_s
-        secondary = np.where(urgent, -density, remain)
-        order = np.lexsort((stats.seqs, stats.arrival_s, secondary, ~urgent))
-        for i in order.tolist():
-            request = stats.requests[i]
+            urgent = [self.config.order == "density"] * stats.size
+        else:
+            urgent = [r < threshold_s for r in remain]
+        beta, first_weight = self.estimator.beta, self.first_token_weight()
+        keys = []
+        for index, (row, cost_s, outputs) in enumerate(zip(stats.rows, stats.costs_s, stats.outputs, strict=True)):
+            if urgent[index]:
+                exec_s = beta * cost_s
+                if exec_s < 1e-9:
+                    exec_s = 1e-9
+                secondary = -((first_weight * row.weight if outputs == 0 else row.weight) / exec_s)
+            else:
+                secondary = remain[index]
+            keys.append((not urgent[index], secondary, row.arrival_s, row.seq, index))
+        keys.sort()
+        for key in keys:
+            request = stats.rows[key[-1]].request
             if is_waiting(request):
                 yield request
 
@@ -526,13 +544,13 @@ class SlideBatching(Policy):
         return tokens < requests[index].num_uncomputed_tokens and requests[index].num_uncomputed_tokens > 1
 
     def _cut_last(self, requests: Sequence[Request], chosen: list[tuple[int, int]],
-                  prefill: np.ndarray) -> list[tuple[int, int]]:
+                  queue: _Queue) -> list[tuple[int, int]]:
         """The core gives a request ``min(uncomputed, tokens left)``: a prompt cut by GETMAXCHUNK must come last,
         or it takes the tokens planned for those after it (decodes that still fitted the budget). Only a
-        request in its prompt (``prefill``) can be cut."""
-        if not prefill.any():
+        request in its prompt can be cut."""
+        if not queue.any_prefill:
             return chosen
-        flags = prefill.tolist()
+        flags = queue.prefill
         cut = [item for item in chosen if flags[item[0]] and self._is_cut(requests, item)]
         if not cut:
             return chosen
@@ -541,7 +559,7 @@ class SlideBatching(Policy):
     def _budget_s(self, queue: _Queue) -> float:
         """t_budget = max(min remain, η), capped by ``max_budget_ms``; inf when nothing has a deadline."""
         cfg = self.config
-        budget_s = float(queue.remain.min())
+        budget_s = min(queue.remain) if queue.arrays is None else float(queue.arrays.remain.min())
         if cfg.max_budget_ms is not None:
             budget_s = min(budget_s, cfg.max_budget_ms / 1e3)
         return max(budget_s, self.eta_s(queue))
@@ -553,32 +571,33 @@ class SlideBatching(Policy):
         attained 37 % of SLOs, η = the TPOT SLO 74 %, FCFS 53 %)."""
         if self.config.eta_ms is not None:
             return self.config.eta_ms / 1e3
-        tpot = float(queue.tpot_s.min())
+        tpot = min(queue.tpot_s) if queue.arrays is None else queue.arrays.min_tpot_s
         return tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
 
-    def _urgent(self, queue: _Queue, budget_s: float) -> np.ndarray:
+    def _urgent(self, queue: _Queue, budget_s: float) -> list[bool]:
         cfg = self.config
         if cfg.order != "slide":
-            return np.full(queue.size, cfg.order == "density")
+            return [cfg.order == "density"] * queue.size
         t_c = self.estimator.t_c
+        remain = queue.remain
         if cfg.phi == "prefill":
-            phi = np.full(queue.size, float(queue.exec_s.sum()) + queue.size * t_c)
-        else:
-            # steps per unit of work: a step holds budget - t_c of it (eq. 8-9); none when budget <= t_c
-            scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
-            if math.isinf(budget_s):
-                scale = 1.0
-            if cfg.phi == "aggressive":
-                phi = np.full(queue.size, scale * float(queue.exec_s.sum()))
-            else:
-                by_deadline = np.lexsort((queue.arrival_s, queue.remain))
-                phi = np.empty(queue.size)
-                phi[by_deadline] = scale * np.cumsum(queue.exec_s[by_deadline])
-        with np.errstate(invalid="ignore"):  # inf remain against inf phi: not urgent
-            urgent: np.ndarray = queue.remain < cfg.gamma * phi
+            threshold_s = cfg.gamma * (_total_s(queue) + queue.size * t_c)
+            return _below(queue, threshold_s)
+        # steps per unit of work: a step holds budget - t_c of it (eq. 8-9); none when budget <= t_c
+        scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
+        if math.isinf(budget_s):
+            scale = 1.0
+        if cfg.phi == "aggressive":
+            threshold_s = cfg.gamma * (scale * _total_s(queue))
+            return _below(queue, threshold_s)  # (inf remain against an inf threshold: not urgent)
+        urgent = [False] * queue.size  # conservative: the work up to each request's own place in deadline order
+        exec_s, gamma, total_s = queue.exec_s, cfg.gamma, 0.0
+        for i in _by_deadline(queue):
+            total_s += exec_s[i]
+            urgent[i] = remain[i] < gamma * (scale * total_s)
         return urgent
 
-    def _fill(self, requests: Sequence[Request], queue: _Queue, order: np.ndarray, budget_s: float,
+    def _fill(self, requests: Sequence[Request], queue: _Queue, order: list[int], budget_s: float,
               room: _StartRoom | None = None) -> tuple[list[tuple[int, int]], float]:
         """Lines 14-18: take requests in order from t_c until the time budget (and the engine's token budget
         and sequence cap) is spent; a prompt takes the largest chunk that fits (GETMAXCHUNK)."""
@@ -592,21 +611,9 @@ class SlideBatching(Policy):
         partial = room is not None  # the queue holds the running requests only
         if room is None:
             room = _StartRoom(queue, self._view, seqs_left)
-        order_list = order.tolist()
-        if 0 < queue.size <= min(tokens_left, seqs_left) and not queue.prefill.any() and queue.started.all():
-            # every request a running decode (one token each, within the token budget and the sequence cap):
-            # the loop below takes each one whose cost fits what is left, in order; when all fit, its sums
-            # (accumulated in the same order, so the same floats) give the answer without the loop
-            # (the sums only grow, costs being positive, and a NaN carries to the last: the last sum before an
-            # item is under the budget exactly when every one is; with no budget every cost fits what is left)
-            ordered_s = queue.exec_s[order]
-            totals = np.cumsum(np.concatenate(([estimated_s], ordered_s)))
-            if totals[-2] < budget_s and (math.isinf(budget_s)
-                                          or not bool(np.any(ordered_s > budget_s - totals[:-1]))):
-                return list(zip(order_list, itertools.repeat(1), strict=False)), float(totals[-1])
         cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
-        started, prefill, exec_s = queue.started.tolist(), queue.prefill.tolist(), queue.exec_s.tolist()
-        for i in order_list:
+        started, prefill, exec_s = queue.started, queue.prefill, queue.exec_s
+        for position, i in enumerate(order):
             if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
                 break
             if not started[i] and not room.admits(i, requests[i]):
@@ -631,8 +638,10 @@ class SlideBatching(Policy):
             estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
             tokens_left -= tokens
             seqs_left -= 1
+            if cut and all(map(prefill.__getitem__, order[position + 1:])):
+                break  # only prompts after the cut one, none of which may take a token (admits changes nothing)
         if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
-            i = next((j for j in order_list if started[j] or room.admits(j, requests[j])), order_list[0])
+            i = next((j for j in order if started[j] or room.admits(j, requests[j])), order[0])
             request = requests[i]
             if partial and prefill[i]:
                 raise _NeedsFullPlan  # the overrun chunk reads every request's deadline
@@ -649,10 +658,9 @@ class SlideBatching(Policy):
         still ahead (the engine's token budget when every one has passed): a long prompt then needs a few steps,
         not thousands of ``min_chunk_tokens`` each."""
         smallest = min(request.num_uncomputed_tokens, max(1, tokens_left), self.config.min_chunk_tokens)
-        if not queue.prefill.all():
+        if not all(queue.prefill):
             return smallest
-        ahead = queue.remain[queue.remain > 0]
-        limit_s = float(ahead.min()) if ahead.size else math.inf
+        limit_s = min((r for r in queue.remain if r > 0), default=math.inf)
         return max(smallest, self._max_chunk(request, limit_s - self.estimator.t_c, tokens_left))
 
     def _max_chunk(self, request: Request, left_s: float, tokens_left: int) -> int:
@@ -695,110 +703,195 @@ class SlideBatching(Policy):
         return low
 
 
-@dataclass(frozen=True, slots=True)
-class _Queue:
-    """Per-request arrays of one plan (lines 2-6 of Algorithm 1)."""
+class _Row(NamedTuple):
+    """A live request's columns that do not change while it is queued (taken when it arrives)."""
 
-    size: int
-    prefill: np.ndarray  # bool: the next work is prompt (or recompute) tokens, not one decode
+    request: Request
+    seq: int  # arrival order at this policy (the sort's last tie)
+    prompt: int
+    arrival_s: float
+    first_deadline_s: float  # arrival + TTFT SLO (inf: none)
+    tpot_s: float  # inf: none
+    weight: float  # the priority's
+
+
+_SEQ_OF = operator.itemgetter(1)
+
+
+def _row(request: Request, seq: int, policy: SlideBatching) -> _Row:
+    ttft_s = math.inf if request.ttft_slo_s is None else request.ttft_slo_s
+    tpot_s = math.inf if request.tpot_slo_s is None else request.tpot_slo_s
+    arrival_s = request.arrival_time_s
+    return _Row(request, seq, request.prompt_tokens, arrival_s, arrival_s + ttft_s, tpot_s,
+                policy.priority_weight(request.priority))
+
+
+def _base_cost_s(config: BatchConfig, prompt: int, computed: int, outputs: int) -> tuple[bool, float]:
+    """A request's next work (prefill or not) and its cost in the base model, before the correction beta: its
+    whole remaining prefill (eq. 5 with ``d_p``) while it is in its prompt or recomputing, else one decode."""
+    uncomputed = prompt + outputs - computed
+    if uncomputed > 1 or computed < prompt:
+        return True, (config.a_p * (uncomputed * uncomputed) + config.b_p * uncomputed * computed
+                      + config.c_p * uncomputed + config.d_p)
+    return False, config.a_d * computed + config.b_d
+
+
+def _deadline_s(row: _Row, outputs: int) -> float:
+    """The next token's deadline (eq. 3): arrival + TTFT SLO + outputs·TPOT SLO (no 0 times a missing TPOT)."""
+    return row.first_deadline_s + (outputs * row.tpot_s if outputs > 0 else 0.0)
+
+
+class _Arrays(NamedTuple):
     exec_s: np.ndarray
     remain: np.ndarray
     density: np.ndarray
     arrival_s: np.ndarray
-    tpot_s: np.ndarray
-    started: np.ndarray  # bool: running, so it holds KV blocks
-    num_tokens: np.ndarray  # prompt + output tokens so far
-    computed: np.ndarray
+    min_tpot_s: float  # the smallest TPOT SLO (inf: none)
 
-    @classmethod
-    def of(cls, requests: Sequence[Request], policy: SlideBatching, now_s: float) -> _Queue:
-        n = len(requests)
-        computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
-        outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
-        started = np.fromiter((r.state is RequestState.RUNNING for r in requests), bool, n)
-        return cls.build(_Static.of(requests, policy), computed, outputs, started, policy, now_s)
 
-    @classmethod
-    def build(cls, static: _Static, computed: np.ndarray, outputs: np.ndarray, started: np.ndarray,
-              policy: SlideBatching, now_s: float) -> _Queue:
-        estimator = policy.estimator
-        prefill, cost_s = _costs(computed, static.prompt, outputs, estimator.model.config)
-        exec_s = estimator.beta * cost_s
-        exec_s = np.maximum(exec_s, 1e-9)  # a fitted model may price a tiny step at zero or less
-        remain = _deadlines(static, outputs) - now_s
-        if outputs.size and outputs.min() > 0:  # every one past its first token: weight 1 for all
-            density = static.priority_weights / exec_s
-        else:
-            token_weight = np.where(outputs == 0, policy.first_token_weight(), 1.0)
-            density = token_weight * static.priority_weights / exec_s
-        return cls(static.size, prefill, exec_s, remain, density, static.arrival_s, static.tpot_s, started,
-                   static.prompt + outputs, computed)
+class _Merge(NamedTuple):
+    """The order that merges the running requests' columns with the waiting ones' (arrival at this policy)."""
+
+    take: Callable[[list[Any]], tuple[Any, ...]]  # that order's items of a list
+    positions: np.ndarray  # that order
 
 
 @dataclass(frozen=True, slots=True)
-class _Static:
-    """The columns of a set of requests that do not change while they are in it."""
+class _Queue:
+    """Per-request columns of one plan (lines 2-6 of Algorithm 1). Plain lists and floats: a plan's queue holds
+    tens of requests, where a numpy call costs more than the arithmetic; every value is the same IEEE operations
+    in the same order as eq. 3-7 (sums of several values by :func:`pairwise_sum`, numpy's order)."""
 
-    ids: tuple[int, ...]  # id() of each request, to tell whether a set is the same
     size: int
-    prompt: np.ndarray
-    arrival_s: np.ndarray
-    ttft_s: np.ndarray
-    tpot_s: np.ndarray
-    priority_weights: np.ndarray
+    rows: list[_Row]
+    computed: list[int]
+    outputs: list[int]
+    started: list[bool]  # running, so it holds KV blocks
+    prefill: list[bool]  # the next work is prompt (or recompute) tokens, not one decode
+    any_prefill: bool
+    exec_s: list[float]
+    remain: list[float]
+    density: list[float]
+    arrival_s: list[float]
+    tpot_s: list[float]
+    arrays: _Arrays | None = None  # a long queue's columns as numpy arrays too, for its sorts and sums
+    #: a merged queue's KV needs (its ``rows``, ``computed``, ``outputs`` and ``tpot_s`` are left empty): the
+    #: blocks each request's whole sequence needs, and those the started prompts still need to complete
+    blocks: tuple[list[int], int] | None = None
 
     @classmethod
-    def merged(cls, first: _Static, second: _Static, order: np.ndarray) -> _Static:
-        """``first``'s rows then ``second``'s, taken in ``order``."""
-        def column(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            merged: np.ndarray = np.concatenate((a, b))[order]
-            return merged
-        ids = (*first.ids, *second.ids)
-        return cls(
-            tuple(ids[i] for i in order.tolist()), first.size + second.size, column(first.prompt, second.prompt),
-            column(first.arrival_s, second.arrival_s), column(first.ttft_s, second.ttft_s),
-            column(first.tpot_s, second.tpot_s), column(first.priority_weights, second.priority_weights),
-        )
+    def of(cls, requests: Sequence[Request], policy: SlideBatching, now_s: float) -> _Queue:
+        rows = [_row(r, 0, policy) for r in requests]
+        return cls.build(rows, [r.num_computed_tokens for r in requests], [r.num_output_tokens for r in requests],
+                         [r.state is RequestState.RUNNING for r in requests], policy, now_s)
 
     @classmethod
-    def of(cls, requests: Sequence[Request], policy: SlideBatching) -> _Static:
-        n = len(requests)
+    def build(cls, rows: list[_Row], computed: list[int], outputs: list[int], started: list[bool],
+              policy: SlideBatching, now_s: float) -> _Queue:
+        """``exec`` (beta times the base cost, at least 1e-9: a fitted model may price a tiny step at zero or
+        less), ``remain`` (the next token's deadline minus now) and ``density`` (its weight over ``exec``)."""
+        estimator = policy.estimator
+        beta, config = estimator.beta, estimator.model.config
+        a_p, b_p, c_p, d_p, a_d, b_d = config.a_p, config.b_p, config.c_p, config.d_p, config.a_d, config.b_d
+        first_weight = policy.first_token_weight() if 0 in outputs else 1.0
+        prefill: list[bool] = []
+        exec_list: list[float] = []
+        remain: list[float] = []
+        density: list[float] = []
+        for (_request, _seq, prompt, _arrival_s, first_deadline_s, tpot_s, weight), done, emitted in zip(
+                rows, computed, outputs, strict=True):
+            # (_base_cost_s and _deadline_s inlined: this loop is the plan's hot path)
+            uncomputed = prompt + emitted - done
+            if uncomputed > 1 or done < prompt:
+                prefill.append(True)
+                exec_s = beta * (a_p * (uncomputed * uncomputed) + b_p * uncomputed * done + c_p * uncomputed
+                                 + d_p)
+            else:
+                prefill.append(False)
+                exec_s = beta * (a_d * done + b_d)
+            if exec_s < 1e-9:
+                exec_s = 1e-9
+            exec_list.append(exec_s)
+            if emitted > 0:
+                remain.append(first_deadline_s + emitted * tpot_s - now_s)
+                density.append(weight / exec_s)
+            else:
+                remain.append(first_deadline_s + 0.0 - now_s)
+                density.append(first_weight * weight / exec_s)
+        return cls(len(rows), rows, computed, outputs, started, prefill, True in prefill, exec_list, remain,
+                   density, [row.arrival_s for row in rows], [row.tpot_s for row in rows])
+
+    @classmethod
+    def merged(cls, running: _Queue, stats: _WaitingStats, merge: _Merge, policy: SlideBatching,
+               now_s: float) -> _Queue:
+        """The queue of the running requests (``running``) and the waiting ones (``stats``), in ``merge``'s order
+        (arrival at this policy). The waiting requests' columns come from their kept base costs and deadlines, by
+        numpy for a long queue: the same operations as :meth:`build`, element by element."""
+        exec_w = np.maximum(policy.estimator.beta * stats.costs_array_s, 1e-9)
+        remain_w = stats.deadlines_array_s - now_s
+        if stats.first_token.any():
+            weights = np.where(stats.first_token, policy.first_token_weight() * stats.weights, stats.weights)
+        else:
+            weights = stats.weights
+        positions, take = merge.positions, merge.take
+        block_size, committed = stats.block_size, 0
+        whole_running = []
+        for row, in_prompt, done, emitted in zip(running.rows, running.prefill, running.computed, running.outputs,
+                                                 strict=True):
+            whole = -(-(row.prompt + emitted) // block_size)
+            whole_running.append(whole)
+            if in_prompt and whole - -(-done // block_size) > 0:  # (as _StartRoom counts a started prompt's)
+                committed += whole - -(-done // block_size)
+        arrays = _Arrays(np.concatenate((running.exec_s, exec_w))[positions],
+                         np.concatenate((running.remain, remain_w))[positions],
+                         np.concatenate((running.density, weights / exec_w))[positions],
+                         np.concatenate((running.arrival_s, stats.arrival_s))[positions],
+                         min(min(running.tpot_s, default=math.inf), stats.min_tpot_s))
+        prefill = list(take(running.prefill + stats.prefill))
         return cls(
-            tuple(map(id, requests)), n,
-            np.fromiter((r.prompt_tokens for r in requests), np.float64, n),
-            np.fromiter((r.arrival_time_s for r in requests), np.float64, n),
-            np.fromiter((math.inf if r.ttft_slo_s is None else r.ttft_slo_s for r in requests), np.float64, n),
-            np.fromiter((math.inf if r.tpot_slo_s is None else r.tpot_slo_s for r in requests), np.float64, n),
-            np.fromiter((policy.priority_weight(r.priority) for r in requests), np.float64, n),
+            running.size + stats.size, [], [], [], list(take(running.started + [False] * stats.size)), prefill,
+            True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), arrays.density.tolist(),
+            arrays.arrival_s.tolist(), [], arrays, (list(take(whole_running + stats.whole_blocks)), committed),
         )
 
 
-def _costs(computed: np.ndarray, prompt: np.ndarray, outputs: np.ndarray,
-           config: BatchConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's next work (prefill or not) and its cost in the base model, before the correction beta."""
-    uncomputed = prompt + outputs - computed
-    prefill = (uncomputed > 1) | (computed < prompt)
-    decode_s = config.a_d * computed + config.b_d
-    if not prefill.any():  # (the steady state: every one decoding)
-        return prefill, decode_s
-    prefill_s = (config.a_p * uncomputed**2 + config.b_p * uncomputed * computed + config.c_p * uncomputed
-                 + config.d_p)
-    return prefill, np.where(prefill, prefill_s, decode_s)
+def pairwise_sum(values: Sequence[float]) -> float:
+    """``float(numpy.sum(values))`` to the last bit, without building an array for a short list: numpy sums
+    float64 pairwise (fewer than 8 values one by one from 0.0; up to 128 in 8 interleaved partial sums, combined
+    as ((0+1)+(2+3))+((4+5)+(6+7)), the rest added after; more split in halves, the first a multiple of 8).
+    Past 2048 values numpy itself (it also cuts long arrays into buffers)."""
+    size = len(values)
+    if size > 2048:
+        return float(np.sum(np.asarray(values, dtype=np.float64)))
+    return _pairwise(values, 0, size)
 
 
-def _deadlines(static: _Static, outputs: np.ndarray) -> np.ndarray:
-    """Each request's next token's deadline (eq. 3): arrival + TTFT SLO + outputs·TPOT SLO."""
-    if outputs.size and outputs.min() > 0:  # (every one past its first token: no 0 times inf)
-        offset_s = outputs * static.tpot_s
-    else:
-        with np.errstate(invalid="ignore"):  # 0 outputs times a missing TPOT SLO
-            offset_s = np.where(outputs > 0, outputs * static.tpot_s, 0.0)
-    deadline_s: np.ndarray = static.arrival_s + static.ttft_s + offset_s
-    return deadline_s
-
-
-#: the running requests' columns: requests (in arrival order), static columns, arrival order, computed, outputs
-_RunningColumns = tuple[Sequence[Request], "_Static", np.ndarray, np.ndarray, np.ndarray]
+def _pairwise(values: Sequence[float], start: int, size: int) -> float:
+    if size < 8:
+        total = 0.0
+        for index in range(start, start + size):
+            total += values[index]
+        return total
+    if size <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = values[start:start + 8]
+        index, stop = start + 8, start + size - size % 8
+        while index < stop:
+            r0 += values[index]
+            r1 += values[index + 1]
+            r2 += values[index + 2]
+            r3 += values[index + 3]
+            r4 += values[index + 4]
+            r5 += values[index + 5]
+            r6 += values[index + 6]
+            r7 += values[index + 7]
+            index += 8
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for index in range(stop, start + size):
+            total += values[index]
+        return total
+    half = size // 2
+    half -= half % 8
+    return _pairwise(values, start, half) + _pairwise(values, start + half, size - half)
 
 
 class _NeedsFullPlan(Exception):
@@ -813,42 +906,53 @@ class _WaitingStats:
     version: int
     block_size: int
     size: int
-    requests: tuple[Request, ...]
+    rows: list[_Row]
     deadlines_s: list[float]  # ascending
-    deadlines_unsorted_s: np.ndarray  # in ``requests`` order, as the arrays below
-    arrival_s: np.ndarray
-    seqs: np.ndarray
-    outputs: np.ndarray
-    static: _Static
-    computed: np.ndarray
-    costs_s: np.ndarray  # base-model cost of the next work (exec_s is beta times it)
-    priority_weights: np.ndarray
+    deadlines_unsorted_s: list[float]  # in ``rows`` order, as the lists below
+    computed: list[int]
+    outputs: list[int]
+    costs_s: list[float]  # base-model cost of the next work (exec_s is beta times it)
     cost_s: float  # their sum
     min_cost_s: float
     min_tpot_s: float
     min_blocks: dict[int, tuple[int, Request]]  # per priority: the fewest blocks a whole sequence needs, and whose
+    prefill: list[bool]
+    arrival_s: list[float]
+    tpot_s: list[float]
+    costs_array_s: np.ndarray  # costs_s, deadlines_unsorted_s, their weights, and whether a first token is next
+    deadlines_array_s: np.ndarray
+    weights: np.ndarray
+    first_token: np.ndarray
+    requests: list[Request]
+    whole_blocks: list[int]  # the blocks each one's whole sequence needs
 
     @classmethod
     def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
-        requests = tuple(policy._waiting.values())
-        n = len(requests)
-        static = _Static.of(requests, policy)
-        computed = np.fromiter((r.num_computed_tokens for r in requests), np.float64, n)
-        outputs = np.fromiter((r.num_output_tokens for r in requests), np.float64, n)
-        _prefill, costs_s = _costs(computed, static.prompt, outputs, policy.estimator.model.config)
-        deadline_s = _deadlines(static, outputs)
-        seqs = np.fromiter((policy._seq[r.request_id] for r in requests), np.int64, n)
-        arrival_s, tpot_s, weights = static.arrival_s, static.tpot_s, static.priority_weights
+        rows = [policy._rows[request_id] for request_id in policy._waiting]
+        config = policy.estimator.model.config
+        computed = [row.request.num_computed_tokens for row in rows]
+        outputs = [row.request.num_output_tokens for row in rows]
+        next_work = [_base_cost_s(config, row.prompt, done, emitted)
+                     for row, done, emitted in zip(rows, computed, outputs, strict=True)]
+        costs_s = [cost_s for _prefill, cost_s in next_work]
+        deadline_s = [_deadline_s(row, emitted) for row, emitted in zip(rows, outputs, strict=True)]
         min_blocks: dict[int, tuple[int, Request]] = {}
-        for request in requests:
-            blocks = -(-(request.prompt_tokens + request.num_output_tokens) // block_size)
+        whole_blocks = [-(-(row.prompt + emitted) // block_size)
+                        for row, emitted in zip(rows, outputs, strict=True)]
+        for row, blocks in zip(rows, whole_blocks, strict=True):
+            request = row.request
             best = min_blocks.get(request.priority)
             if best is None or blocks < best[0]:
                 min_blocks[request.priority] = (blocks, request)
         return cls(
-            policy._waiting_version, block_size, n, requests, np.sort(deadline_s).tolist(), deadline_s, arrival_s,
-            seqs, outputs, static, computed, costs_s, weights, float(costs_s.sum()) if n else 0.0,
-            float(costs_s.min()) if n else math.inf, float(tpot_s.min()) if n else math.inf, min_blocks,
+            policy._waiting_version, block_size, len(rows), rows, sorted(deadline_s), deadline_s, computed,
+            outputs, costs_s, pairwise_sum(costs_s), min(costs_s, default=math.inf),
+            min((row.tpot_s for row in rows), default=math.inf), min_blocks,
+            [prefill for prefill, _cost_s in next_work], [row.arrival_s for row in rows],
+            [row.tpot_s for row in rows],
+            np.array(costs_s, dtype=np.float64), np.array(deadline_s, dtype=np.float64),
+            np.array([row.weight for row in rows], dtype=np.float64), np.array(outputs, dtype=np.int64) == 0,
+            [row.request for row in rows], whole_blocks,
         )
 
     def count_remain_below(self, threshold_s: float, now_s: float) -> int:
@@ -888,18 +992,34 @@ class _StartRoom:
 
     def __init__(self, queue: _Queue, view: SchedulerView | None, max_num_seqs: int) -> None:
         self._view = view
-        self._started = queue.started
-        self._free_slots = max_num_seqs - int(queue.started.sum())
-        self._whole_blocks = np.zeros(queue.size, dtype=np.int64)
+        self._queue = queue
+        self._free_slots = max_num_seqs - queue.started.count(True)
         self._committed = 0
         self._available: dict[int, int] = {}  # free blocks per priority (reservations differ), asked once a plan
+        self._whole: list[int] | None = None
         if view is None:
             return
-        size = view.block_size
-        self._whole_blocks = -(-queue.num_tokens.astype(np.int64) // size)  # ceil
-        held = -(-queue.computed.astype(np.int64) // size)
-        still_needed = np.where(queue.started & queue.prefill, self._whole_blocks - held, 0)
-        self._committed = int(np.maximum(still_needed, 0).sum())
+        if queue.blocks is not None:
+            self._whole, self._committed = queue.blocks
+            return
+        size = self._block_size = view.block_size
+        committed = 0
+        rows, prefill, computed, outputs = queue.rows, queue.prefill, queue.computed, queue.outputs
+        for i in itertools.compress(range(queue.size), queue.started):
+            if prefill[i]:
+                still_needed = -(-(rows[i].prompt + outputs[i]) // size) - -(-computed[i] // size)
+                if still_needed > 0:
+                    committed += still_needed
+        self._committed = committed
+
+    def _whole_blocks(self, index: int) -> int:
+        """The blocks request ``index``'s whole sequence needs (0 without a view)."""
+        if self._view is None:
+            return 0
+        if self._whole is not None:
+            return self._whole[index]
+        queue = self._queue
+        return -(-(queue.rows[index].prompt + queue.outputs[index]) // self._block_size)
 
     def admits(self, index: int, request: Request) -> bool:
         """Whether request ``index`` (not running) may start now."""
@@ -910,21 +1030,62 @@ class _StartRoom:
         available = self._available.get(request.priority)
         if available is None:
             available = self._available[request.priority] = self._view.available_blocks(request, admission=True)
-        return int(self._whole_blocks[index]) <= available - self._committed
+        return self._whole_blocks(index) <= available - self._committed
 
     def take(self, index: int) -> None:
         """Request ``index`` is in the plan: one not yet running takes a slot and commits its whole sequence."""
-        if not self._started[index]:
+        if not self._queue.started[index]:
             self._free_slots -= 1
-            self._committed += int(self._whole_blocks[index])
+            self._committed += self._whole_blocks(index)
 
 
-def _sorted(queue: _Queue, urgent: np.ndarray) -> np.ndarray:
-    """Line 13: URGENT first by descending density, then NORMAL by ascending remain; arrival breaks ties."""
-    order: np.ndarray
-    if not urgent.any():  # (the first key is the same for all: the order of the other two)
-        order = np.lexsort((queue.arrival_s, queue.remain))
+#: from this many waiting requests a plan made on them all computes their columns by numpy
+_NUMPY_WAITING_FROM = 32
+#: from this many requests a sort goes through numpy's lexsort (the same order as a sort of tuples ending with
+#: the position, cheaper for long queues)
+_LEXSORT_FROM = 96
+
+
+def _total_s(queue: _Queue) -> float:
+    """The sum of the queue's ``exec`` in its order, as numpy sums it."""
+    if queue.arrays is not None:
+        return float(queue.arrays.exec_s.sum())
+    return pairwise_sum(queue.exec_s)
+
+
+def _below(queue: _Queue, threshold_s: float) -> list[bool]:
+    """Whether each request's ``remain`` is below ``threshold_s`` (never, against a NaN one)."""
+    if queue.arrays is not None:
+        below: list[bool] = (queue.arrays.remain < threshold_s).tolist()
+        return below
+    return [r < threshold_s for r in queue.remain]
+
+
+def _by_deadline(queue: _Queue) -> list[int]:
+    """The requests by ascending ``remain``; arrival, then position, break ties."""
+    arrays = queue.arrays
+    if arrays is not None:
+        order: list[int] = np.lexsort((arrays.arrival_s, arrays.remain)).tolist()
         return order
-    secondary = np.where(urgent, -queue.density, queue.remain)
-    order = np.lexsort((queue.arrival_s, secondary, ~urgent))
-    return order
+    if queue.size >= _LEXSORT_FROM:
+        order = np.lexsort((np.array(queue.arrival_s), np.array(queue.remain))).tolist()
+        return order
+    return [key[2] for key in sorted(zip(queue.remain, queue.arrival_s, range(queue.size), strict=True))]
+
+
+def _sorted(queue: _Queue, urgent: list[bool]) -> list[int]:
+    """Line 13: URGENT first by descending density, then NORMAL by ascending remain; arrival breaks ties."""
+    if True not in urgent:  # (the first key is the same for all: the order of the other two)
+        return _by_deadline(queue)
+    arrays = queue.arrays
+    if arrays is not None:
+        flags = np.array(urgent)
+        order: list[int] = np.lexsort((arrays.arrival_s, np.where(flags, -arrays.density, arrays.remain),
+                                       ~flags)).tolist()
+        return order
+    secondary = [-d if flag else r for flag, d, r in zip(urgent, queue.density, queue.remain, strict=True)]
+    if queue.size >= _LEXSORT_FROM:
+        order = np.lexsort((np.array(queue.arrival_s), np.array(secondary), np.logical_not(urgent))).tolist()
+        return order
+    keys = sorted(zip([not flag for flag in urgent], secondary, queue.arrival_s, range(queue.size), strict=True))
+    return [key[3] for key in keys]

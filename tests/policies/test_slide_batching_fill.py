@@ -1,13 +1,12 @@
-"""slide-batching's fill of an all-decode queue (issue 29): the shortcut taken when every request is a running
-decode chooses what lines 14-18 of Algorithm 1 choose, one request at a time, with the same estimated time to
-the last bit, whatever the time budget (none, more than all of them, exactly all of them, less)."""
+"""slide-batching's fill of an all-decode queue (issue 29): when every request is a running decode the fill
+chooses what lines 14-18 of Algorithm 1 choose, one request at a time, with the same estimated time to the last
+bit, whatever the time budget (none, more than all of them, exactly all of them, less)."""
 
 from __future__ import annotations
 
 import math
 import random
 
-import numpy as np
 import pytest
 
 from semsched.core.request import Request, RequestState
@@ -29,7 +28,7 @@ def _decodes(rng: random.Random, n: int) -> list[Request]:
 def _greedy(queue: _Queue, order: list[int], t_c: float, budget_s: float) -> tuple[list[tuple[int, int]], float]:
     """Lines 14-18 for decodes, one at a time: each one whose cost fits what is left, until nothing is left."""
     estimated_s, chosen = t_c, []
-    exec_s = queue.exec_s.tolist()
+    exec_s = queue.exec_s
     for i in order:
         if estimated_s >= budget_s:
             break
@@ -46,17 +45,17 @@ def test_all_decode_fill_is_the_one_at_a_time_fill(seed: int) -> None:
     policy = SlideBatching()
     requests = _decodes(rng, rng.randint(1, 300))
     queue = _Queue.of(requests, policy, now_s=0.0)
-    assert not queue.prefill.any() and queue.started.all()  # the case the shortcut covers
-    order = np.array(rng.sample(range(len(requests)), len(requests)))
+    assert not any(queue.prefill) and all(queue.started)  # the all-decode case
+    order = rng.sample(range(len(requests)), len(requests))
     t_c = policy.estimator.t_c
-    exact_s = _greedy(queue, order.tolist(), t_c, math.inf)[1]  # every one, summed in order
+    exact_s = _greedy(queue, order, t_c, math.inf)[1]  # every one, summed in order
     budgets = [math.inf, exact_s, math.nextafter(exact_s, math.inf), math.nextafter(exact_s, 0.0),
                t_c + (exact_s - t_c) * rng.random(), t_c]
     for budget_s in budgets:
         chosen, estimated_s = policy._fill(requests, queue, order, budget_s)
-        expected, expected_s = _greedy(queue, order.tolist(), t_c, budget_s)
+        expected, expected_s = _greedy(queue, order, t_c, budget_s)
         if not expected:  # nothing fits: the first request in order runs anyway (progress)
-            expected = [(int(order[0]), 1)]
-            expected_s = t_c + float(queue.exec_s[order[0]])
+            expected = [(order[0], 1)]
+            expected_s = t_c + queue.exec_s[order[0]]
         assert chosen == expected, budget_s
         assert estimated_s == expected_s, budget_s
