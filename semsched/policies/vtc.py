@@ -20,8 +20,8 @@ PROSERVE's §5.1 "Weighted VTC" baseline.
 * **Non-preemptive**: no displacement; under KV pressure vLLM's FCFS victim (latest arrival).
 
 Hook mapping. The policy learns of admissions from the running list at the next step's ``step_budget`` (which
-both engines ask first in every step, before the core re-keys), and charges each request's prompt once (a request readmitted after
-a KV-pressure preemption is not charged again); output tokens are charged in ``on_tokens``.
+both engines ask first in every step, before the core re-keys), and charges each request's prompt once (a request
+readmitted after a KV-pressure preemption is not charged again); output tokens are charged in ``on_tokens``.
 
 Fairness bound (tested in tests/policies/test_vtc.py): while two clients f and g both have waiting requests,
 ``|c_f - c_g| <= (I + B * O) / w_min``, where ``I`` is the largest input cost of one request, ``O`` the largest

@@ -893,8 +893,8 @@ class Scheduler(_VllmScheduler):
         now = self._now_s = time.time()
         if self._on_step is not None:
             self._report_step(scheduler_output, received_s)
-        if self._on_tokens is not None:
-            self._report_tokens(scheduler_output.num_scheduled_tokens, now)
+        if self._on_tokens is not None:  # (at the instant on_step names, as the core reports a step's tokens)
+            self._report_tokens(scheduler_output.num_scheduled_tokens, received_s if self._on_step else now)
         if self._awaiting_first_token:
             self._note_first_tokens(now)
         if self._finishing:

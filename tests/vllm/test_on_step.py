@@ -11,7 +11,10 @@ import pytest
 
 import semsched.vllm.scheduler as adapter_module
 from semsched.core.policy import Policy
+from semsched.core.request import Request
 from semsched.policies import POLICIES, register_policy
+from semsched.policies.attained import attained_s
+from semsched.policies.las import LAS
 from semsched.vllm.harness import HarnessConfig, SchedulerHarness
 
 Call = tuple[tuple[tuple[int, int], ...], int, int, float, float]
@@ -37,11 +40,34 @@ class _StepLog(Policy):
         self.calls.append((tuple(prefill), num_decode, decode_context_tokens, duration_s, now_s))
 
 
+class _ServiceLog(LAS):
+    """LAS that records every ``on_step`` duration and each request's attained service when it finishes."""
+
+    name: ClassVar[str] = "test-service-log"
+
+    def __init__(self, config: object = None) -> None:
+        super().__init__(None)
+        self.durations: list[float] = []
+        self.served: dict[str, float] = {}
+
+    def on_step(
+        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int, duration_s: float,
+        now_s: float,
+    ) -> None:
+        self.durations.append(duration_s)
+        super().on_step(prefill, num_decode, decode_context_tokens, duration_s, now_s)
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self.served[request.request_id] = attained_s(request)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _test_policy() -> Iterator[None]:
-    register_policy(_StepLog)
+    for cls in (_StepLog, _ServiceLog):
+        register_policy(cls)
     yield
-    POLICIES.unregister(_StepLog.name)
+    for cls in (_StepLog, _ServiceLog):
+        POLICIES.unregister(cls.name)
 
 
 class _TickingClock:
@@ -86,3 +112,27 @@ def test_policies_without_on_step_are_not_timed(tiny_model_dir: Path) -> None:
     h.add("a", [101] * 8, 2)
     h.run()
     assert h.scheduler._on_step is None and not h.scheduler._steps_in_flight
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_a_steps_tokens_are_charged_its_measured_duration(
+    tiny_model_dir: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's tokens are reported at the instant its ``on_step`` names, as the core reports them: a service
+    meter (las, laps-sd) charges each request the duration of every step it emitted in. Three requests run
+    together from start to end, so each is charged every step's duration."""
+    monkeypatch.setattr(adapter_module, "time", _TickingClock())
+    h = SchedulerHarness(
+        "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
+        env={"SEMSCHED_POLICY": _ServiceLog.name},
+    )
+    for request_id in ("a", "b", "c"):
+        h.add(request_id, [101] * 10, 6)
+    h.run()
+    policy = h.scheduler.semsched_policy
+    assert isinstance(policy, _ServiceLog)
+    assert len(policy.durations) == 6 and all(d > 0 for d in policy.durations)
+    total = 0.0
+    for duration in policy.durations:
+        total += duration
+    assert policy.served == {"a": total, "b": total, "c": total}
