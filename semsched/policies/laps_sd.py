@@ -212,15 +212,26 @@ class LapsSD(ServicePolicy):
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         state = request.policy_state
         state[_FRESH] = 0.0
-        if self._predicted:
+        meter = self.meter
+        single_s = meter.single_s
+        if single_s is not None and now_s == meter.end_s and not self._predicted \
+                and request.num_output_tokens != num_tokens:
+            # one decode step (every step but a stretch's or a prompt's): the meter's tokens(), inline
+            meter.closed = True
+            state[ATTAINED] = state.get(ATTAINED, 0.0) + single_s
+            state[ROUND_TIME] = state.get(ROUND_TIME, 0.0) + single_s
+            state[ROUNDS] = state.get(ROUNDS, 0) + 1
+            state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
+            count = 1
+        elif self._predicted:
             before = state.get(ROUND_TIME, 0.0)
-            count = self.meter.tokens(request, num_tokens, now_s)
+            count = meter.tokens(request, num_tokens, now_s)
             if count:
                 self._seconds += state[ROUND_TIME] - before
                 self._tokens += num_tokens
                 self._rounds += count
         else:
-            count = self.meter.tokens(request, num_tokens, now_s)
+            count = meter.tokens(request, num_tokens, now_s)
         if not count or state.get(_PERCEPTIBLE, 0.0) == 1.0:
             return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain

@@ -66,3 +66,28 @@ def test_las_charges_what_the_meter_charges() -> None:
             las.on_tokens(heard, 1, at)
             meter.charge(plain, at)
         assert heard.policy_state[ATTAINED] == plain.policy_state[ATTAINED]
+
+
+def test_laps_sd_counts_what_the_meter_counts() -> None:
+    """``laps-sd``'s ``on_tokens`` (the meter's one-step path inline) adds the service, round time, rounds and
+    round tokens :meth:`ServiceMeter.tokens` adds, the prompt's first token and multi-step groups included."""
+    rng = random.Random(10)
+    laps, meter = make_policy("laps-sd"), ServiceMeter()
+    heard = Request("heard", prompt_tokens=10, max_output_tokens=100_000, arrival_time_s=0.0)
+    plain = Request("plain", prompt_tokens=10, max_output_tokens=100_000, arrival_time_s=0.0)
+    now = 0.0
+    for _ in range(400):
+        group = [rng.choice([0.1, 0.3, 1e-3 * rng.random(), 1e-17]) for _ in range(rng.choice([1, 1, 1, 2, 5]))]
+        for duration in group:
+            now += duration
+            laps.on_step([], 1, 10, duration, now)
+            meter.step(duration, now)
+        at = now + 1.0 if rng.random() < 0.1 else now
+        for _ in range(rng.choice([1, 1, 2])):  # (several requests of one step: the same group)
+            emitted = rng.choice([1, 1, 3])
+            for request in (heard, plain):
+                request.num_output_tokens += emitted
+            laps.on_tokens(heard, emitted, at)
+            meter.tokens(plain, emitted, at)
+        for key in (ATTAINED, ROUND_TIME, ROUNDS, ROUND_TOKENS):
+            assert heard.policy_state.get(key) == plain.policy_state.get(key), key
