@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 from semsched.core.plan import StepResult
-from semsched.core.request import Request
+from semsched.core.policy import Policy
+from semsched.core.request import Request, RequestState
 from tests.support import make_scheduler, run_checked
 
 
@@ -28,3 +30,26 @@ def displaced_by(policy: str, running: Sequence[Request], arrival: Request, *, n
     scheduler.add_request(arrival, arrival.arrival_time_s)
     plan = scheduler.schedule(arrival.arrival_time_s)
     return [p.request.request_id for p in plan.preempted]
+
+
+def running_request_event(
+    policy: Policy, request: Request, action: float, rng: random.Random, now_s: float
+) -> None:
+    """What may happen to running ``request``, by ``action`` in [0, 1), with the hook a scheduler calls: tokens
+    (0.7: 1, 3 or 9; ``on_tokens`` once they reach ``notify_tokens_at``), a preemption (0.15), a hand-off back into
+    the queue (0.05: ``on_leave`` then ``on_arrival``) or its finish."""
+    if action < 0.7:
+        count = rng.choice([1, 1, 3, 9])
+        request.num_output_tokens += count
+        if request.num_output_tokens >= request.notify_tokens_at:
+            policy.on_tokens(request, count, now_s)
+    elif action < 0.85:
+        request.state = RequestState.PREEMPTED_RECOMPUTE
+        policy.on_preempt(request, now_s)
+    elif action < 0.9:
+        request.state = RequestState.WAITING
+        policy.on_leave(request)
+        policy.on_arrival(request, now_s)
+    else:
+        request.state = RequestState.FINISHED
+        policy.on_finish(request, now_s)

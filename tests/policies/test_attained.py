@@ -4,7 +4,9 @@ the order of the steps (its one-step path and ``charge`` give what the general f
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
+from semsched.core.policy import Policy
 from semsched.core.request import Request
 from semsched.policies import make_policy
 from semsched.policies.attained import ATTAINED, ROUND_TIME, ROUND_TOKENS, ROUNDS, ServiceMeter
@@ -48,23 +50,30 @@ def test_tokens_and_charge_add_each_step_of_a_group_in_order() -> None:
     assert ROUNDS not in plain.policy_state  # charge counts no rounds
 
 
-def test_las_charges_what_the_meter_charges() -> None:
-    """``las``'s ``on_tokens`` (the meter's one-step path inline) adds what :meth:`ServiceMeter.charge` adds."""
-    rng = random.Random(9)
-    las, meter = make_policy("las"), ServiceMeter()
-    heard = Request("heard", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
-    plain = Request("plain", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
+def _reported_groups(rng: random.Random, policy: Policy, meter: ServiceMeter) -> Iterator[float]:
+    """400 groups of steps (one step mostly, or a fast-forwarded stretch), each reported to ``policy`` and to
+    ``meter`` alike; yields, after each group, the time its tokens are reported at (a tenth of them at another time
+    than the last step's end, which charges nothing) once per request of the step (1 or 2)."""
     now = 0.0
     for _ in range(400):
         group = [rng.choice([0.1, 0.3, 1e-3 * rng.random(), 1e-17]) for _ in range(rng.choice([1, 1, 1, 2, 5]))]
         for duration in group:
             now += duration
-            las.on_step([], 1, 10, duration, now)
+            policy.on_step([], 1, 10, duration, now)
             meter.step(duration, now)
         at = now + 1.0 if rng.random() < 0.1 else now
         for _ in range(rng.choice([1, 1, 2])):  # (several requests of one step: the same group)
-            las.on_tokens(heard, 1, at)
-            meter.charge(plain, at)
+            yield at
+
+
+def test_las_charges_what_the_meter_charges() -> None:
+    """``las``'s ``on_tokens`` (the meter's one-step path inline) adds what :meth:`ServiceMeter.charge` adds."""
+    las, meter = make_policy("las"), ServiceMeter()
+    heard = Request("heard", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
+    plain = Request("plain", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
+    for at in _reported_groups(random.Random(9), las, meter):
+        las.on_tokens(heard, 1, at)
+        meter.charge(plain, at)
         assert heard.policy_state[ATTAINED] == plain.policy_state[ATTAINED]
 
 
@@ -75,19 +84,11 @@ def test_laps_sd_counts_what_the_meter_counts() -> None:
     laps, meter = make_policy("laps-sd"), ServiceMeter()
     heard = Request("heard", prompt_tokens=10, max_output_tokens=100_000, arrival_time_s=0.0)
     plain = Request("plain", prompt_tokens=10, max_output_tokens=100_000, arrival_time_s=0.0)
-    now = 0.0
-    for _ in range(400):
-        group = [rng.choice([0.1, 0.3, 1e-3 * rng.random(), 1e-17]) for _ in range(rng.choice([1, 1, 1, 2, 5]))]
-        for duration in group:
-            now += duration
-            laps.on_step([], 1, 10, duration, now)
-            meter.step(duration, now)
-        at = now + 1.0 if rng.random() < 0.1 else now
-        for _ in range(rng.choice([1, 1, 2])):  # (several requests of one step: the same group)
-            emitted = rng.choice([1, 1, 3])
-            for request in (heard, plain):
-                request.num_output_tokens += emitted
-            laps.on_tokens(heard, emitted, at)
-            meter.tokens(plain, emitted, at)
+    for at in _reported_groups(rng, laps, meter):
+        emitted = rng.choice([1, 1, 3])
+        for request in (heard, plain):
+            request.num_output_tokens += emitted
+        laps.on_tokens(heard, emitted, at)
+        meter.tokens(plain, emitted, at)
         for key in (ATTAINED, ROUND_TIME, ROUNDS, ROUND_TOKENS):
             assert heard.policy_state.get(key) == plain.policy_state.get(key), key

@@ -13,7 +13,7 @@ from semsched.core.policy import SchedulerView, SortKey, next_rekey_s
 from semsched.core.request import Request, RequestState
 from semsched.policies import make_policy
 from semsched.policies.fastserve import FastServe
-from tests.policies.factories import displaced_by
+from tests.policies.factories import displaced_by, running_request_event
 from tests.policies.predicted import check_complete_and_exact
 from tests.support import make_request
 
@@ -193,21 +193,7 @@ def test_the_kept_victim_keys_are_the_keys_the_requests_state_gives(seed: int) -
         request = rng.choice(requests)
         action = rng.random()
         if request.state is RequestState.RUNNING:
-            if action < 0.7:
-                count = rng.choice([1, 1, 3, 9])
-                request.num_output_tokens += count
-                if request.num_output_tokens >= request.notify_tokens_at:
-                    policy.on_tokens(request, count, float(now))
-            elif action < 0.85:
-                request.state = RequestState.PREEMPTED_RECOMPUTE
-                policy.on_preempt(request, float(now))
-            elif action < 0.9:
-                request.state = RequestState.WAITING
-                policy.on_leave(request)
-                policy.on_arrival(request, float(now))
-            else:
-                request.state = RequestState.FINISHED
-                policy.on_finish(request, float(now))
+            running_request_event(policy, request, action, rng, float(now))
         elif request.state is not RequestState.FINISHED:
             if action < 0.2:
                 policy._promote(request, float(now))
