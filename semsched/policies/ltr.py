@@ -279,16 +279,13 @@ class LTR(Policy):
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
         """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order):
-        each decorated with its key and place (one pass, the key read inline)."""
+        each decorated with its kept key and place (one pass)."""
         mine_promoted, mine_score, _ = self._victim_key_of(candidate)
+        keys = self._victim_keys
         lower: list[tuple[float, float, float, int, Request]] = []
         for request in running:
-            state = request.policy_state
-            promoted = 0.0 if state.get(_LEFT, 0.0) > 0 else 1.0
-            score = state.get(_SCORE)
-            if score is None:
-                score = self.score(request)
+            promoted, score, arrival = keys[request]
             if promoted > mine_promoted or (promoted == mine_promoted and score > mine_score):
-                lower.append((promoted, score, request.arrival_time_s, -len(lower), request))
+                lower.append((promoted, score, arrival, -len(lower), request))
         lower.sort(reverse=True)
         return [entry[4] for entry in lower]
