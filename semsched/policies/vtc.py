@@ -235,20 +235,9 @@ class VTC(Policy):
         self._left.add(request.request_id)  # its entry still counts ahead of later ones while it is WAITING
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        # (every running request every step: weight, client_of, _client and _charge inlined)
-        priority, weights = request.priority, self.config.weights
-        if weights is not None:
-            weight = weights[priority] if 0 <= priority < len(weights) else LOW_PRIORITY_WEIGHT
-        else:
-            weight = HIGH_PRIORITY_WEIGHT if priority == self._top_priority else LOW_PRIORITY_WEIGHT
-        cost = self.config.output_cost * num_tokens / weight
+        cost = self.config.output_cost * num_tokens / self.weight(request.priority)
         if cost:
-            client = request.client
-            entry = self._clients.get(client if client is not None else _priority_client(priority))
-            if entry is None:
-                entry = self._client(request)
-            entry.counter += cost
-            self._version += 1
+            self._charge(self._client(request), cost)
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """Charges this step's newly running requests before the core re-keys (the budget is the engine's). Both
