@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from semsched.core.emission import record_steps
 from semsched.core.errors import SemschedError
 
 #: longest ``Request.client`` label
@@ -318,11 +319,7 @@ class Request:
         """Record ``count`` tokens emitted at consecutive steps starting at ``first_step``."""
         if self.timeline is None:
             self.timeline = timeline
-        ranges = self.token_step_ranges
-        if ranges and ranges[-1][1] == first_step:
-            ranges[-1][1] = first_step + count
-        else:
-            ranges.append([first_step, first_step + count])
+        record_steps(self.token_step_ranges, first_step, count)
 
     def record_round(self, timeline: TokenTimeline, step: int, count: int) -> None:
         """Record ``count`` tokens emitted together at ``step`` (a speculative round): what ``count`` calls of

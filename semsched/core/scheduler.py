@@ -22,6 +22,7 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 
 from semsched.core.displacement import Need, Release, Room, best_class, excluded, fits, victims_to_displace
+from semsched.core.emission import record_steps
 from semsched.core.kv import BlockManager, Reservation, blocks_for
 from semsched.core.plan import (
     Admission,
@@ -611,7 +612,9 @@ class Scheduler:
                 continue
             request.num_computed_tokens += 1
             request.num_output_tokens += 1
-            request.record_tokens(timeline, step_index, 1)
+            if request.timeline is None:  # (request.record_tokens, without a Python call)
+                request.timeline = timeline
+            record_steps(request.token_step_ranges, step_index, 1)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, 1, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
@@ -642,7 +645,9 @@ class Scheduler:
 
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
-        request.record_tokens(self.timeline, step_index, count)
+        if request.timeline is None:  # (request.record_tokens, without a Python call)
+            request.timeline = self.timeline
+        record_steps(request.token_step_ranges, step_index, count)
         if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
             self._on_tokens(request, count, now_s)
 
@@ -704,20 +709,15 @@ class Scheduler:
 
     def _steps_within_blocks(self, requests: list[Request], steps: int) -> int:
         """Largest k <= steps such that steps 2..k find a free block for every request that needs one."""
-        computed = np.fromiter((r.num_computed_tokens for r in requests), np.int64, len(requests))
+        computed = [r.num_computed_tokens for r in requests]
         block_size = self.block_size
-        held = -(-(computed + 1) // block_size)
         free = self._free_blocks_for(requests)
-
-        def demand(k: int) -> int:  # extra blocks held after step k (1-based) beyond step 1's
-            return int((-(-(computed + k) // block_size) - held).sum())
-
-        if demand(steps) <= free:
+        if _extra_blocks(computed, steps, block_size) <= free:
             return steps
-        lo, hi = 1, steps  # demand(lo) <= free < demand(hi)
+        lo, hi = 1, steps  # extra(lo) <= free < extra(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if demand(mid) <= free:
+            if _extra_blocks(computed, mid, block_size) <= free:
                 lo = mid
             else:
                 hi = mid
@@ -767,7 +767,9 @@ class Scheduler:
             try_allocate(request, count)
             request.num_computed_tokens += count
             request.num_output_tokens += count
-            request.record_tokens(timeline, first_step, count)
+            if request.timeline is None:  # (request.record_tokens, without a Python call)
+                request.timeline = timeline
+            record_steps(request.token_step_ranges, first_step, count)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
@@ -842,6 +844,16 @@ def static_victim_order(policy: Policy) -> bool:
     promised_by = next(i for i, cls in enumerate(mro) if "static_victim_key" in vars(cls))
     defined_by = next(i for i, cls in enumerate(mro) if "victim_key" in vars(cls))
     return bool(policy.static_victim_key) and promised_by <= defined_by
+
+
+def _extra_blocks(computed: list[int], steps: int, block_size: int) -> int:
+    """The blocks decodes with ``computed`` tokens hold after ``steps`` steps (1-based) beyond those they hold
+    after the first: a sum of integer ceilings, in a native loop (a stretch is checked before every
+    fast-forward, over every running request)."""
+    extra = 0
+    for tokens in computed:
+        extra += (tokens + steps + block_size - 1) // block_size - (tokens + block_size) // block_size
+    return extra
 
 
 def _is_decode(request: Request, num_new: int) -> bool:
