@@ -152,7 +152,7 @@ class TokenTimeline:
         return self._array
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Request:
     """One inference request: static description plus mutable progress.
 
