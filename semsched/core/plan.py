@@ -26,7 +26,7 @@ class PreemptionReason(enum.Enum):
     PRIORITY = "priority"  # a waiting request displaced it (policy's may_preempt hook)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ScheduledChunk:
     """``num_tokens`` tokens of ``request`` are computed this step on top of ``context_tokens`` cached ones: a
     (chunked) prefill, or the recompute of a preempted request. Decodes are listed as plain requests.
@@ -38,6 +38,12 @@ class ScheduledChunk:
     num_tokens: int
     context_tokens: int
 
+    def __init__(self, request: Request, num_tokens: int, context_tokens: int) -> None:
+        # (written out: the one dataclasses generates is interpreted; see BatchPlan)
+        self.request = request
+        self.num_tokens = num_tokens
+        self.context_tokens = context_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
@@ -47,7 +53,7 @@ class Preemption:
     num_tokens_saved: int  # tokens of KV moved to swap (0 for recompute)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BatchPlan:
     """What runs in one engine step.
 
@@ -67,6 +73,27 @@ class BatchPlan:
     swap_in_tokens: int = 0
     swap_out_tokens: int = 0
     decode_context_tokens: int = 0  # sum of num_computed_tokens over decode requests at planning time
+
+    def __init__(
+        self,
+        time_s: float,
+        prefill: list[ScheduledChunk] | None = None,
+        decode: list[Request] | None = None,
+        preempted: list[Preemption] | None = None,
+        swapped_in: list[Request] | None = None,
+        swap_in_tokens: int = 0,
+        swap_out_tokens: int = 0,
+        decode_context_tokens: int = 0,
+    ) -> None:
+        # (written out: the one dataclasses generates is interpreted, and the scheduler makes a plan every step)
+        self.time_s = time_s
+        self.prefill = [] if prefill is None else prefill
+        self.decode = [] if decode is None else decode
+        self.preempted = [] if preempted is None else preempted
+        self.swapped_in = [] if swapped_in is None else swapped_in
+        self.swap_in_tokens = swap_in_tokens
+        self.swap_out_tokens = swap_out_tokens
+        self.decode_context_tokens = decode_context_tokens
 
     @property
     def num_tokens(self) -> int:
@@ -89,7 +116,7 @@ class BatchPlan:
         return not self.prefill and not self.preempted and not self.swapped_in and bool(self.decode)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class StepResult:
     """What the executor reports after running a plan: when the step ended, requests it aborted, and, with
     speculative decoding, how many tokens each decode request emitted (1 to 1 + ``num_lookahead_tokens``;
@@ -98,6 +125,17 @@ class StepResult:
     end_time_s: float
     aborted_request_ids: tuple[str, ...] = ()
     accepted_tokens: Mapping[str, int] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        end_time_s: float,
+        aborted_request_ids: tuple[str, ...] = (),
+        accepted_tokens: Mapping[str, int] | None = None,
+    ) -> None:
+        # (written out: the one dataclasses generates is interpreted, and the executor reports every step)
+        self.end_time_s = end_time_s
+        self.aborted_request_ids = aborted_request_ids
+        self.accepted_tokens = {} if accepted_tokens is None else accepted_tokens
 
 
 @dataclass(frozen=True, slots=True)
