@@ -34,10 +34,10 @@ from typing import ClassVar, NamedTuple
 from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import WAITING_STATES, Request
-from semsched.latency import AnalyticLatencyModel, load_profile
+from semsched.latency import load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
-from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms, last_within
+from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
 from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
 
 #: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
@@ -204,9 +204,6 @@ class FairBatching(Policy):
         self._plan: _StepPlan | None = None
         self._facts: _RunningFacts | None = None
         self._margin_s = cfg.margin_ms / 1000.0 if cfg.margin_ms is not None else None
-        latency = self.budget.latency
-        #: the analytic model, whose decode part _decodes_within prices itself (None: any other model)
-        self._analytic = latency if isinstance(latency, AnalyticLatencyModel) else None
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -270,7 +267,8 @@ class FairBatching(Policy):
         if most <= 0:  # the urgent decodes take the whole budget
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
         prefill = min(demand, self.budget.prefill_tokens(slo_s, len(urgent), context, cached, most))
-        joining = self._decodes_within(slo_s, prefill, cached, split)
+        joining = self.budget.summed_decodes_within(slo_s, prefill, cached, len(urgent), context,
+                                                    split.slack_contexts)
         joining = min(joining, most - prefill)
         budget = StepBudget(len(urgent) + prefill + joining, engine.max_num_seqs)
         order = urgent + prompts + slack[:joining]
@@ -322,32 +320,6 @@ class FairBatching(Policy):
             # step_blocks: the prompt's whole remaining sequence
             split.prompt_blocks += whole_sequence_blocks(request, block_size) - blocks_for(computed, block_size)
         return split
-
-    def _decodes_within(self, slo_s: float, prefill: int, cached: int, split: _Split) -> int:
-        """:meth:`TBTBudget.decodes_within` for the slack decodes beside the urgent ones, from the summed
-        contexts the partition kept; for the analytic model the prefill part is priced once, and each count
-        adds the decode part as ``step_time_s`` does (same floats: its sum of one chunk is ``0.0 +`` the
-        chunk), without its per-call checks (the counts are not negative)."""
-        model, slack, num_urgent, context = self._analytic, split.slack, len(split.urgent), split.urgent_context
-        if model is None:
-            return self.budget.decodes_within(slo_s, prefill, cached, slack, num_urgent, context)
-        config, slack_contexts = model.config, split.slack_contexts
-        prefill_s = 0.0 + model.chunk_time_s(prefill, cached) if prefill else 0.0
-
-        def within(count: int) -> bool:
-            if num_urgent + count == 0:
-                return prefill_s <= slo_s
-            decode_s = float(context + slack_contexts[count]) * config.gamma1 + config.gamma2
-            return (prefill_s + decode_s if prefill else decode_s) <= slo_s
-
-        if within(len(slack)):
-            return len(slack)
-        guess = None
-        if slack and config.gamma1 > 0:  # (TBTBudget._analytic_decodes)
-            most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
-            if math.isfinite(most_context):  # (the summed contexts are context + slack_contexts)
-                guess = bisect.bisect_right(slack_contexts, most_context, key=context.__add__) - 1
-        return last_within(within, len(slack), guess)
 
     def _waiting_demand(self, view: SchedulerView, prompt_blocks: int) -> tuple[int, int]:
         """The uncomputed tokens of the waiting requests, in deadline order, that the free blocks and sequence

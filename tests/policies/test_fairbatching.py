@@ -120,25 +120,3 @@ def test_partition_is_a_sort_by_next_deadline_then_a_split(margin: str) -> None:
         assert split.urgent_context == sum(r.num_computed_tokens for r in urgent)
         contexts = [sum(r.num_computed_tokens for r in slack[:count]) for count in range(len(slack) + 1)]
         assert split.slack_contexts == contexts
-
-
-def test_slack_decodes_search_is_the_tbt_budget_s() -> None:
-    """The search priced from the partition's sums gives TBTBudget.decodes_within's answer, at SLOs on and one
-    ulp either side of the priced step of several counts of slack decodes."""
-    policy = make_policy("fairbatching")
-    assert isinstance(policy, FairBatching)
-    searched = set()
-    for seed in range(20):
-        requests = [r for r in _running_mix(seed, 40) if not in_prompt(r)]
-        split = policy._partition(requests, 0.0 if seed % 2 else 100.0, 4)
-        slack, num_urgent, context = split.slack, len(split.urgent), split.urgent_context
-        for prefill, cached in ((0, 0), (1, 0), (64, 100), (512, 2000)):
-            chunks = [(prefill, cached)] if prefill else []
-            for count in {0, 1, len(slack) // 2, len(slack) - 1, len(slack)} - {-1}:
-                step_s = policy.budget.latency.step_time_s(chunks, num_urgent + count, split.slack_contexts[count]
-                                                           + context)
-                for slo_s in (math.nextafter(step_s, 0.0), step_s, math.nextafter(step_s, math.inf)):
-                    expected = policy.budget.decodes_within(slo_s, prefill, cached, slack, num_urgent, context)
-                    assert policy._decodes_within(slo_s, prefill, cached, split) == expected
-                    searched.add(0 < expected < len(slack))
-    assert searched == {False, True}  # the search ended inside the slack decodes as well as at either end
