@@ -11,8 +11,8 @@ from semsched.core.plan import StepResult
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler
 from semsched.policies import PolicyError, make_policy
-from semsched.policies.fairbatching import FairBatching, next_deadline_s, token_deadline_s
-from semsched.policies.vllm_fcfs import in_prompt, step_blocks
+from semsched.policies.fairbatching import FairBatching, _OrderedBook, next_deadline_s, token_deadline_s
+from semsched.policies.vllm_fcfs import WaitingBook, in_prompt, step_blocks
 from tests.policies.factories import service_order
 from tests.support import make_request, make_scheduler, random_requests, run_checked
 
@@ -120,3 +120,32 @@ def test_partition_is_a_sort_by_next_deadline_then_a_split(margin: str) -> None:
         assert split.urgent_context == sum(r.num_computed_tokens for r in urgent)
         contexts = [sum(r.num_computed_tokens for r in slack[:count]) for count in range(len(slack) + 1)]
         assert split.slack_contexts == contexts
+
+
+def test_ordered_book_reads_as_the_waiting_book() -> None:
+    """The sorted-list book gives the heap book's order (ties: first told first), dropping requests that left
+    (admitted, ended) or were told again, as requests come and go."""
+    rng = np.random.default_rng(5)
+    key = lambda request: (request.arrival_time_s // 0.5,)  # noqa: E731 (coarse: many ties)
+    ordered, heap = _OrderedBook(key), WaitingBook(key)
+    requests = [make_request(str(i), arrival=float(rng.random() * 5)) for i in range(300)]
+    told: list[Request] = []
+    for step, request in enumerate(requests):
+        ordered.add(request)
+        heap.add(request)
+        told.append(request)
+        for other in rng.choice(told, size=min(3, len(told)), replace=False):
+            roll = rng.random()
+            if roll < 0.3:
+                other.state = RequestState.RUNNING
+            elif roll < 0.4:
+                other.state = RequestState.PREEMPTED_RECOMPUTE
+                ordered.add(other)
+                heap.add(other)
+            elif roll < 0.45:
+                other.state = RequestState.FINISHED
+        count = int(rng.integers(0, 8))
+        assert ordered.head() is heap.head()
+        assert ordered.first(count) == heap.first(count)
+        if step % 25 == 0:
+            assert list(ordered.in_order()) == heap.first(len(requests))
