@@ -78,6 +78,11 @@ class AnalyticLatencyModel:
             return decode_s
         return prefill_s + decode_s
 
+    def decode_time_s(self, decode_context_tokens: int) -> float:
+        """The decode part of a step whose decodes (at least one) sum ``decode_context_tokens`` of context: what
+        :meth:`step_time_s` adds for them, bit for bit, without its checks (for a caller that made them)."""
+        return _decode_step_s(self.config.gamma1, self.config.gamma2, float(decode_context_tokens))
+
     def decode_times_s(self, num_decode: int, decode_context_tokens: int, num_steps: int) -> FloatArray:
         """Durations of consecutive decode-only steps, bit-for-bit equal to :meth:`step_time_s`."""
         contexts = decode_context_series(num_decode, decode_context_tokens, num_steps)

@@ -25,20 +25,19 @@ waiting request never overtakes a running prompt with a later deadline.
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import WAITING_STATES, Request
-from semsched.latency import AnalyticLatencyModel, load_profile
+from semsched.latency import load_profile
 from semsched.policies.params import param
 from semsched.policies.registry import register_policy
-from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms, last_within
+from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
 from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
 
 #: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
@@ -88,36 +87,71 @@ class FairBatchingConfig(PolicyConfig):
             raise ValueError(f"profile must be a profile name or path, got {self.profile!r}")
 
 
-def _fits_in_place(requests: Sequence[Request], blocks: int, view: SchedulerView) -> bool:
+def _fits_in_place(requests: Sequence[Request], blocks: int, view: SchedulerView,
+                   one_priority: Request | None = None) -> bool:
     """:func:`~semsched.policies.vllm_fcfs.fits_in_place` (no margin) for running ``requests`` that may allocate
     ``blocks`` (their :func:`~semsched.policies.vllm_fcfs.step_blocks`, counted by the caller), the engine asked
     once per priority: the blocks a running request may take depend on its priority (the reservations it may
-    not use) alone."""
+    not use) alone. ``one_priority``: a request of the only priority among ``requests`` (the engine is asked
+    for it), when the caller knows one."""
     if not requests:
         return True
+    if one_priority is not None:
+        return blocks <= view.available_blocks(one_priority, admission=False)
     one_per_priority = {request.priority: request for request in requests}.values()
     return blocks <= min(view.available_blocks(request, admission=False) for request in one_per_priority)
 
 
 class _OrderedBook(WaitingBook):
-    """A :class:`WaitingBook` read lazily from the front: a step looks at the waiting requests it may admit and
-    one more, not at every entry (``first`` selects from all of them, stale ones included)."""
+    """A :class:`WaitingBook` kept as a sorted list, read lazily from the front: a step looks at the waiting
+    requests it may admit and one more, not at every entry. Entries of requests no longer waiting leave when they
+    come to the front (the core admits from the front, in the same order), as from the heap."""
+
+    def __init__(self, key: Callable[[Request], SortKey]) -> None:
+        super().__init__(key)
+        #: (key, sequence number, request) in ascending order from ``_start`` (the heap's pop order)
+        self._sorted: list[tuple[SortKey, int, Request]] = []
+        self._start = 0
+
+    def add(self, request: Request) -> None:
+        seq = next(self._seq)
+        self._live[request.request_id] = seq
+        entries = self._sorted
+        if self._start > 64 and 2 * self._start > len(entries):  # (the stale front, dropped in one go)
+            del entries[:self._start]
+            self._start = 0
+        bisect.insort(entries, (self._key(request), seq, request), lo=self._start)
+
+    def head(self) -> Request | None:
+        return next(self.in_order(), None)
+
+    def first(self, count: int) -> list[Request]:
+        return list(itertools.islice(self.in_order(), count)) if count > 0 else []
 
     def in_order(self) -> Iterator[Request]:
-        """The waiting requests in order (``first(n)`` is the first n), found by walking the heap from its root:
-        O(k log k) for the first k."""
-        if self.head() is None:
-            return
-        heap, live = self._heap, self._live
-        frontier = [(heap[0], 0)]
-        while frontier:
-            entry, index = heapq.heappop(frontier)
-            _, seq, request = entry
+        """The waiting requests in order (``first(n)`` is the first n); stale entries at the front are dropped."""
+        entries, live = self._sorted, self._live
+        index = self._start
+        while index < len(entries):
+            _, seq, request = entries[index]
+            index += 1
             if live.get(request.request_id) == seq and request.state in WAITING_STATES:  # (is_waiting)
                 yield request
-            for child in (2 * index + 1, 2 * index + 2):
-                if child < len(heap):
-                    heapq.heappush(frontier, (heap[child], child))
+            elif index - 1 == self._start:  # stale at the front: it leaves the book
+                self._start = index
+                if live.get(request.request_id) == seq:
+                    del live[request.request_id]
+
+
+class _RunningFacts(NamedTuple):
+    """What a plan reads of the running requests that stays while they stay the same (their SLOs and priorities
+    do not change)."""
+
+    running: tuple[Request, ...]
+    #: their TBT SLO (:meth:`TBTBudget.slo_s`)
+    slo_s: float
+    #: one of them when they all share one priority, else None
+    one_priority: Request | None
 
 
 class _StepPlan(NamedTuple):
@@ -168,11 +202,8 @@ class FairBatching(Policy):
         self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
         self._waiting = _OrderedBook(lambda request: self.waiting_key(request, 0.0))
         self._plan: _StepPlan | None = None
-        self._slo_of: tuple[tuple[Request, ...], float] | None = None  # (running requests, their TBT SLO)
+        self._facts: _RunningFacts | None = None
         self._margin_s = cfg.margin_ms / 1000.0 if cfg.margin_ms is not None else None
-        latency = self.budget.latency
-        #: the analytic model, whose decode part _decodes_within prices itself (None: any other model)
-        self._analytic = latency if isinstance(latency, AnalyticLatencyModel) else None
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -224,38 +255,39 @@ class FairBatching(Policy):
         running = view.running_requests()
         split = self._partition(running, now_s, view.block_size)
         prompts, urgent, slack = split.prompts, split.urgent, split.slack
-        waiting = self._admissible_waiting(view, split.prompt_blocks)
-        demand, cached = split.prompt_tokens, split.prompt_cached
-        for request in waiting:
-            demand += request.num_uncomputed_tokens
-            cached = max(cached, request.num_computed_tokens)
+        waiting_demand, waiting_cached = self._waiting_demand(view, split.prompt_blocks)
+        demand, cached = split.prompt_tokens + waiting_demand, max(split.prompt_cached, waiting_cached)
         engine = view.budget
         if demand == 0:  # nothing to prefill: every decode runs
             return _StepPlan(now_s, tuple(urgent + slack), None, idle_prefill=True)
-        slo_s = self._slo_s(running)
+        facts = self._running_facts(running)
+        slo_s = facts.slo_s
         context = split.urgent_context
         most = engine.max_num_batched_tokens - len(urgent)
         if most <= 0:  # the urgent decodes take the whole budget
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
         prefill = min(demand, self.budget.prefill_tokens(slo_s, len(urgent), context, cached, most))
-        joining = self._decodes_within(slo_s, prefill, cached, split)
+        joining = self.budget.summed_decodes_within(slo_s, prefill, cached, len(urgent), context,
+                                                    split.slack_contexts)
         joining = min(joining, most - prefill)
         budget = StepBudget(len(urgent) + prefill + joining, engine.max_num_seqs)
         order = urgent + prompts + slack[:joining]
         if len(order) < len(running) and not _fits_in_place(order, len(urgent) + split.prompt_blocks + joining,
-                                                            view):
+                                                            view, facts.one_priority):
             # what runs may have to preempt under KV pressure, possibly itself: hold nothing back, so the step
             # cannot come out empty while decodes wait
             return _StepPlan(now_s, tuple(urgent + prompts + slack), None)
         return _StepPlan(now_s, tuple(order), budget)
 
-    def _slo_s(self, running: Sequence[Request]) -> float:
-        """:meth:`TBTBudget.slo_s` of ``running``, kept while the running requests stay the same (it reads only
-        their SLOs, which do not change)."""
-        if self._slo_of is None or running != self._slo_of[0]:  # (a tuple, the core's, or a copy)
+    def _running_facts(self, running: Sequence[Request]) -> _RunningFacts:
+        """The running requests' TBT SLO and shared priority, kept while the running requests stay the same."""
+        facts = self._facts
+        if facts is None or running != facts.running:  # (a tuple, the core's, or a copy)
             running = tuple(running)
-            self._slo_of = (running, self.budget.slo_s(running))
-        return self._slo_of[1]
+            one_priority = running[0] if len({request.priority for request in running}) == 1 else None
+            facts = _RunningFacts(running, self.budget.slo_s(running), one_priority)
+            self._facts = facts
+        return facts
 
     def _partition(self, requests: Sequence[Request], now_s: float, block_size: int) -> _Split:
         """The running requests by next deadline (stably), split into prompts (:func:`in_prompt`), urgent
@@ -289,50 +321,22 @@ class FairBatching(Policy):
             split.prompt_blocks += whole_sequence_blocks(request, block_size) - blocks_for(computed, block_size)
         return split
 
-    def _decodes_within(self, slo_s: float, prefill: int, cached: int, split: _Split) -> int:
-        """:meth:`TBTBudget.decodes_within` for the slack decodes beside the urgent ones, from the summed
-        contexts the partition kept; for the analytic model the prefill part is priced once, and each count
-        adds the decode part as ``step_time_s`` does (same floats: its sum of one chunk is ``0.0 +`` the
-        chunk), without its per-call checks (the counts are not negative)."""
-        model, slack, num_urgent, context = self._analytic, split.slack, len(split.urgent), split.urgent_context
-        if model is None:
-            return self.budget.decodes_within(slo_s, prefill, cached, slack, num_urgent, context)
-        config, slack_contexts = model.config, split.slack_contexts
-        prefill_s = 0.0 + model.chunk_time_s(prefill, cached) if prefill else 0.0
-
-        def within(count: int) -> bool:
-            if num_urgent + count == 0:
-                return prefill_s <= slo_s
-            decode_s = float(context + slack_contexts[count]) * config.gamma1 + config.gamma2
-            return (prefill_s + decode_s if prefill else decode_s) <= slo_s
-
-        if within(len(slack)):
-            return len(slack)
-        guess = None
-        if slack and config.gamma1 > 0:  # (TBTBudget._analytic_decodes)
-            most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
-            if math.isfinite(most_context):  # (the summed contexts are context + slack_contexts)
-                guess = bisect.bisect_right(slack_contexts, most_context, key=context.__add__) - 1
-        return last_within(within, len(slack), guess)
-
-    def _admissible_waiting(self, view: SchedulerView, prompt_blocks: int) -> list[Request]:
-        """The waiting requests, in deadline order, that the free blocks and sequence slots would admit after
-        the running prompts take the blocks of their remaining prompt (``prompt_blocks``; the core stops at the
-        first that does not fit). The head is checked before the book is walked: most steps stop there."""
+    def _waiting_demand(self, view: SchedulerView, prompt_blocks: int) -> tuple[int, int]:
+        """The uncomputed tokens of the waiting requests, in deadline order, that the free blocks and sequence
+        slots would admit after the running prompts take the blocks of their remaining prompt (``prompt_blocks``;
+        the core stops at the first that does not fit), and the most computed tokens among them (0 if none)."""
         slots = view.budget.max_num_seqs - view.num_running
-        head = self._waiting.head() if slots > 0 else None
-        if head is None:
-            return []
+        if slots <= 0:
+            return 0, 0
         block_size = view.block_size
-        taken = prompt_blocks + whole_sequence_blocks(head, block_size)
-        if taken > admission_blocks(view, head, 0):
-            return []
-        admitted = [head]
-        waiting = self._waiting.in_order()
-        next(waiting)  # (the head)
-        for request in itertools.islice(waiting, slots - 1):
+        taken, demand, cached = prompt_blocks, 0, 0
+        room_priority, room = None, 0  # the blocks an admission may take, asked once per priority
+        for request in itertools.islice(self._waiting.in_order(), slots):
             taken += whole_sequence_blocks(request, block_size)
-            if taken > admission_blocks(view, request, 0):
+            if request.priority != room_priority:
+                room_priority, room = request.priority, admission_blocks(view, request, 0)
+            if taken > room:
                 break
-            admitted.append(request)
-        return admitted
+            demand += request.num_uncomputed_tokens
+            cached = max(cached, request.num_computed_tokens)
+        return demand, cached

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -37,6 +38,8 @@ from semsched.policies.vllm_fcfs import is_waiting
 
 #: the profile TBT budgets are priced with by default (tiered's default too)
 DEFAULT_PROFILE = "a100-qwen1.5-4b"
+#: a request's computed tokens, read in C
+_COMPUTED = operator.attrgetter("num_computed_tokens")
 #: longest TBT SLO a config may name (one hour)
 MAX_TBT_SLO_MS = 3_600_000.0
 
@@ -96,16 +99,16 @@ class TBTBudget:
         self, num_decode: int, context_tokens: int, cached_tokens: int, most: int
     ) -> Callable[[int], float]:
         """The step time of a prefill of ``x`` tokens on ``cached_tokens`` beside the decodes, as a function of
-        ``x``. For the analytic model the decode part is priced once and each call adds one chunk's time: the
-        float ``step_time_s`` gives (its sum of one chunk is the chunk), without its per-call checks (done here
-        once, for the largest prefill)."""
+        ``x``. For the analytic model the decode part is priced once (:meth:`AnalyticLatencyModel.decode_time_s`)
+        and each call adds one chunk's time: the float ``step_time_s`` gives (its sum of one chunk is the chunk),
+        without its per-call checks (done here once, for the largest prefill)."""
         model = self.latency
         if isinstance(model, AnalyticLatencyModel):
             validate_step_inputs([(most, cached_tokens)], num_decode, context_tokens)
             chunk_s = model.chunk_time_s
             if num_decode == 0:
                 return lambda tokens: chunk_s(tokens, cached_tokens)
-            decode_s = model.step_time_s((), num_decode, context_tokens)
+            decode_s = model.decode_time_s(context_tokens)
             return lambda tokens: chunk_s(tokens, cached_tokens) + decode_s
         step_s = model.step_time_s
         return lambda tokens: step_s([(tokens, cached_tokens)], num_decode, context_tokens)
@@ -124,43 +127,55 @@ class TBTBudget:
         a1, a2 = config.alpha1, config.alpha2
         if a1 < 0 or a2 < 0 or a1 + a2 <= 0:
             return None
-        left_s = slo_s - (context_tokens * config.gamma1 + config.gamma2 if num_decode else 0.0)
+        left_s = slo_s - (model.decode_time_s(context_tokens) if num_decode else 0.0)
         if left_s <= 0:
             return 1
         lin = 2 * a1 * cached_tokens + a2
         root = left_s / lin if a1 == 0 else (-lin + math.sqrt(lin * lin + 4 * a1 * left_s)) / (2 * a1)
         return int(root) if math.isfinite(root) else None
 
-    def _analytic_decodes(self, slo_s: float, chunks: list[tuple[int, int]], contexts: list[int]) -> int | None:
-        """For the analytic model (step time non-decreasing in the summed decode context when ``gamma1`` is not
-        negative): about how many decodes fit, the count whose summed context ``contexts[count]`` keeps
-        ``prefill + gamma1·context + gamma2`` within ``slo_s``. None for any other model."""
-        model = self.latency
-        if not isinstance(model, AnalyticLatencyModel) or model.config.gamma1 <= 0:
-            return None
-        config = model.config
-        prefill_s = sum((model.chunk_time_s(lq, lkv) for lq, lkv in chunks), 0.0)
-        most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
-        if not math.isfinite(most_context):
-            return None
-        return max(bisect.bisect_right(contexts, most_context) - 1, 0)
-
     def decodes_within(self, slo_s: float, prefill: int, cached_tokens: int, decodes: Sequence[Request],
                        base_decode: int, base_context: int) -> int:
         """How many of ``decodes`` (in order) may join ``base_decode`` decodes of ``base_context`` context and
-        ``prefill`` tokens on ``cached_tokens`` with the step priced within ``slo_s`` (binary search)."""
-        contexts = [base_context]
-        for request in decodes:
-            contexts.append(contexts[-1] + request.num_computed_tokens)
+        ``prefill`` tokens on ``cached_tokens`` with the step priced within ``slo_s``."""
+        return self.summed_decodes_within(slo_s, prefill, cached_tokens, base_decode, base_context,
+                                          list(itertools.accumulate(map(_COMPUTED, decodes), initial=0)))
+
+    def summed_decodes_within(self, slo_s: float, prefill: int, cached_tokens: int, base_decode: int,
+                              base_context: int, added_contexts: Sequence[int]) -> int:
+        """:meth:`decodes_within` from the candidates' summed contexts (``added_contexts[k]``: the first ``k``
+        candidates', from ``added_contexts[0] == 0``, non-decreasing): the largest count within the SLO, by the
+        closed form's guess (analytic model) or binary search, checked with the model's step times. For the
+        analytic model the prefill is priced once and each count adds the decode part
+        (:meth:`AnalyticLatencyModel.decode_time_s`) as ``step_time_s`` does (same floats: its sum of one chunk
+        is ``0.0 +`` the chunk); its checks are made once, on the base (every count adds to it)."""
+        count = len(added_contexts) - 1
         chunks = [(prefill, cached_tokens)] if prefill else []
+        model = self.latency
+        if not isinstance(model, AnalyticLatencyModel):
+            def within(k: int) -> bool:
+                return model.step_time_s(chunks, base_decode + k, base_context + added_contexts[k]) <= slo_s
 
-        def within(count: int) -> bool:
-            return self.latency.step_time_s(chunks, base_decode + count, contexts[count]) <= slo_s
+            return count if within(count) else last_within(within, count, None)
+        validate_step_inputs(chunks, base_decode, base_context)
+        prefill_s = 0.0 + model.chunk_time_s(prefill, cached_tokens) if prefill else 0.0
+        decode_s = model.decode_time_s
 
-        if within(len(decodes)):
-            return len(decodes)
-        guess = self._analytic_decodes(slo_s, chunks, contexts) if decodes else None
-        return last_within(within, len(decodes), guess)
+        def priced_within(k: int) -> bool:
+            if base_decode + k == 0:
+                return prefill_s <= slo_s
+            step_s = decode_s(base_context + added_contexts[k])
+            return (prefill_s + step_s if prefill else step_s) <= slo_s
+
+        if priced_within(count):
+            return count
+        guess = None
+        config = model.config
+        if count and config.gamma1 > 0:  # (the step time grows with the summed context)
+            most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
+            if math.isfinite(most_context):
+                guess = max(bisect.bisect_right(added_contexts, most_context, key=base_context.__add__) - 1, 0)
+        return last_within(priced_within, count, guess)
 
 
 def last_within(within: Callable[[int], bool], count: int, guess: int | None) -> int:

@@ -90,6 +90,20 @@ def test_decode_times_bitwise_equal_to_step_time(
     assert fast.tobytes() == np.array(slow, dtype=np.float64).tobytes()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    num_decode=st.integers(min_value=1, max_value=512),
+    context=st.integers(min_value=0, max_value=2**40),
+    gamma1=st.floats(min_value=0.0, max_value=1e-3),
+    gamma2=st.floats(min_value=0.0, max_value=1.0),
+)
+def test_decode_time_is_step_time_s_decode_part(
+    num_decode: int, context: int, gamma1: float, gamma2: float
+) -> None:
+    model = make_model(AnalyticConfig(alpha1=1e-9, alpha2=1e-4, gamma1=gamma1, gamma2=gamma2, beta=1e-4))
+    assert model.decode_time_s(context).hex() == model.step_time_s([], num_decode, context).hex()
+
+
 def test_rejects_negative_and_inconsistent_inputs() -> None:
     model = make_model()
     with pytest.raises(ValueError):

@@ -11,8 +11,8 @@ from semsched.core.plan import StepResult
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler
 from semsched.policies import PolicyError, make_policy
-from semsched.policies.fairbatching import FairBatching, next_deadline_s, token_deadline_s
-from semsched.policies.vllm_fcfs import in_prompt, step_blocks
+from semsched.policies.fairbatching import FairBatching, _OrderedBook, next_deadline_s, token_deadline_s
+from semsched.policies.vllm_fcfs import WaitingBook, in_prompt, step_blocks
 from tests.policies.factories import service_order
 from tests.support import make_request, make_scheduler, random_requests, run_checked
 
@@ -122,23 +122,30 @@ def test_partition_is_a_sort_by_next_deadline_then_a_split(margin: str) -> None:
         assert split.slack_contexts == contexts
 
 
-def test_slack_decodes_search_is_the_tbt_budget_s() -> None:
-    """The search priced from the partition's sums gives TBTBudget.decodes_within's answer, at SLOs on and one
-    ulp either side of the priced step of several counts of slack decodes."""
-    policy = make_policy("fairbatching")
-    assert isinstance(policy, FairBatching)
-    searched = set()
-    for seed in range(20):
-        requests = [r for r in _running_mix(seed, 40) if not in_prompt(r)]
-        split = policy._partition(requests, 0.0 if seed % 2 else 100.0, 4)
-        slack, num_urgent, context = split.slack, len(split.urgent), split.urgent_context
-        for prefill, cached in ((0, 0), (1, 0), (64, 100), (512, 2000)):
-            chunks = [(prefill, cached)] if prefill else []
-            for count in {0, 1, len(slack) // 2, len(slack) - 1, len(slack)} - {-1}:
-                step_s = policy.budget.latency.step_time_s(chunks, num_urgent + count, split.slack_contexts[count]
-                                                           + context)
-                for slo_s in (math.nextafter(step_s, 0.0), step_s, math.nextafter(step_s, math.inf)):
-                    expected = policy.budget.decodes_within(slo_s, prefill, cached, slack, num_urgent, context)
-                    assert policy._decodes_within(slo_s, prefill, cached, split) == expected
-                    searched.add(0 < expected < len(slack))
-    assert searched == {False, True}  # the search ended inside the slack decodes as well as at either end
+def test_ordered_book_reads_as_the_waiting_book() -> None:
+    """The sorted-list book gives the heap book's order (ties: first told first), dropping requests that left
+    (admitted, ended) or were told again, as requests come and go."""
+    rng = np.random.default_rng(5)
+    key = lambda request: (request.arrival_time_s // 0.5,)  # noqa: E731 (coarse: many ties)
+    ordered, heap = _OrderedBook(key), WaitingBook(key)
+    requests = [make_request(str(i), arrival=float(rng.random() * 5)) for i in range(300)]
+    told: list[Request] = []
+    for step, request in enumerate(requests):
+        ordered.add(request)
+        heap.add(request)
+        told.append(request)
+        for other in rng.choice(told, size=min(3, len(told)), replace=False):
+            roll = rng.random()
+            if roll < 0.3:
+                other.state = RequestState.RUNNING
+            elif roll < 0.4:
+                other.state = RequestState.PREEMPTED_RECOMPUTE
+                ordered.add(other)
+                heap.add(other)
+            elif roll < 0.45:
+                other.state = RequestState.FINISHED
+        count = int(rng.integers(0, 8))
+        assert ordered.head() is heap.head()
+        assert ordered.first(count) == heap.first(count)
+        if step % 25 == 0:
+            assert list(ordered.in_order()) == heap.first(len(requests))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from semsched.core.plan import BatchPlan, StepResult
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler
 from semsched.latency import load_profile
 from semsched.policies import PolicyError, make_policy
-from semsched.policies.sarathi import DEFAULT_PROFILE
+from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget
 from tests.policies.factories import service_order
 from tests.support import check_kv, check_plan, make_request, make_scheduler, random_requests
 
@@ -99,3 +103,34 @@ def test_bad_config_names_the_field(spec: str, field: str) -> None:
     with pytest.raises(PolicyError, match=field):
         make_policy(f"sarathi-fcfs:{spec}")
     assert make_policy("sarathi-priority").describe()["profile"] == DEFAULT_PROFILE
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    contexts=st.lists(st.integers(0, 20_000), max_size=40),
+    base_decode=st.integers(0, 30),
+    base_context=st.integers(0, 200_000),
+    prefill=st.sampled_from([0, 1, 64, 512, 4096]),
+    cached=st.sampled_from([0, 100, 8000]),
+    pick=st.integers(0, 40),
+    nudge=st.sampled_from([-1, 0, 1]),
+)
+def test_summed_decodes_within_is_the_last_count_the_model_prices_within(
+    contexts: list[int], base_decode: int, base_context: int, prefill: int, cached: int, pick: int, nudge: int
+) -> None:
+    """The priced search (the prefill priced once, the closed form's guess) gives the last count whose step,
+    priced by ``step_time_s``, is within the SLO, for an SLO on or one ulp either side of some count's step."""
+    budget = TBTBudget(load_profile(DEFAULT_PROFILE), None, 100.0)
+    base_context = base_context if base_decode else 0
+    added = [0]
+    for context in contexts:
+        added.append(added[-1] + context)
+    chunks = [(prefill, cached)] if prefill else []
+
+    def step_s(count: int) -> float:
+        return budget.latency.step_time_s(chunks, base_decode + count, base_context + added[count])
+
+    slo_s = step_s(min(pick, len(contexts)))
+    slo_s = math.nextafter(slo_s, math.inf * nudge) if nudge else slo_s
+    expected = max((k for k in range(len(contexts) + 1) if step_s(k) <= slo_s), default=0)
+    assert budget.summed_decodes_within(slo_s, prefill, cached, base_decode, base_context, added) == expected
