@@ -58,6 +58,18 @@ def test_every_incremental_plan_is_the_full_plan(spec: str, monkeypatch: pytest.
         assert compared["running only"] > 0
 
 
+def _count_deadline_free(compared: Counter[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count the running-only plans made as deadline-free ones in ``compared["deadline free"]``."""
+    original = SlideBatching._deadline_free_plan
+
+    def counted(self: SlideBatching, *args: Any) -> SlidePlan | None:
+        plan = original(self, *args)
+        compared["deadline free"] += plan is not None
+        return plan
+
+    monkeypatch.setattr(SlideBatching, "_deadline_free_plan", counted)
+
+
 def _without_deadlines(requests: list[Request]) -> list[Request]:
     """The requests without SLOs, but for one in five that keeps its first-token deadline alone (no deadline once
     it has a token)."""
@@ -74,14 +86,7 @@ def test_deadline_free_plans_are_the_full_plan(spec: str, monkeypatch: pytest.Mo
     made afresh at every step (and kept off when ``max_budget_ms`` bounds the steps)."""
     compared: Counter[str] = Counter()
     monkeypatch.setattr(SlideBatching, "_running_plan", _checking(compared))
-    original = SlideBatching._deadline_free_plan
-
-    def counted(self: SlideBatching, *args: Any) -> SlidePlan | None:
-        plan = original(self, *args)
-        compared["deadline free"] += plan is not None
-        return plan
-
-    monkeypatch.setattr(SlideBatching, "_deadline_free_plan", counted)
+    _count_deadline_free(compared, monkeypatch)
     for scenario in [s for s in SCENARIOS if s.name in CHECKED]:
         build_simulation(spec, scenario.cluster).run(_without_deadlines(scenario.requests()))
     assert compared["running only"] > 0
