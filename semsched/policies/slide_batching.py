@@ -178,6 +178,7 @@ class SlideBatching(Policy):
         #: the order that merges the running requests' columns with the waiting ones' (arrival at this policy),
         #: kept while both sets stay
         self._merge_cache: tuple[tuple[tuple[int, ...], int], _Merge] | None = None
+        self._running_seen: tuple[tuple[Request, ...], tuple[int, ...]] | None = None  # (requests, their id()s)
         self._deadline_free: _DeadlineFree | None = None  # what a deadline-free plan keeps of the running set
         #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
         #: preemption or a request left (the only events that can make the next sync differ for the same set)
@@ -361,7 +362,7 @@ class SlideBatching(Policy):
         if not hasattr(view, "running_requests"):
             return None  # a partial view (a test's): only the full plan, which reads each request's state
         running = view.running_requests()
-        key = tuple(map(id, running))
+        key = self._running_key(running)
         if not self._sync_waiting(running, view, key):
             return None
         stats = self._current_waiting_stats(view.block_size)
@@ -435,8 +436,10 @@ class SlideBatching(Policy):
         if self.config.order == "slide":
             threshold_s, slack_s = self._threshold_with(float(exec_s.sum()), len(rows), stats, budget_s)
             num_urgent = self._urgent_waiting(stats, threshold_s, slack_s, now_s)
-        # (the fill's sum, one by one from t_c: it stops past the budget only once the sum is inf)
-        estimated_s = functools.reduce(operator.add, exec_s[free.order[:count]].tolist(), self.estimator.t_c)
+        # the fill's sum, one by one from t_c (accumulate adds in order; the fill stops past the budget only once
+        # the sum is inf)
+        terms = np.concatenate(([self.estimator.t_c], exec_s[free.order[:count]]))
+        estimated_s = float(np.add.accumulate(terms)[-1])
         if not math.isfinite(estimated_s):
             return None
         running, chosen = free.chosen(count)
@@ -471,6 +474,15 @@ class SlideBatching(Policy):
         queue = _Queue.build([every[i] for i in order], [all_computed[i] for i in order],
                              [all_outputs[i] for i in order], [started[i] for i in order], self, now_s)
         return self._plan_of([row.request for row in queue.rows], queue, now_s)
+
+    def _running_key(self, running: Sequence[Request]) -> tuple[int, ...]:
+        """The running requests' id()s, the key of what is kept of the running set: kept with the requests
+        themselves while the engine gives the same ones in the same order (requests compare by identity)."""
+        members = tuple(running)
+        seen = self._running_seen
+        if seen is None or seen[0] != members:
+            seen = self._running_seen = (members, tuple(map(id, members)))
+        return seen[1]
 
     def _running_rows(self, running: Sequence[Request], key: tuple[int, ...]) -> tuple[list[Request], list[_Row]]:
         """The running requests in the full plan's index order (arrival at this policy) and their rows, kept
