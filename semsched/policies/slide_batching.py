@@ -179,7 +179,8 @@ class SlideBatching(Policy):
         #: kept while both sets stay
         self._merge_cache: tuple[tuple[tuple[int, ...], int], _Merge] | None = None
         self._running_seen: tuple[tuple[Request, ...], tuple[int, ...]] | None = None  # (requests, their id()s)
-        self._deadline_free: _DeadlineFree | None = None  # what a deadline-free plan keeps of the running set
+        #: what a deadline-free plan keeps of the running set (its key: None when a request always has a deadline)
+        self._deadline_free: tuple[tuple[int, ...], _DeadlineFree | None] | None = None
         #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
         #: preemption or a request left (the only events that can make the next sync differ for the same set)
         self._synced_running: tuple[int, ...] | None = None
@@ -414,10 +415,13 @@ class SlideBatching(Policy):
         ``remain``), and the fill takes every decode in that order while the engine's tokens and sequences
         last. What moves from step to step is only ``estimated_s``, the costs summed in that order; the rest is
         kept while the running set stays (:class:`_DeadlineFree`). Not for ``order=density`` (all URGENT)."""
-        free = self._deadline_free
-        if free is None or free.key != key:
-            free = self._deadline_free = _DeadlineFree.of(key, rows)
-        if free.always_due or not all(outputs[i] for i in free.first_token_due):
+        if stats.size and stats.deadlines_s[0] != math.inf:
+            return None  # (a waiting request's deadline bounds the budget)
+        kept = self._deadline_free
+        if kept is None or kept[0] != key:
+            kept = self._deadline_free = (key, _DeadlineFree.of(rows))
+        free = kept[1]
+        if free is None or not all(outputs[i] for i in free.first_token_due):
             return None
         computed_array = np.array(computed, dtype=np.int64)
         if _in_prompt(free.prompt, computed_array, np.array(outputs, dtype=np.int64)).any():
@@ -824,14 +828,10 @@ def _deadline_s(row: _Row, outputs: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _DeadlineFree:
-    """What a deadline-free plan (:meth:`SlideBatching._deadline_free_plan`) keeps of a running set (``key``:
-    its requests' id()s, in the full plan's index order): their prompts, the order by arrival and the plan's
-    tuples of it."""
+    """What a deadline-free plan (:meth:`SlideBatching._deadline_free_plan`) keeps of a running set (in the full
+    plan's index order): their prompts, the order by arrival and the plan's tuples of it."""
 
-    key: tuple[int, ...]
     prompt: np.ndarray
-    #: whether a request has a deadline on every token (a TPOT SLO and a first-token deadline)
-    always_due: bool
     first_token_due: list[int]  # those with a first-token deadline only (none once they have a token)
     min_tpot_s: float
     order: np.ndarray  # by arrival, then position (every ``remain`` is equal)
@@ -840,13 +840,15 @@ class _DeadlineFree:
     _chosen: dict[int, tuple[tuple[Request, ...], tuple[tuple[str, int], ...]]]
 
     @classmethod
-    def of(cls, key: tuple[int, ...], rows: list[_Row]) -> _DeadlineFree:
+    def of(cls, rows: list[_Row]) -> _DeadlineFree | None:
+        """None when a request has a deadline on every token (a first-token deadline and a TPOT SLO)."""
         due = [i for i, row in enumerate(rows) if row.first_deadline_s != math.inf]
+        if any(rows[i].tpot_s != math.inf for i in due):
+            return None
         arrival = [row.arrival_s for row in rows]
         order = sorted(range(len(rows)), key=arrival.__getitem__)  # (stable: position breaks ties)
         ranked = tuple(rows[i].request for i in order)
-        return cls(key, np.array([row.prompt for row in rows], dtype=np.int64),
-                   any(rows[i].tpot_s != math.inf for i in due), due,
+        return cls(np.array([row.prompt for row in rows], dtype=np.int64), due,
                    min((row.tpot_s for row in rows), default=math.inf), np.array(order, dtype=np.intp), ranked,
                    {request.request_id: index for index, request in enumerate(ranked)}, {})
 
