@@ -268,8 +268,8 @@ class SlideBatching(Policy):
         chosen = plan.running
         if chosen == tuple(running):  # (requests compare by identity)
             return running  # (already in plan order, every one chosen: the caller need not reorder)
-        here = {id(r) for r in running}
-        return [r for r in chosen if id(r) in here]
+        here = set(map(id, running))
+        return list(itertools.compress(chosen, map(here.__contains__, map(id, chosen))))  # (those in running)
 
     def victim_key(self, request: Request) -> SortKey:
         """Under KV pressure the request that ranks last in the current plan goes first."""
