@@ -168,6 +168,7 @@ class SlideBatching(Policy):
         self.estimator = CorrectedEstimator(batch_model(cfg.profile), cfg.correction_config())
         self._live: dict[str, Request] = {}
         self._rows: dict[str, _Row] = {}  # each live request's unchanging columns (its arrival order among them)
+        self._num_always_due = 0  # live requests with a deadline on every token (_always_due)
         self._next_seq = 0
         #: the live requests not running as far as the policy knows (arrived or preempted; those the engine has
         #: admitted since leave at the next plan, which reads the running ones from the engine's view)
@@ -179,8 +180,7 @@ class SlideBatching(Policy):
         #: kept while both sets stay
         self._merge_cache: tuple[tuple[tuple[int, ...], int], _Merge] | None = None
         self._running_seen: tuple[tuple[Request, ...], tuple[int, ...]] | None = None  # (requests, their id()s)
-        #: what a deadline-free plan keeps of the running set (its key: None when a request always has a deadline)
-        self._deadline_free: tuple[tuple[int, ...], _DeadlineFree | None] | None = None
+        self._deadline_free: tuple[tuple[int, ...], _DeadlineFree] | None = None  # (key, what it keeps)
         #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
         #: preemption or a request left (the only events that can make the next sync differ for the same set)
         self._synced_running: tuple[int, ...] | None = None
@@ -195,7 +195,7 @@ class SlideBatching(Policy):
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._live[request.request_id] = request
-        self._rows[request.request_id] = _row(request, self._next_seq, self)
+        self._keep_row(request.request_id, _row(request, self._next_seq, self))
         self._next_seq += 1
         self._waiting[request.request_id] = request
         self._waiting_version += 1
@@ -221,9 +221,18 @@ class SlideBatching(Policy):
     def _forget(self, request_id: str) -> None:
         self._synced_running = None
         self._live.pop(request_id, None)
-        self._rows.pop(request_id, None)
+        self._keep_row(request_id, None)
         if self._waiting.pop(request_id, None) is not None:
             self._waiting_version += 1
+
+    def _keep_row(self, request_id: str, row: _Row | None) -> None:
+        """Keep ``row`` as the request's (None: forget it), counting the live requests that are always due."""
+        old = self._rows.pop(request_id, None)
+        if old is not None and _always_due(old):
+            self._num_always_due -= 1
+        if row is not None:
+            self._rows[request_id] = row
+            self._num_always_due += _always_due(row)
 
     def on_step(self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
                 duration_s: float, now_s: float) -> None:
@@ -415,13 +424,13 @@ class SlideBatching(Policy):
         ``remain``), and the fill takes every decode in that order while the engine's tokens and sequences
         last. What moves from step to step is only ``estimated_s``, the costs summed in that order; the rest is
         kept while the running set stays (:class:`_DeadlineFree`). Not for ``order=density`` (all URGENT)."""
-        if stats.size and stats.deadlines_s[0] != math.inf:
-            return None  # (a waiting request's deadline bounds the budget)
+        if (stats.size and stats.deadlines_s[0] != math.inf) or self._num_always_due:
+            return None  # (a waiting request's deadline bounds the budget; one always due is running)
         kept = self._deadline_free
         if kept is None or kept[0] != key:
             kept = self._deadline_free = (key, _DeadlineFree.of(rows))
         free = kept[1]
-        if free is None or not all(outputs[i] for i in free.first_token_due):
+        if not all(outputs[i] for i in free.first_token_due):
             return None
         size = len(rows)
         computed_array = np.fromiter(computed, np.int64, size)  # (cheaper than np.array for a list of ints)
@@ -812,6 +821,12 @@ def _in_prompt(prompt: Any, computed: Any, outputs: Any) -> Any:
     return (prompt + outputs - computed > 1) | (computed < prompt)
 
 
+def _always_due(row: _Row) -> bool:
+    """Whether every token of the request has a deadline: a first-token one and a TPOT SLO (without the first,
+    none has one; without the second, none after the first token)."""
+    return row.first_deadline_s != math.inf and row.tpot_s != math.inf
+
+
 def _base_cost_s(config: BatchConfig, prompt: int, computed: int, outputs: int) -> tuple[bool, float]:
     """A request's next work (prefill or not) and its cost in the base model, before the correction beta: its
     whole remaining prefill (eq. 5 with ``d_p``) while it is in its prompt or recomputing, else one decode."""
@@ -841,11 +856,9 @@ class _DeadlineFree:
     _chosen: dict[int, tuple[tuple[Request, ...], tuple[tuple[str, int], ...]]]
 
     @classmethod
-    def of(cls, rows: list[_Row]) -> _DeadlineFree | None:
-        """None when a request has a deadline on every token (a first-token deadline and a TPOT SLO)."""
+    def of(cls, rows: list[_Row]) -> _DeadlineFree:
+        """What a deadline-free plan keeps of ``rows`` (none of them :func:`_always_due`)."""
         due = [i for i, row in enumerate(rows) if row.first_deadline_s != math.inf]
-        if any(rows[i].tpot_s != math.inf for i in due):
-            return None
         arrival = [row.arrival_s for row in rows]
         order = sorted(range(len(rows)), key=arrival.__getitem__)  # (stable: position breaks ties)
         ranked = tuple(rows[i].request for i in order)

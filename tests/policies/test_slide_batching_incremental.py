@@ -72,10 +72,11 @@ def _count_deadline_free(compared: Counter[str], monkeypatch: pytest.MonkeyPatch
 
 def _without_deadlines(requests: list[Request]) -> list[Request]:
     """The requests without SLOs, but for one in five that keeps its first-token deadline alone (no deadline once
-    it has a token)."""
+    it has a token) and one in 25 that keeps its TPOT SLO too (a deadline on every token)."""
     for index, request in enumerate(requests):
         request.ttft_slo_s = request.ttft_slo_s if index % 5 == 0 else None
-        request.tpot_slo_s = request.e2e_slo_s = None
+        request.tpot_slo_s = request.tpot_slo_s if index % 25 == 0 else None
+        request.e2e_slo_s = None
     return requests
 
 
