@@ -845,7 +845,8 @@ def _deadline_s(row: _Row, outputs: int) -> float:
 @dataclass(frozen=True, slots=True)
 class _DeadlineFree:
     """What a deadline-free plan (:meth:`SlideBatching._deadline_free_plan`) keeps of a running set (in the full
-    plan's index order): their prompts, the order by arrival and the plan's tuples of it."""
+    plan's index order): their prompts, the order by arrival and the plan's tuples of it (``ranked``, ``rank``
+    and ``chosen`` are shared by the plans made from it, which only read them)."""
 
     prompt: np.ndarray
     first_token_due: list[int]  # those with a first-token deadline only (none once they have a token)
