@@ -127,6 +127,12 @@ class CorrectedEstimator:
         config = self.model.config
         return self._beta * (config.a_d * context_tokens + config.b_d)
 
+    def decode_times_s(self, context_tokens: np.ndarray) -> np.ndarray:
+        """:meth:`decode_time_s` of each of ``context_tokens`` (integers), the same float operations element by
+        element."""
+        config = self.model.config
+        return self._beta * (config.a_d * context_tokens + config.b_d)
+
     def step_time_s(
         self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int
     ) -> float:

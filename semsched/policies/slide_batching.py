@@ -168,6 +168,7 @@ class SlideBatching(Policy):
         self.estimator = CorrectedEstimator(batch_model(cfg.profile), cfg.correction_config())
         self._live: dict[str, Request] = {}
         self._rows: dict[str, _Row] = {}  # each live request's unchanging columns (its arrival order among them)
+        self._num_always_due = 0  # live requests with a deadline on every token (_always_due)
         self._next_seq = 0
         #: the live requests not running as far as the policy knows (arrived or preempted; those the engine has
         #: admitted since leave at the next plan, which reads the running ones from the engine's view)
@@ -178,6 +179,8 @@ class SlideBatching(Policy):
         #: the order that merges the running requests' columns with the waiting ones' (arrival at this policy),
         #: kept while both sets stay
         self._merge_cache: tuple[tuple[tuple[int, ...], int], _Merge] | None = None
+        self._running_seen: tuple[tuple[Request, ...], tuple[int, ...]] | None = None  # (requests, their id()s)
+        self._deadline_free: tuple[tuple[int, ...], _DeadlineFree] | None = None  # (key, what it keeps)
         #: the running requests (their id()s) that the waiting set was last brought up to date with; None after a
         #: preemption or a request left (the only events that can make the next sync differ for the same set)
         self._synced_running: tuple[int, ...] | None = None
@@ -192,7 +195,7 @@ class SlideBatching(Policy):
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._live[request.request_id] = request
-        self._rows[request.request_id] = _row(request, self._next_seq, self)
+        self._keep_row(request.request_id, _row(request, self._next_seq, self))
         self._next_seq += 1
         self._waiting[request.request_id] = request
         self._waiting_version += 1
@@ -218,9 +221,18 @@ class SlideBatching(Policy):
     def _forget(self, request_id: str) -> None:
         self._synced_running = None
         self._live.pop(request_id, None)
-        self._rows.pop(request_id, None)
+        self._keep_row(request_id, None)
         if self._waiting.pop(request_id, None) is not None:
             self._waiting_version += 1
+
+    def _keep_row(self, request_id: str, row: _Row | None) -> None:
+        """Keep ``row`` as the request's (None: forget it), counting the live requests that are always due."""
+        old = self._rows.pop(request_id, None)
+        if old is not None and _always_due(old):
+            self._num_always_due -= 1
+        if row is not None:
+            self._rows[request_id] = row
+            self._num_always_due += _always_due(row)
 
     def on_step(self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int,
                 duration_s: float, now_s: float) -> None:
@@ -265,8 +277,8 @@ class SlideBatching(Policy):
         chosen = plan.running
         if chosen == tuple(running):  # (requests compare by identity)
             return running  # (already in plan order, every one chosen: the caller need not reorder)
-        here = {id(r) for r in running}
-        return [r for r in chosen if id(r) in here]
+        here = set(map(id, running))
+        return list(itertools.compress(chosen, map(here.__contains__, map(id, chosen))))  # (those in running)
 
     def victim_key(self, request: Request) -> SortKey:
         """Under KV pressure the request that ranks last in the current plan goes first."""
@@ -360,7 +372,7 @@ class SlideBatching(Policy):
         if not hasattr(view, "running_requests"):
             return None  # a partial view (a test's): only the full plan, which reads each request's state
         running = view.running_requests()
-        key = tuple(map(id, running))
+        key = self._running_key(running)
         if not self._sync_waiting(running, view, key):
             return None
         stats = self._current_waiting_stats(view.block_size)
@@ -373,12 +385,15 @@ class SlideBatching(Policy):
         if not n or (cfg.order == "slide" and cfg.phi != "aggressive") \
                 or _waiting_may_start(requests, stats, view, max_num_seqs):
             return self._merged_plan(now_s, rows, computed, outputs, stats)
+        if stats.size and not self.estimator.beta * stats.min_cost_s >= 1e-9:
+            return None  # a waiting cost floored at 1e-9: the sum below would not be beta times theirs
+        if cfg.order != "density":
+            plan = self._deadline_free_plan(now_s, key, rows, computed, outputs, stats)
+            if plan is not None:
+                return plan
         queue = _Queue.build(rows, computed, outputs, [True] * n, self, now_s)
         room = _StartRoom(queue, None, max_num_seqs)  # (all started: no KV check is asked of it)
         budget_s = self._budget_s_with(queue, stats, now_s)
-        beta = self.estimator.beta
-        if stats.size and not beta * stats.min_cost_s >= 1e-9:
-            return None  # a waiting cost floored at 1e-9: the sum below would not be beta times theirs
         urgent, threshold_s, num_urgent_waiting = self._urgent_with(queue, stats, budget_s, now_s)
         order = _sorted(queue, urgent)
         chosen, estimated_s = self._fill(requests, queue, order, budget_s, room=room)
@@ -398,6 +413,55 @@ class SlideBatching(Policy):
             rank=dict(zip(ids, range(n), strict=True)), ranked=ranked, num_urgent=num_urgent,
             num_normal=size - num_urgent, complete=False,
             waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
+        )
+
+    def _deadline_free_plan(self, now_s: float, key: tuple[int, ...], rows: list[_Row], computed: list[int],
+                            outputs: list[int], stats: _WaitingStats) -> SlidePlan | None:
+        """The running-only plan when no queued request has a deadline and every running one decodes (None
+        otherwise): every ``remain`` is +inf, so the time budget is too (unless ``max_budget_ms`` caps it: then
+        None), no request is URGENT or within the rounding bound of the threshold (``inf < x`` never holds,
+        ``|inf - x|`` is inf or nan), the order is by arrival whatever the step (:func:`_by_deadline` on equal
+        ``remain``), and the fill takes every decode in that order while the engine's tokens and sequences
+        last. What moves from step to step is only ``estimated_s``, the costs summed in that order; the rest is
+        kept while the running set stays (:class:`_DeadlineFree`). Not for ``order=density`` (all URGENT)."""
+        if (stats.size and stats.deadlines_s[0] != math.inf) or self._num_always_due:
+            return None  # (a waiting request's deadline bounds the budget; one always due is running)
+        kept = self._deadline_free
+        if kept is None or kept[0] != key:
+            kept = self._deadline_free = (key, _DeadlineFree.of(rows))
+        free = kept[1]
+        if not all(outputs[i] for i in free.first_token_due):
+            return None
+        size = len(rows)
+        computed_array = np.fromiter(computed, np.int64, size)  # (cheaper than np.array for a list of ints)
+        if _in_prompt(free.prompt, computed_array, np.fromiter(outputs, np.int64, size)).any():
+            return None
+        budget_s = self._budget_s_within(math.inf, free.min_tpot_s, stats, now_s)
+        if budget_s != math.inf:
+            return None
+        engine = self._engine_budget
+        count = size
+        if engine is not None:
+            count = min(count, engine.max_num_batched_tokens, engine.max_num_seqs)
+        if count <= 0:
+            return None  # (the fill's progress rule)
+        exec_s = np.maximum(self.estimator.decode_times_s(computed_array), 1e-9)
+        threshold_s, num_urgent = math.nan, 0
+        if self.config.order == "slide":
+            threshold_s, slack_s = self._threshold_with(float(exec_s.sum()), size, stats, budget_s)
+            num_urgent = self._urgent_waiting(stats, threshold_s, slack_s, now_s)
+        # the fill's sum, one by one from t_c (accumulate adds in order; the fill stops past the budget only once
+        # the sum is inf)
+        terms = np.concatenate(([self.estimator.t_c], exec_s[free.order[:count]]))
+        estimated_s = float(np.add.accumulate(terms)[-1])
+        if not math.isfinite(estimated_s):
+            return None
+        running, chosen = free.chosen(count)
+        return SlidePlan(
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=count, running=running, chosen=chosen,
+            rank=free.rank, ranked=free.ranked, num_urgent=num_urgent,
+            num_normal=size + stats.size - num_urgent,
+            complete=False, waiting=functools.partial(self._waiting_in_order, stats, now_s, threshold_s),
         )
 
     def _merged_plan(self, now_s: float, rows: list[_Row], computed: list[int], outputs: list[int],
@@ -424,6 +488,15 @@ class SlideBatching(Policy):
         queue = _Queue.build([every[i] for i in order], [all_computed[i] for i in order],
                              [all_outputs[i] for i in order], [started[i] for i in order], self, now_s)
         return self._plan_of([row.request for row in queue.rows], queue, now_s)
+
+    def _running_key(self, running: Sequence[Request]) -> tuple[int, ...]:
+        """The running requests' id()s, the key of what is kept of the running set: kept with the requests
+        themselves while the engine gives the same ones in the same order (requests compare by identity)."""
+        members = tuple(running)
+        seen = self._running_seen
+        if seen is None or seen[0] != members:
+            seen = self._running_seen = (members, tuple(map(id, members)))
+        return seen[1]
 
     def _running_rows(self, running: Sequence[Request], key: tuple[int, ...]) -> tuple[list[Request], list[_Row]]:
         """The running requests in the full plan's index order (arrival at this policy) and their rows, kept
@@ -468,18 +541,14 @@ class SlideBatching(Policy):
 
     def _budget_s_with(self, queue: _Queue, stats: _WaitingStats, now_s: float) -> float:
         """:meth:`_budget_s` of the whole queue: the running requests' ``queue`` and the waiting ``stats``."""
-        cfg = self.config
-        budget_s = min(queue.remain)
+        return self._budget_s_within(min(queue.remain), min(queue.tpot_s), stats, now_s)
+
+    def _budget_s_within(self, min_remain_s: float, min_tpot_s: float, stats: _WaitingStats,
+                         now_s: float) -> float:
+        """:meth:`_budget_s_with` from the running requests' smallest ``remain`` and TPOT SLO."""
         if stats.size:
-            budget_s = min(budget_s, stats.deadlines_s[0] - now_s)  # (x - now is monotone in x)
-        if cfg.max_budget_ms is not None:
-            budget_s = min(budget_s, cfg.max_budget_ms / 1e3)
-        if cfg.eta_ms is not None:
-            eta_s = cfg.eta_ms / 1e3
-        else:
-            tpot = min(min(queue.tpot_s), stats.min_tpot_s)  # (a running-only queue: no arrays)
-            eta_s = tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
-        return max(budget_s, eta_s)
+            min_remain_s = min(min_remain_s, stats.deadlines_s[0] - now_s)  # (x - now is monotone in x)
+        return self._budget_s_of(min_remain_s, min(min_tpot_s, stats.min_tpot_s))
 
     def _urgent_with(self, queue: _Queue, stats: _WaitingStats, budget_s: float,
                      now_s: float) -> tuple[list[bool], float, int]:
@@ -489,27 +558,38 @@ class SlideBatching(Policy):
         if cfg.order != "slide":
             every = cfg.order == "density"
             return [every] * queue.size, (math.inf if every else math.nan), stats.size if every else 0
+        threshold_s, slack_s = self._threshold_with(pairwise_sum(queue.exec_s), queue.size, stats, budget_s)
+        remain = queue.remain
+        urgent = [r < threshold_s for r in remain]
+        if slack_s and any(abs(r - threshold_s) <= slack_s for r in remain):
+            raise _NeedsFullPlan
+        return urgent, threshold_s, self._urgent_waiting(stats, threshold_s, slack_s, now_s)
+
+    def _threshold_with(self, running_total_s: float, num_running: int, stats: _WaitingStats,
+                        budget_s: float) -> tuple[float, float]:
+        """The aggressive φ's URGENT threshold of the whole queue (``running_total_s``: the running requests'
+        ``exec`` summed as numpy sums them) and the bound on its rounding."""
         t_c = self.estimator.t_c
         scale = budget_s / (budget_s - t_c) if budget_s > t_c else math.inf
         if math.isinf(budget_s):
             scale = 1.0
         # the full plan's sum runs over every request in its own order: this one is equal up to rounding, so a
         # request within the rounding bound of the threshold is left to the full plan
-        total_s = pairwise_sum(queue.exec_s) + self.estimator.beta * stats.cost_s
-        threshold_s = cfg.gamma * (scale * total_s)
+        total_s = running_total_s + self.estimator.beta * stats.cost_s
+        threshold_s = self.config.gamma * (scale * total_s)
         if math.isinf(scale) or threshold_s == 0.0:
-            slack_s = 0.0  # the threshold is exact: inf, nan or 0 whatever the sum
-        else:
-            slack_s = abs(threshold_s) * (8 * (queue.size + stats.size + 16) * 2.0**-53)
-        remain = queue.remain
-        urgent = [r < threshold_s for r in remain]
-        if slack_s and any(abs(r - threshold_s) <= slack_s for r in remain):
-            raise _NeedsFullPlan
+            return threshold_s, 0.0  # the threshold is exact: inf, nan or 0 whatever the sum
+        return threshold_s, abs(threshold_s) * (8 * (num_running + stats.size + 16) * 2.0**-53)
+
+    @staticmethod
+    def _urgent_waiting(stats: _WaitingStats, threshold_s: float, slack_s: float, now_s: float) -> int:
+        """How many waiting requests are URGENT against ``threshold_s`` (:class:`_NeedsFullPlan` when one lies
+        within ``slack_s`` of it)."""
         num_urgent = stats.count_remain_below(threshold_s, now_s)
         if slack_s and stats.count_remain_below(threshold_s - slack_s, now_s) != \
                 stats.count_remain_at_most(threshold_s + slack_s, now_s):
             raise _NeedsFullPlan
-        return urgent, threshold_s, num_urgent
+        return num_urgent
 
     def _waiting_in_order(self, stats: _WaitingStats, now_s: float, threshold_s: float) -> Iterator[Request]:
         """The waiting requests of a running-only plan in the full plan's order (URGENT by density, then by
@@ -558,21 +638,30 @@ class SlideBatching(Policy):
 
     def _budget_s(self, queue: _Queue) -> float:
         """t_budget = max(min remain, η), capped by ``max_budget_ms``; inf when nothing has a deadline."""
+        min_remain_s = min(queue.remain) if queue.arrays is None else float(queue.arrays.remain.min())
+        return self._budget_s_of(min_remain_s, min(queue.tpot_s) if queue.arrays is None else
+                                 queue.arrays.min_tpot_s)
+
+    def _budget_s_of(self, min_remain_s: float, min_tpot_s: float) -> float:
+        """:meth:`_budget_s` from the queue's smallest ``remain`` and TPOT SLO."""
         cfg = self.config
-        budget_s = min(queue.remain) if queue.arrays is None else float(queue.arrays.remain.min())
+        budget_s = min_remain_s
         if cfg.max_budget_ms is not None:
             budget_s = min(budget_s, cfg.max_budget_ms / 1e3)
-        return max(budget_s, self.eta_s(queue))
+        return max(budget_s, self._eta_s_of(min_tpot_s))
 
     def eta_s(self, queue: _Queue) -> float:
         """η: configured, else the smallest TPOT SLO among the queued requests. The paper keeps t_budget within
         [η, max TPOT SLO]; with η below the TPOT SLO a late token shrinks every step to η, and the per-step
         constant t_c then eats the engine (azure-conv at 0.8x capacity, TTFT 3.4 s / TPOT 69 ms SLOs: η = 25 ms
         attained 37 % of SLOs, η = the TPOT SLO 74 %, FCFS 53 %)."""
+        return self._eta_s_of(min(queue.tpot_s) if queue.arrays is None else queue.arrays.min_tpot_s)
+
+    def _eta_s_of(self, min_tpot_s: float) -> float:
+        """:meth:`eta_s` from the queue's smallest TPOT SLO (inf: none)."""
         if self.config.eta_ms is not None:
             return self.config.eta_ms / 1e3
-        tpot = min(queue.tpot_s) if queue.arrays is None else queue.arrays.min_tpot_s
-        return tpot if math.isfinite(tpot) else DEFAULT_ETA_MS / 1e3
+        return min_tpot_s if math.isfinite(min_tpot_s) else DEFAULT_ETA_MS / 1e3
 
     def _urgent(self, queue: _Queue, budget_s: float) -> list[bool]:
         cfg = self.config
@@ -726,11 +815,23 @@ def _row(request: Request, seq: int, policy: SlideBatching) -> _Row:
                 policy.priority_weight(request.priority))
 
 
+def _in_prompt(prompt: Any, computed: Any, outputs: Any) -> Any:
+    """Whether a request's next work is prompt tokens (in its prompt, or recomputing after a preemption), not one
+    decode: of integers, or element by element of integer arrays."""
+    return (prompt + outputs - computed > 1) | (computed < prompt)
+
+
+def _always_due(row: _Row) -> bool:
+    """Whether every token of the request has a deadline: a first-token one and a TPOT SLO (without the first,
+    none has one; without the second, none after the first token)."""
+    return row.first_deadline_s != math.inf and row.tpot_s != math.inf
+
+
 def _base_cost_s(config: BatchConfig, prompt: int, computed: int, outputs: int) -> tuple[bool, float]:
     """A request's next work (prefill or not) and its cost in the base model, before the correction beta: its
     whole remaining prefill (eq. 5 with ``d_p``) while it is in its prompt or recomputing, else one decode."""
     uncomputed = prompt + outputs - computed
-    if uncomputed > 1 or computed < prompt:
+    if _in_prompt(prompt, computed, outputs):
         return True, (config.a_p * (uncomputed * uncomputed) + config.b_p * uncomputed * computed
                       + config.c_p * uncomputed + config.d_p)
     return False, config.a_d * computed + config.b_d
@@ -739,6 +840,40 @@ def _base_cost_s(config: BatchConfig, prompt: int, computed: int, outputs: int) 
 def _deadline_s(row: _Row, outputs: int) -> float:
     """The next token's deadline (eq. 3): arrival + TTFT SLO + outputs·TPOT SLO (no 0 times a missing TPOT)."""
     return row.first_deadline_s + (outputs * row.tpot_s if outputs > 0 else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _DeadlineFree:
+    """What a deadline-free plan (:meth:`SlideBatching._deadline_free_plan`) keeps of a running set (in the full
+    plan's index order): their prompts, the order by arrival and the plan's tuples of it (``ranked``, ``rank``
+    and ``chosen`` are shared by the plans made from it, which only read them)."""
+
+    prompt: np.ndarray
+    first_token_due: list[int]  # those with a first-token deadline only (none once they have a token)
+    min_tpot_s: float
+    order: np.ndarray  # by arrival, then position (every ``remain`` is equal)
+    ranked: tuple[Request, ...]
+    rank: dict[str, int]
+    _chosen: dict[int, tuple[tuple[Request, ...], tuple[tuple[str, int], ...]]]
+
+    @classmethod
+    def of(cls, rows: list[_Row]) -> _DeadlineFree:
+        """What a deadline-free plan keeps of ``rows`` (none of them :func:`_always_due`)."""
+        due = [i for i, row in enumerate(rows) if row.first_deadline_s != math.inf]
+        arrival = [row.arrival_s for row in rows]
+        order = sorted(range(len(rows)), key=arrival.__getitem__)  # (stable: position breaks ties)
+        ranked = tuple(rows[i].request for i in order)
+        return cls(np.array([row.prompt for row in rows], dtype=np.int64), due,
+                   min((row.tpot_s for row in rows), default=math.inf), np.array(order, dtype=np.intp), ranked,
+                   {request.request_id: index for index, request in enumerate(ranked)}, {})
+
+    def chosen(self, count: int) -> tuple[tuple[Request, ...], tuple[tuple[str, int], ...]]:
+        """The first ``count`` requests in order, and the plan's ``chosen`` of them (one token each)."""
+        kept = self._chosen.get(count)
+        if kept is None:
+            running = self.ranked[:count]
+            kept = self._chosen[count] = (running, tuple((request.request_id, 1) for request in running))
+        return kept
 
 
 class _Arrays(NamedTuple):

@@ -56,6 +56,14 @@ def test_estimates_are_the_base_model_times_beta() -> None:
     assert estimator.model is MODEL
 
 
+def test_decode_times_are_decode_time_of_each_context() -> None:
+    estimator = CorrectedEstimator(MODEL)
+    _observe_all(estimator, _steps(200), 1.3)
+    contexts = [0, 1, 7, 700, 4095, 131_071, 2**40 + 1]
+    times = estimator.decode_times_s(np.array(contexts, dtype=np.int64))
+    assert times.tolist() == [estimator.decode_time_s(context) for context in contexts]
+
+
 @pytest.mark.parametrize("factor", [0.7, 1.3])
 def test_beta_converges_to_a_constant_engine_factor_without_overshoot(factor: float) -> None:
     estimator = CorrectedEstimator(MODEL, CorrectionConfig(momentum=0.9, window_s=0.05))

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from semsched.core.policy import SchedulerView
+from semsched.core.request import Request
 from semsched.policies.slide_batching import SlideBatching, SlidePlan
 from semsched.policies.vllm_fcfs import is_waiting
 from semsched.sim.runner import build_simulation
@@ -54,3 +56,39 @@ def test_every_incremental_plan_is_the_full_plan(spec: str, monkeypatch: pytest.
     assert compared["merged"] > 0
     if spec != "slide-batching:phi=conservative;gamma=2":  # (the conservative φ always plans the whole queue)
         assert compared["running only"] > 0
+
+
+def _count_deadline_free(compared: Counter[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count the running-only plans made as deadline-free ones in ``compared["deadline free"]``."""
+    original = SlideBatching._deadline_free_plan
+
+    def counted(self: SlideBatching, *args: Any) -> SlidePlan | None:
+        plan = original(self, *args)
+        compared["deadline free"] += plan is not None
+        return plan
+
+    monkeypatch.setattr(SlideBatching, "_deadline_free_plan", counted)
+
+
+def _without_deadlines(requests: list[Request]) -> list[Request]:
+    """The requests without SLOs, but for one in five that keeps its first-token deadline alone (no deadline once
+    it has a token) and one in 25 that keeps its TPOT SLO too (a deadline on every token)."""
+    for index, request in enumerate(requests):
+        request.ttft_slo_s = request.ttft_slo_s if index % 5 == 0 else None
+        request.tpot_slo_s = request.tpot_slo_s if index % 25 == 0 else None
+        request.e2e_slo_s = None
+    return requests
+
+
+@pytest.mark.parametrize("spec", ["slide-batching", "slide-batching:order=deadline;gamma=0",
+                                  "slide-batching:max_budget_ms=30"])
+def test_deadline_free_plans_are_the_full_plan(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without deadlines the running-only plan keeps its order while the running set stays: still the full plan
+    made afresh at every step (and kept off when ``max_budget_ms`` bounds the steps)."""
+    compared: Counter[str] = Counter()
+    monkeypatch.setattr(SlideBatching, "_running_plan", _checking(compared))
+    _count_deadline_free(compared, monkeypatch)
+    for scenario in [s for s in SCENARIOS if s.name in CHECKED]:
+        build_simulation(spec, scenario.cluster).run(_without_deadlines(scenario.requests()))
+    assert compared["running only"] > 0
+    assert (compared["deadline free"] > 0) == ("max_budget_ms" not in spec)

@@ -1,9 +1,11 @@
 """SlideBatching inside vLLM: the adapter runs exactly the plan Algorithm 1 made (its requests, at most their
-planned tokens, nothing held back runs), with per-request SLOs from ``vllm_xargs``, and the workload completes."""
+planned tokens, nothing held back runs), with per-request SLOs from ``vllm_xargs``, and the workload completes;
+without SLOs, the plans it keeps while the running set stays are the full plan of every step."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 import semsched.vllm.scheduler as adapter_module
 from semsched.policies.slide_batching import SlideBatching
 from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+from tests.policies.test_slide_batching_incremental import _checking, _count_deadline_free
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -62,3 +65,21 @@ def test_vllm_runs_the_slide_batching_plan(tiny_model_dir: Path, async_schedulin
     assert h.scheduler.has_requests() is False
     assert h.output_tokens == outputs  # every request finished with all its tokens
     assert policy.estimator.stats().num_steps > 0  # the adapter's measured steps reached the estimator
+
+
+def test_vllm_deadline_free_plans_are_the_full_plan(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without SLOs (the scheduler-only benchmark's state) the running-only plans, kept while the running set
+    stays, are the full plan of every request at every step."""
+    compared: Counter[str] = Counter()
+    monkeypatch.setattr(SlideBatching, "_running_plan", _checking(compared))
+    monkeypatch.setattr(adapter_module, "time", _TickingClock())
+    h = SchedulerHarness("semsched.vllm.Scheduler", tiny_model_dir,
+                         HarnessConfig(num_blocks=200, block_size=16, max_num_seqs=6, max_num_batched_tokens=256),
+                         env={"SEMSCHED_POLICY": "slide-batching"})
+    rng = random.Random(1)
+    for i in range(16):
+        h.add(f"r{i}", [rng.randrange(100, 31000) for _ in range(rng.randrange(8, 120))], rng.randrange(4, 60),
+              priority=i % 3)
+    _count_deadline_free(compared, monkeypatch)
+    h.run()
+    assert compared["running only"] > compared["deadline free"] > 0 and compared["merged"] > 0
