@@ -18,6 +18,10 @@ Two measurements, each comparing schedulers on the same workload in the same run
    output arrives). Every scheduler is built first; the ``--scheduler-steps`` are then taken in
    ``--scheduler-rounds`` rounds over all of them, the order rotating, so the machine's drift reaches each alike.
 
+With ``--slos`` every request of the scheduler-only state carries a TTFT and a TPOT SLO and arrives at the start
+of the run (without it: no SLOs, arrival times in the past), so deadline-driven policies (slide-batching,
+fairbatching, edf) plan with deadlines, as they do on real traffic.
+
 Targets: engine step ratio <= 1.1 for every semsched policy measured (issue 3); scheduler-only ratio <= 1.05,
 sync and async, for every semsched policy measured (issue 13; by default fcfs and priority-preempt). In the
 scheduler-only state the waiting requests cannot run (every slot is taken, and they rank after the running ones),
@@ -49,6 +53,11 @@ TARGET_SCHEDULER_RATIO = 1.05
 #: scheduler-only targets of policies that plan more than a sort per step (issue 29: slide-batching's plan)
 SCHEDULER_RATIO_OF = {"slide-batching": 1.1}
 VLLM = "vllm"
+#: ``--slos``: the SLOs every request of the scheduler-only state carries, loose enough that none is missed while
+#: every scheduler takes its steps (a waiting request past its TTFT deadline would turn the state into a rush to
+#: admit it): deadline-driven policies rank and budget by them, as on real traffic
+SLO_TTFT_MS = 600_000.0
+SLO_TPOT_MS = 100.0
 
 
 @dataclass(frozen=True)
@@ -173,14 +182,15 @@ def scheduler_benchmark(
             harness = SchedulerHarness(None, model, config)
         else:
             harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
+        slos = {"ttft_slo_ms": SLO_TTFT_MS, "tpot_slo_ms": SLO_TPOT_MS} if args.slos else None
         for i in range(args.running):  # admitted first, so they hold every sequence slot
             harness.add(f"run{i}", [rng.randrange(100, 31000) for _ in range(16)], 400, priority=0,
-                        arrival_time=1.0 + i)
+                        extra_args=slos, arrival_time=None if args.slos else 1.0 + i)
         while len(harness.scheduler.running) < args.running or harness.scheduler.waiting:
             harness.step()
         for i in range(args.waiting):
             harness.add(f"wait{i}", [rng.randrange(100, 31000) for _ in range(16)], 8, priority=3,
-                        arrival_time=10_000.0 + i)
+                        extra_args=slos, arrival_time=None if args.slos else 10_000.0 + i)
         harnesses[policy] = harness
     # the steps in rounds, every scheduler in each round (the order rotating), so the machine's drift over the
     # run reaches every scheduler alike instead of the last ones measured
@@ -231,6 +241,10 @@ def main() -> int:
     parser.add_argument("--running", type=int, default=256)
     parser.add_argument("--waiting", type=int, default=1000)
     parser.add_argument("--scheduler-steps", type=int, default=200)
+    parser.add_argument("--slos", action="store_true",
+                        help=f"scheduler only: every request carries SLOs (TTFT {SLO_TTFT_MS:g} ms, TPOT "
+                             f"{SLO_TPOT_MS:g} ms) and arrives now (without: no SLOs, arrivals in the past), so "
+                             "deadline-driven policies plan with deadlines")
     parser.add_argument("--scheduler-rounds", type=int, default=10,
                         help="scheduler only: the steps are taken in this many rounds over every scheduler")
     parser.add_argument("--seed", type=int, default=0)
