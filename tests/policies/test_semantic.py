@@ -327,3 +327,14 @@ def test_the_steps_scan_keeps_each_running_requests_key(length: str) -> None:
         top = min(key[0] for key in keys)
         assert extra == sum(r.num_uncomputed_tokens - 1 for r, key in zip(running, keys, strict=True)
                             if key[0] == top and r.num_uncomputed_tokens > 1)
+        # what the step notes: whether the list is in key order (its stable sort keeps it), its prompts' level
+        scanned = policy._scanned
+        assert scanned.describes(running)
+        assert scanned.in_order == (sorted(running, key=policy.victim_key) == running)
+        assert scanned.prompt_level == max((key[0] for r, key in zip(running, keys, strict=True)
+                                            if r.num_uncomputed_tokens > 1), default=-np.inf)
+        if rng.random() < 0.5:  # a list in key order
+            running.sort(key=policy.victim_key)
+            policy._scan_running(running, fresh=True)
+            assert policy._scanned.in_order
+
