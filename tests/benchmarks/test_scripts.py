@@ -54,11 +54,16 @@ def test_scheduler_overhead_smoke(tmp_path: Path) -> None:
 @pytest.mark.data
 def test_sim_throughput_smoke(tmp_path: Path) -> None:
     payload = run_script(
-        "sim_throughput.py", "--policies", "fcfs", "--num-requests", "200", json_path=tmp_path / "sim.json"
+        "sim_throughput.py", "--policies", "fcfs,sjf", "--num-requests", "200", json_path=tmp_path / "sim.json"
     )
     results = payload["results"]
-    assert isinstance(results, list) and len(results) == 1
-    assert results[0]["identical"] is True
+    assert isinstance(results, list) and [r["policy"] for r in results] == ["fcfs", "sjf"]
+    assert all(r["identical"] is True for r in results)
+    # sjf's ratio is taken against the fcfs run beside it, fcfs's own is 1
+    assert results[0]["adjacent_reference_wall_s"] is None and results[0]["ratio_to_reference"] == 1.0
+    adjacent = results[1]["adjacent_reference_wall_s"]
+    assert adjacent > 0
+    assert results[1]["ratio_to_reference"] == adjacent / results[1]["fast_forward"]["wall_s"]
 
 
 @pytest.mark.data
