@@ -3,8 +3,9 @@ simulator, :mod:`semsched.vllm`); the rules a policy sees are the same under eac
 
 Imports only the standard library, numpy, ``mypy_extensions`` (mypyc's class markers) and itself; never reads a
 clock (time is an argument: simulated time in the simulator, ``time.time()`` in the vLLM adapter), never imports
-torch or an HTTP library (``tests/test_layout.py``). ``kv``, ``plan``, ``displacement`` and ``scheduler`` run
-compiled by mypyc when built (:mod:`semsched.compiled`); ``policy`` and ``request`` stay interpreted.
+torch or an HTTP library (``tests/test_layout.py``). ``emission``, ``kv``, ``plan``, ``displacement`` and
+``scheduler`` run compiled by mypyc when built (:mod:`semsched.compiled`); ``policy`` and ``request`` stay
+interpreted.
 
 Modules:
 
@@ -17,7 +18,7 @@ Modules:
   field; ``client`` names the sender for per-client fairness; progress is owned by the scheduler),
   ``RequestState`` (terminal: FINISHED, REJECTED, DROPPED, STALLED), ``LengthDistribution`` (a predicted output
   length) and ``TokenTimeline`` (step end times; a request keeps step-index ranges, so k identical steps cost
-  O(1) to record).
+  O(1) to record; ``emission.record_steps`` keeps those ranges, a native call from the compiled scheduler).
 * ``specs``: ``SpecSyntax``, the one ``name:key=value;key=value`` syntax of policy, workload, router and
   predictor specs (values coerced by the config dataclass's field annotations, ``/``-separated tuples,
   ``| None``; a repeated key or an unknown parameter is an error naming kind, spec and parameter);
