@@ -1,13 +1,22 @@
 """A request's token emission record: the ranges of step indices (into its engine's ``TokenTimeline``) at which it
 emitted tokens. Compiled with the core (:mod:`semsched.compiled`): the scheduler records every emitting request
-after every step through :func:`record_steps`, a native call, and ``Request.record_tokens`` is built on it."""
+after every step through :func:`record_tokens`, a native call, and ``Request.record_tokens`` is this function."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def record_steps(ranges: list[list[int]], first_step: int, count: int) -> None:
-    """Add the ``count`` consecutive steps from ``first_step`` to ``ranges`` (``[start, stop)`` step indices, in
-    order): the last range grows when they continue it, else a range is appended."""
+if TYPE_CHECKING:
+    from semsched.core.request import Request, TokenTimeline
+
+
+def record_tokens(request: Request, timeline: TokenTimeline, first_step: int, count: int) -> None:
+    """Record that ``request`` emitted ``count`` tokens at the consecutive steps of ``timeline`` from
+    ``first_step``: its last range of step indices (``[start, stop)``, in order) grows when they continue it, else
+    a range is appended."""
+    if request.timeline is None:
+        request.timeline = timeline
+    ranges = request.token_step_ranges
     if ranges:
         last = ranges[-1]
         if last[1] == first_step:

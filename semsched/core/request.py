@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from semsched.core.emission import record_steps
+from semsched.core import emission
 from semsched.core.errors import SemschedError
 
 #: longest ``Request.client`` label
@@ -317,9 +317,7 @@ class Request:
 
     def record_tokens(self, timeline: TokenTimeline, first_step: int, count: int) -> None:
         """Record ``count`` tokens emitted at consecutive steps starting at ``first_step``."""
-        if self.timeline is None:
-            self.timeline = timeline
-        record_steps(self.token_step_ranges, first_step, count)
+        emission.record_tokens(self, timeline, first_step, count)
 
     def record_round(self, timeline: TokenTimeline, step: int, count: int) -> None:
         """Record ``count`` tokens emitted together at ``step`` (a speculative round): what ``count`` calls of

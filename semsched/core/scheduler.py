@@ -22,7 +22,7 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 
 from semsched.core.displacement import Need, Release, Room, best_class, excluded, fits, victims_to_displace
-from semsched.core.emission import record_steps
+from semsched.core.emission import record_tokens
 from semsched.core.kv import BlockManager, Reservation, blocks_for
 from semsched.core.plan import (
     Admission,
@@ -612,9 +612,7 @@ class Scheduler:
                 continue
             request.num_computed_tokens += 1
             request.num_output_tokens += 1
-            if request.timeline is None:  # (request.record_tokens, without a Python call)
-                request.timeline = timeline
-            record_steps(request.token_step_ranges, step_index, 1)
+            record_tokens(request, timeline, step_index, 1)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, 1, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
@@ -645,9 +643,7 @@ class Scheduler:
 
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
-        if request.timeline is None:  # (request.record_tokens, without a Python call)
-            request.timeline = self.timeline
-        record_steps(request.token_step_ranges, step_index, count)
+        record_tokens(request, self.timeline, step_index, count)  # (a native call)
         if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
             self._on_tokens(request, count, now_s)
 
@@ -767,9 +763,7 @@ class Scheduler:
             try_allocate(request, count)
             request.num_computed_tokens += count
             request.num_output_tokens += count
-            if request.timeline is None:  # (request.record_tokens, without a Python call)
-                request.timeline = timeline
-            record_steps(request.token_step_ranges, first_step, count)
+            record_tokens(request, timeline, first_step, count)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
