@@ -149,9 +149,26 @@ def step(scheduler: Scheduler, now_s: float) -> BatchPlan:
 
 
 def build_scheduler(spec: str, num_waiting: int, args: argparse.Namespace) -> tuple[Scheduler, float]:
-    """A scheduler with ``args.running`` requests decoding and ``num_waiting`` waiting; returns it and now."""
-    prefill_steps = -(-args.running * RUNNING_PROMPT_TOKENS // SchedulerConfig().max_num_batched_tokens) + 1
-    total_steps = prefill_steps + args.warmup + args.repeats
+    """A scheduler with ``args.running`` requests decoding and ``num_waiting`` waiting; returns it and now.
+
+    The KV cache is sized for the steps the running batch takes to finish its prompts plus the measured ones.
+    A policy whose step budget is smaller than the engine's token budget (sarathi's, tiered's time budgets)
+    takes more steps to get there than the token budget says, decoding all the while: the setup is then made
+    again with the steps it really took (the same steps again: the setup is deterministic)."""
+    setup_steps = -(-args.running * RUNNING_PROMPT_TOKENS // SchedulerConfig().max_num_batched_tokens) + 1
+    for _attempt in range(3):
+        scheduler, now_s, taken = _build_scheduler(spec, num_waiting, args, setup_steps)
+        if taken <= setup_steps:
+            return scheduler, now_s
+        setup_steps = taken
+    raise RuntimeError(f"{spec}: the running batch took a different number of steps to start each time")
+
+
+def _build_scheduler(spec: str, num_waiting: int, args: argparse.Namespace,
+                     setup_steps: int) -> tuple[Scheduler, float, int]:
+    """:func:`build_scheduler` with KV for ``setup_steps`` steps before the measured ones; also returns the steps
+    the setup took."""
+    total_steps = setup_steps + args.warmup + args.repeats
     output_tokens = total_steps + 16  # nobody finishes during the measurement
     # enough blocks for the running batch to grow through every measured step, and a little slack; at least
     # as many as the largest waiting request could ever need, or admission would reject it outright
@@ -164,15 +181,17 @@ def build_scheduler(spec: str, num_waiting: int, args: argparse.Namespace) -> tu
     now_s = 0.1
     for request in running_requests(args.running, output_tokens):
         scheduler.add_request(request, now_s)
+    taken = 0
     while sum(not r.in_prefill for r in scheduler.running_requests()) < args.running:
         step(scheduler, now_s)
         now_s += STEP_S
+        taken += 1
     now_s = max(now_s, 2.0)
     rng = np.random.default_rng(args.seed)
     for request in waiting_requests(num_waiting, output_tokens, rng):
         if not scheduler.add_request(request, now_s).accepted:
             raise RuntimeError(f"{spec}: waiting request {request.request_id} rejected at admission")
-    return scheduler, now_s
+    return scheduler, now_s, taken
 
 
 def policy_specs(value: str) -> list[str]:

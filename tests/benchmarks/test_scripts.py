@@ -51,6 +51,19 @@ def test_scheduler_overhead_smoke(tmp_path: Path) -> None:
     assert all(len(r["step_ms"]) == 5 for r in results)
 
 
+def test_scheduler_overhead_time_budgeted_policy_few_repeats(tmp_path: Path) -> None:
+    """sarathi's time budget lets fewer tokens into a step than the engine's token budget, so the running batch
+    takes more steps to finish its prompts (decoding all the while) than the harness's first estimate: with few
+    measured steps the KV cache sized from that estimate ran out and a victim was preempted."""
+    payload = run_script(
+        "scheduler_overhead.py", "--policies", "sarathi-fcfs", "--queue-sizes", "10", "--running", "256",
+        "--repeats", "3", "--warmup", "1", json_path=tmp_path / "overhead.json",
+    )
+    results = payload["results"]
+    assert isinstance(results, list) and len(results) == 1
+    assert len(results[0]["step_ms"]) == 3
+
+
 @pytest.mark.data
 def test_sim_throughput_smoke(tmp_path: Path) -> None:
     payload = run_script(
