@@ -973,10 +973,11 @@ class Scheduler(_VllmScheduler):
         When it refreshed every running request's shadow, the next step's :meth:`running_shadows` need not."""
         tracked, on_tokens = self._tracked, self._on_tokens
         assert on_tokens is not None
-        refreshed: list[VllmRequest] = []
+        refreshed: list[VllmRequest] | None = []  # (None once a scheduled request's shadow is left as it was)
         for request_id in scheduled:
             entry = tracked.get(request_id)
             if entry is None:
+                refreshed = None
                 continue
             request = entry.request
             count = request.num_output_tokens
@@ -987,8 +988,11 @@ class Scheduler(_VllmScheduler):
                 if count >= shadow.notify_tokens_at:  # (the policy's promise, kept as the core keeps it)
                     shadow.num_computed_tokens = request.num_computed_tokens  # (_refresh, inlined)
                     shadow.num_output_tokens = count
-                    refreshed.append(request)
+                    if refreshed is not None:
+                        refreshed.append(request)
                     on_tokens(shadow, emitted, now)
+                    continue
+            refreshed = None
         self._shadows_reported = refreshed == self.running
 
     def _note_first_tokens(self, now: float) -> None:
