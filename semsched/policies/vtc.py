@@ -140,6 +140,8 @@ class VTC(Policy):
         super().__init__(config)
         self._clients: dict[str, _Client] = {}
         self._top_priority: int | None = None
+        #: weight() by priority, as it answers until the most important priority seen changes
+        self._weights: dict[int, float] = {}
         self._last_left: str | None = None  # client whose request left the waiting queue last
         #: waiting keys computed at counter version ``_keys_version``, and arrivals' keys with their version
         self._keys: dict[str, float] = {}
@@ -200,6 +202,7 @@ class VTC(Policy):
     def on_arrival(self, request: Request, now_s: float) -> None:
         if self.config.weights is None and (self._top_priority is None or request.priority < self._top_priority):
             self._top_priority = request.priority
+            self._weights.clear()
         entry = self._client(request)
         if not entry.active:
             self._lift(entry)
@@ -235,9 +238,20 @@ class VTC(Policy):
         self._left.add(request.request_id)  # its entry still counts ahead of later ones while it is WAITING
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        cost = self.config.output_cost * num_tokens / self.weight(request.priority)
+        # (called for every running request at every step: the weight kept by priority, _client and _charge
+        # inlined)
+        priority = request.priority
+        weight = self._weights.get(priority)
+        if weight is None:
+            weight = self._weights[priority] = self.weight(priority)
+        cost = self.config.output_cost * num_tokens / weight
         if cost:
-            self._charge(self._client(request), cost)
+            name = request.client if request.client is not None else _priority_client(priority)
+            entry = self._clients.get(name)
+            if entry is None:
+                entry = self._clients[name] = _Client()
+            entry.counter += cost
+            self._version += 1
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """Charges this step's newly running requests before the core re-keys (the budget is the engine's). Both

@@ -365,6 +365,8 @@ class Scheduler(_VllmScheduler):
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
         self._steps_in_flight: deque[_StepTiming] = deque()  # scheduled, output not yet received; oldest first
         self._last_output_s = -math.inf  # when the last output reached update_from_output
+        # (request ids, their prompt lengths) that _all_decode looked up last
+        self._decode_prompts: tuple[list[str], list[int]] | None = None
         self._drops = policy.uses_hook("preemption_mode")  # only such a policy can ask for PreemptionMode.DROP
         self._victim_key = policy.victim_key
         self._static_victim_order = static_victim_order(policy)
@@ -377,6 +379,9 @@ class Scheduler(_VllmScheduler):
         # (a copy of ``running``, its tracked requests, their shadows), kept across steps: while ``running`` holds
         # the same requests in the same order, a refresh reads them without looking each one up
         self._shadow_pairs: tuple[list[VllmRequest], list[VllmRequest], list[Request]] | None = None
+        # every running shadow was refreshed by the last token report and vLLM's counters have not moved since
+        # (nothing scheduled, no output taken): a refresh would write the values the shadows hold
+        self._shadows_reported = False
         self._budgets = policy.uses_hook("step_budget")
         self._rekeys = policy.rekey_interval_s is not None
         # the last step scheduled one token for every running request and nothing else changed (see _steady_step)
@@ -470,9 +475,10 @@ class Scheduler(_VllmScheduler):
         pairs = self._shadow_pairs
         if pairs is not None and pairs[0] == running:  # (a list compares its items by identity first)
             shadows = pairs[2]
-            for request, shadow in zip(pairs[1], shadows, strict=True):
-                shadow.num_computed_tokens = request.num_computed_tokens
-                shadow.num_output_tokens = request.num_output_tokens
+            if not self._shadows_reported:
+                for request, shadow in zip(pairs[1], shadows, strict=True):
+                    shadow.num_computed_tokens = request.num_computed_tokens
+                    shadow.num_output_tokens = request.num_output_tokens
             shadows = list(shadows)  # (a caller may keep the list: each step gets its own)
         else:
             tracked = self._tracked
@@ -519,7 +525,9 @@ class Scheduler(_VllmScheduler):
 
     # ---- admission ---------------------------------------------------------------------------------------
     def add_request(self, request: VllmRequest) -> None:
+        self._decode_prompts = None  # (a continuation's prompt grows; a finished request's id may come back)
         if request.request_id in self.requests:  # a streaming-input continuation: vLLM's business
+            self._shadows_reported = False
             super().add_request(request)
             return
         now = self._now_s = time.time()
@@ -573,6 +581,7 @@ class Scheduler(_VllmScheduler):
             output = super().schedule(*args, **kwargs)
         finally:
             self._shadow_cache = None  # vLLM changed ``running`` (admissions, preemptions)
+            self._shadows_reported = False  # (and the counters of what it scheduled)
             self.waiting.gate = None  # type: ignore[attr-defined]
             self.max_num_scheduled_tokens = self._configured.max_num_batched_tokens
             self.max_num_active_reqs = self._configured.max_num_seqs
@@ -889,6 +898,7 @@ class Scheduler(_VllmScheduler):
     # ---- results -------------------------------------------------------------------------------------------
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> dict[int, EngineCoreOutputs]:
         received_s = time.time() if self._on_step is not None else 0.0
+        self._shadows_reported = False
         outputs: dict[int, EngineCoreOutputs] = super().update_from_output(scheduler_output, model_runner_output)
         now = self._now_s = time.time()
         if self._on_step is not None:
@@ -928,13 +938,20 @@ class Scheduler(_VllmScheduler):
 
     def _all_decode(self, request_ids: Sequence[str], computed: Sequence[int]) -> bool:
         """Whether each of ``request_ids`` (scheduled one token) has its whole prompt computed (``computed``, in
-        the same order): a decode, as the loop of :meth:`_start_step_timing` finds, without a Python step each."""
+        the same order): a decode, as the loop of :meth:`_start_step_timing` finds, without a Python step each.
+        The prompt lengths are looked up once for a run of steps that schedule the same requests in the same
+        order (the steady decode stretch)."""
         if len(request_ids) != len(computed):
             return False
-        try:
-            prompts = list(map(_NUM_PROMPT_TOKENS, map(self.requests.__getitem__, request_ids)))
-        except KeyError:  # (a request vLLM no longer knows: the loop counts it as a prefill)
-            return False
+        known = self._decode_prompts
+        if known is not None and known[0] == request_ids:  # (a list compares its items by identity first)
+            prompts = known[1]
+        else:
+            try:
+                prompts = list(map(_NUM_PROMPT_TOKENS, map(self.requests.__getitem__, request_ids)))
+            except KeyError:  # (a request vLLM no longer knows: the loop counts it as a prefill)
+                return False
+            self._decode_prompts = (list(request_ids), prompts)
         return all(map(operator.ge, computed, prompts))
 
     def _report_step(self, output: Any, received_s: float) -> None:
@@ -952,12 +969,15 @@ class Scheduler(_VllmScheduler):
         self._on_step(step.prefill, step.num_decode, step.decode_context_tokens, received_s - start_s, received_s)
 
     def _report_tokens(self, scheduled: Iterable[str], now: float) -> None:
-        """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it)."""
+        """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it).
+        When it refreshed every running request's shadow, the next step's :meth:`running_shadows` need not."""
         tracked, on_tokens = self._tracked, self._on_tokens
         assert on_tokens is not None
+        refreshed: list[VllmRequest] | None = []  # (None once a scheduled request's shadow is left as it was)
         for request_id in scheduled:
             entry = tracked.get(request_id)
             if entry is None:
+                refreshed = None
                 continue
             request = entry.request
             count = request.num_output_tokens
@@ -968,7 +988,12 @@ class Scheduler(_VllmScheduler):
                 if count >= shadow.notify_tokens_at:  # (the policy's promise, kept as the core keeps it)
                     shadow.num_computed_tokens = request.num_computed_tokens  # (_refresh, inlined)
                     shadow.num_output_tokens = count
+                    if refreshed is not None:
+                        refreshed.append(request)
                     on_tokens(shadow, emitted, now)
+                    continue
+            refreshed = None
+        self._shadows_reported = refreshed == self.running
 
     def _note_first_tokens(self, now: float) -> None:
         tracked = self._tracked

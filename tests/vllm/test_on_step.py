@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -136,3 +136,61 @@ def test_a_steps_tokens_are_charged_its_measured_duration(
     for duration in policy.durations:
         total += duration
     assert policy.served == {"a": total, "b": total, "c": total}
+
+
+def _composition(output: Any, requests: dict[str, Any]) -> tuple[tuple[tuple[int, int], ...], int, int]:
+    """A scheduled batch's composition in ``on_step``'s terms, request by request (the adapter's slow form)."""
+    scheduled = output.num_scheduled_tokens
+    prefill = [(scheduled[new.req_id], new.num_computed_tokens) for new in output.scheduled_new_reqs]
+    num_decode = context = 0
+    cached = output.scheduled_cached_reqs
+    for request_id, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+        request = requests.get(request_id)
+        if scheduled[request_id] == 1 and request is not None and computed >= request.num_prompt_tokens:
+            num_decode += 1
+            context += computed
+        else:
+            prefill.append((scheduled[request_id], computed))
+    return tuple(prefill), num_decode, context
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_on_step_composition_matches_the_batch_request_by_request(
+    tiny_model_dir: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On workloads larger than the KV cache (chunked prompts, preemptions, resumptions, finishes, steady decode
+    stretches, where the adapter reuses the prompt lengths it looked up for the same requests), each
+    ``on_step`` names the composition a request-by-request pass over its batch finds."""
+    monkeypatch.setattr(adapter_module, "time", _TickingClock())
+    for seed in range(3):
+        h = SchedulerHarness(
+            "semsched.vllm.Scheduler", tiny_model_dir,
+            HarnessConfig(num_blocks=25, max_num_seqs=8, max_num_batched_tokens=128,
+                          async_scheduling=async_scheduling),
+            env={"SEMSCHED_POLICY": _StepLog.name},
+        )
+        scheduler, expected = h.scheduler, []
+        schedule = scheduler.schedule
+
+        def logged_schedule(schedule: Any = schedule, scheduler: Any = scheduler,
+                            expected: list[Any] = expected) -> Any:
+            output = schedule()
+            if output.total_num_scheduled_tokens:
+                expected.append(_composition(output, scheduler.requests))
+            return output
+
+        scheduler.schedule = logged_schedule  # type: ignore[method-assign]
+        rng = random.Random(seed)
+        pending = sorted((rng.randrange(60), f"r{i}", rng.randrange(8, 300), rng.randrange(4, 90))
+                         for i in range(24))
+        preempted, step = 0, 0
+        while pending or h.has_work():
+            while pending and pending[0][0] <= step:
+                _, request_id, prompt, output = pending.pop(0)
+                h.add(request_id, [rng.randrange(100, 31000) for _ in range(prompt)], output)
+            preempted += len(h.step().preempted)
+            step += 1
+        policy = scheduler.semsched_policy
+        assert isinstance(policy, _StepLog)
+        assert preempted > 0 and any(c[1] > 1 and not c[0] for c in policy.calls)
+        assert [c[:3] for c in policy.calls] == expected

@@ -25,6 +25,7 @@ from semsched.core.request import Request as CoreRequest
 from semsched.core.scheduler import Scheduler as CoreScheduler
 from semsched.core.scheduler import SchedulerConfig as CoreSchedulerConfig
 from semsched.policies import POLICIES, make_policy, register_policy
+from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.vllm.config import AdapterConfigError
 from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
 from semsched.vllm.scheduler import PolicyQueue, UnsupportedVllmError, check_vllm_version
@@ -87,10 +88,46 @@ class _LatestFirstOnlyOrders(_LatestFirst):
     running_order_keeps_all: ClassVar[bool] = True
 
 
+class _CountsTokens(PriorityPreempt):
+    """priority-preempt that hears every token (``on_tokens``) and, in each hook that reads the running requests,
+    notes any whose shadow's progress differs from vLLM's request (``engine``: the adapter, set by the test)."""
+
+    name: ClassVar[str] = "test-counts-tokens"
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__(config)
+        self.engine: Any = None
+        self.tokens: dict[str, int] = {}
+        self.checked = 0
+        self.stale: list[tuple[str, int, int, int, int]] = []
+
+    def _check(self, running: Sequence[Request]) -> None:
+        for shadow in running:
+            request = self.engine.requests[shadow.request_id]
+            self.checked += 1
+            if (shadow.num_computed_tokens, shadow.num_output_tokens) != (request.num_computed_tokens,
+                                                                          request.num_output_tokens):
+                self.stale.append((shadow.request_id, shadow.num_computed_tokens, request.num_computed_tokens,
+                                   shadow.num_output_tokens, request.num_output_tokens))
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        self.tokens[request.request_id] = self.tokens.get(request.request_id, 0) + num_tokens
+
+    def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
+        if self.engine is not None:
+            self._check(view.running_requests())
+        return None
+
+    def victims_for(self, candidate: Request, running: Sequence[Request], view: SchedulerView,
+                    now_s: float) -> Sequence[Request]:
+        self._check(running)
+        return super().victims_for(candidate, running, view, now_s)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _test_policies() -> Iterator[None]:
     """Registered only while this module runs, so no other test sees them in ``semsched policies``."""
-    classes = (_RejectLong, _SmallSteps, _OnlyPriority, _LatestFirst, _LatestFirstOnlyOrders)
+    classes = (_RejectLong, _SmallSteps, _OnlyPriority, _LatestFirst, _LatestFirstOnlyOrders, _CountsTokens)
     for cls in classes:
         register_policy(cls)
     yield
@@ -483,6 +520,25 @@ def test_an_order_that_keeps_all_is_not_asked_in_steady_decode_steps(tiny_model_
         assert all(h.output_tokens[f"r{i}"] == 40 for i in range(4))
     assert calls == {"test-latest-first": 20, "test-latest-first-keeps-all": 0}
     assert batches["test-latest-first"] == batches["test-latest-first-keeps-all"]
+
+
+@SCHEDULING
+def test_running_shadows_hold_vllms_progress_after_token_reports(tiny_model_dir: Path,
+                                                                  async_scheduling: bool) -> None:
+    """A step after a token report that refreshed every running request's shadow skips the refresh: on
+    workloads with admissions, displacements, KV-pressure preemptions and steady decode stretches, every hook sees
+    vLLM's progress, and ``on_tokens`` hears of every token once."""
+    config = dataclasses.asdict(LOCKSTEP_CONFIG) | {"async_scheduling": async_scheduling}
+    for seed in range(3):
+        rng = random.Random(seed)
+        workload = _random_workload(rng)
+        h = _harness(tiny_model_dir, "test-counts-tokens", **config)
+        policy = h.scheduler.semsched_policy
+        policy.engine = h.scheduler
+        finished, preemptions = _run_workload(h, workload, rng)
+        assert preemptions > 0 and policy.checked > 0
+        assert policy.stale == []
+        assert policy.tokens == {f.request_id: f.num_output_tokens for f in finished}
 
 
 def test_bad_policy_stops_the_engine_with_a_clear_error(tiny_model_dir: Path) -> None:
