@@ -238,20 +238,14 @@ class VTC(Policy):
         self._left.add(request.request_id)  # its entry still counts ahead of later ones while it is WAITING
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        # (called for every running request at every step: the weight kept by priority, _client and _charge
-        # inlined)
+        # (called for every running request at every step: the weight kept by priority)
         priority = request.priority
         weight = self._weights.get(priority)
         if weight is None:
             weight = self._weights[priority] = self.weight(priority)
         cost = self.config.output_cost * num_tokens / weight
         if cost:
-            name = request.client if request.client is not None else _priority_client(priority)
-            entry = self._clients.get(name)
-            if entry is None:
-                entry = self._clients[name] = _Client()
-            entry.counter += cost
-            self._version += 1
+            self._charge(self._client(request), cost)
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """Charges this step's newly running requests before the core re-keys (the budget is the engine's). Both
