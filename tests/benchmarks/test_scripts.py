@@ -120,6 +120,22 @@ def test_batch_size_cost_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
+def test_vllm_overhead_scheduler_only_counts_the_steps_a_policy_spends_displacing(tmp_path: Path) -> None:
+    """srpt ranks the queued short requests before the running ones, so some of its steps preempt and admit (work
+    vLLM's own scheduler never does in this state); fcfs's and vLLM's steps are all steady."""
+    payload = run_engine_script(
+        "vllm_overhead.py", "--scheduler-only", "--policies", "fcfs,srpt", "--running", "16", "--waiting", "40",
+        "--scheduler-steps", "30", "--scheduler-rounds", "2", json_path=tmp_path / "overhead.json",
+        table="| steady steps |",
+    )
+    for mode in ("sync", "async"):
+        busy = payload["scheduler"][mode]["busy"]
+        assert {policy: len(flags) for policy, flags in busy.items()} == {"vllm": 30, "fcfs": 30, "srpt": 30}
+        assert not any(busy["vllm"]) and not any(busy["fcfs"])
+        assert any(busy["srpt"])
+
+
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_engine_speed_drift_smoke(tmp_path: Path) -> None:
     payload = run_engine_script(
