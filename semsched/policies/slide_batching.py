@@ -700,35 +700,40 @@ class SlideBatching(Policy):
         partial = room is not None  # the queue holds the running requests only
         if room is None:
             room = _StartRoom(queue, self._view, seqs_left)
-        cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         started, prefill, exec_s = queue.started, queue.prefill, queue.exec_s
-        for position, i in enumerate(order):
-            if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
-                break
-            if not started[i] and not room.admits(i, requests[i]):
-                continue  # the KV cache could not hold its whole prompt beside the prompts already started
-            left_s = budget_s - estimated_s
-            if not prefill[i]:
-                if exec_s[i] > left_s:
+        # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack): the fill goes on
+        # over the decodes after it alone (a prompt there takes no token, and admits changes nothing)
+        items: list[int] | None = order
+        while items:
+            candidates, items = items, None
+            for position, i in enumerate(candidates):
+                if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
+                    break
+                if not started[i] and not room.admits(i, requests[i]):
+                    continue  # the KV cache could not hold its whole prompt beside the prompts already started
+                left_s = budget_s - estimated_s
+                if not prefill[i]:
+                    if exec_s[i] > left_s:
+                        continue
+                    room.take(i)
+                    chosen.append((i, 1))
+                    estimated_s += exec_s[i]
+                    tokens_left -= 1
+                    seqs_left -= 1
+                    continue
+                request = requests[i]
+                tokens = self._max_chunk(request, left_s, tokens_left)
+                if tokens == 0:
                     continue
                 room.take(i)
-                chosen.append((i, 1))
-                estimated_s += exec_s[i]
-                tokens_left -= 1
+                chosen.append((i, tokens))
+                estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
+                tokens_left -= tokens
                 seqs_left -= 1
-                continue
-            request = requests[i]
-            tokens = 0 if cut else self._max_chunk(request, left_s, tokens_left)
-            if tokens == 0:
-                continue
-            cut = tokens < request.num_uncomputed_tokens
-            room.take(i)
-            chosen.append((i, tokens))
-            estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
-            tokens_left -= tokens
-            seqs_left -= 1
-            if cut and all(map(prefill.__getitem__, order[position + 1:])):
-                break  # only prompts after the cut one, none of which may take a token (admits changes nothing)
+                if tokens < request.num_uncomputed_tokens:  # cut
+                    rest = candidates[position + 1:]
+                    items = list(itertools.compress(rest, map(operator.not_, map(prefill.__getitem__, rest))))
+                    break
         if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
             i = next((j for j in order if started[j] or room.admits(j, requests[j])), order[0])
             request = requests[i]
