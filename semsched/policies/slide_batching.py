@@ -175,6 +175,9 @@ class SlideBatching(Policy):
         self._waiting: dict[str, Request] = {}
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
+        #: each waiting request's columns as last computed (:class:`_WaitingEntry`; with the block size they
+        #: count in), so a change to the waiting set computes only the requests that joined it
+        self._entries: tuple[int, dict[str, _WaitingEntry]] = (0, {})
         self._running_cache: tuple[tuple[int, ...], list[Request], list[_Row]] | None = None
         #: the order that merges the running requests' columns with the waiting ones' (arrival at this policy),
         #: kept while both sets stay
@@ -228,6 +231,7 @@ class SlideBatching(Policy):
     def _keep_row(self, request_id: str, row: _Row | None) -> None:
         """Keep ``row`` as the request's (None: forget it), counting the live requests that are always due."""
         old = self._rows.pop(request_id, None)
+        self._entries[1].pop(request_id, None)
         if old is not None and _always_due(old):
             self._num_always_due -= 1
         if row is not None:
@@ -532,6 +536,23 @@ class SlideBatching(Policy):
             self._synced_running = key
             return True
         return False
+
+    def _waiting_entries(self, block_size: int) -> list[_WaitingEntry]:
+        """The waiting requests' entries in their order, each computed again only when its request is new to
+        them or has made progress since (a preempted request; an entry is kept while its request is live)."""
+        kept_block_size, kept = self._entries
+        if kept_block_size != block_size:
+            kept = {}
+            self._entries = (block_size, kept)
+        rows, config = self._rows, self.estimator.model.config
+        entries = []
+        for request_id in self._waiting:
+            entry = kept.get(request_id)
+            if entry is None or entry.computed != entry.request.num_computed_tokens \
+                    or entry.outputs != entry.request.num_output_tokens:
+                entry = kept[request_id] = _WaitingEntry.of(rows[request_id], config, block_size)
+            entries.append(entry)
+        return entries
 
     def _current_waiting_stats(self, block_size: int) -> _WaitingStats:
         stats = self._waiting_stats
@@ -1068,31 +1089,22 @@ class _WaitingStats:
 
     @classmethod
     def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
-        rows = [policy._rows[request_id] for request_id in policy._waiting]
-        config = policy.estimator.model.config
-        computed = [row.request.num_computed_tokens for row in rows]
-        outputs = [row.request.num_output_tokens for row in rows]
-        next_work = [_base_cost_s(config, row.prompt, done, emitted)
-                     for row, done, emitted in zip(rows, computed, outputs, strict=True)]
-        costs_s = [cost_s for _prefill, cost_s in next_work]
-        deadline_s = [_deadline_s(row, emitted) for row, emitted in zip(rows, outputs, strict=True)]
-        min_blocks: dict[int, tuple[int, Request]] = {}
-        whole_blocks = [-(-(row.prompt + emitted) // block_size)
-                        for row, emitted in zip(rows, outputs, strict=True)]
-        for row, blocks in zip(rows, whole_blocks, strict=True):
-            request = row.request
-            best = min_blocks.get(request.priority)
-            if best is None or blocks < best[0]:
-                min_blocks[request.priority] = (blocks, request)
+        """The stats of ``policy``'s waiting requests, in its order of them, from their entries
+        (:meth:`SlideBatching._waiting_entries`)."""
+        entries = policy._waiting_entries(block_size)
+        if not entries:
+            return cls(policy._waiting_version, block_size, 0, [], [], [], [], [], [], 0.0, math.inf, math.inf, {},
+                       [], [], [], np.array([], dtype=np.float64), np.array([], dtype=np.float64),
+                       np.array([], dtype=np.float64), np.array([], dtype=np.bool_), [], [])
+        rows, computed, outputs, prefill, costs_s, deadline_s, whole_blocks, arrival_s, tpot_s, weights, \
+            requests, priorities = map(list, zip(*entries, strict=True))
+        costs_array_s = np.array(costs_s, dtype=np.float64)
         return cls(
             policy._waiting_version, block_size, len(rows), rows, sorted(deadline_s), deadline_s, computed,
-            outputs, costs_s, pairwise_sum(costs_s), min(costs_s, default=math.inf),
-            min((row.tpot_s for row in rows), default=math.inf), min_blocks,
-            [prefill for prefill, _cost_s in next_work], [row.arrival_s for row in rows],
-            [row.tpot_s for row in rows],
-            np.array(costs_s, dtype=np.float64), np.array(deadline_s, dtype=np.float64),
-            np.array([row.weight for row in rows], dtype=np.float64), np.array(outputs, dtype=np.int64) == 0,
-            [row.request for row in rows], whole_blocks,
+            outputs, costs_s, float(costs_array_s.sum()), min(costs_s), min(tpot_s),
+            _min_blocks(whole_blocks, priorities, requests), prefill, arrival_s, tpot_s, costs_array_s,
+            np.array(deadline_s, dtype=np.float64), np.array(weights, dtype=np.float64),
+            np.array(outputs, dtype=np.int64) == 0, requests, whole_blocks,
         )
 
     def count_remain_below(self, threshold_s: float, now_s: float) -> int:
@@ -1101,6 +1113,45 @@ class _WaitingStats:
 
     def count_remain_at_most(self, threshold_s: float, now_s: float) -> int:
         return bisect.bisect_right(self.deadlines_s, threshold_s, key=lambda d: d - now_s)
+
+
+class _WaitingEntry(NamedTuple):
+    """A waiting request's columns in :class:`_WaitingStats` (a function of its row, its progress counters and
+    the block size alone)."""
+
+    row: _Row
+    computed: int
+    outputs: int
+    prefill: bool  # its next work is prompt (or recompute) tokens
+    cost_s: float  # the base model's cost of that work (:func:`_base_cost_s`)
+    deadline_s: float  # its next token's (:func:`_deadline_s`)
+    whole_blocks: int  # the blocks its whole sequence needs
+    arrival_s: float
+    tpot_s: float
+    weight: float
+    request: Request
+    priority: int
+
+    @classmethod
+    def of(cls, row: _Row, config: BatchConfig, block_size: int) -> _WaitingEntry:
+        request = row.request
+        computed, outputs = request.num_computed_tokens, request.num_output_tokens
+        prefill, cost_s = _base_cost_s(config, row.prompt, computed, outputs)
+        return cls(row, computed, outputs, prefill, cost_s, _deadline_s(row, outputs),
+                   -(-(row.prompt + outputs) // block_size), row.arrival_s, row.tpot_s, row.weight, request,
+                   request.priority)
+
+
+def _min_blocks(whole_blocks: list[int], priorities: list[int],
+                requests: list[Request]) -> dict[int, tuple[int, Request]]:
+    """Per priority (in the order they first come), the fewest blocks a whole sequence needs and whose (the first
+    of those that need that few)."""
+    fewest: dict[int, tuple[int, Request]] = {}
+    for priority in dict.fromkeys(priorities):
+        blocks, index = min(itertools.compress(zip(whole_blocks, itertools.count()),
+                                               map(priority.__eq__, priorities)))
+        fewest[priority] = (blocks, requests[index])
+    return fewest
 
 
 def _waiting_may_start(running: Sequence[Request], stats: _WaitingStats, view: SchedulerView,
