@@ -352,13 +352,15 @@ class SlideBatching(Policy):
         if len(running) < len(chosen) and running and self._is_cut(requests, chosen[-1]) \
                 and requests[chosen[-1][0]].state is RequestState.RUNNING:
             chosen, running = chosen[:-1], running[:-1]  # a cut running prompt would take waiting tokens
-        first = [i for i, _ in chosen]
-        taken = set(first)
-        ranked = first + [i for i in order if i not in taken]
+        first = list(map(_FIRST, chosen))
+        left = [True] * len(order)  # (not chosen)
+        for i in first:
+            left[i] = False
+        ranked = first + list(itertools.compress(order, map(left.__getitem__, order)))
         in_order = tuple(map(requests.__getitem__, ranked))
         num_urgent = urgent.count(True)
         return SlidePlan(
-            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(map(_SECOND, chosen)),
             running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
             rank=dict(zip(map(_REQUEST_ID, in_order), range(len(in_order)), strict=True)), ranked=in_order,
             num_urgent=num_urgent, num_normal=len(requests) - num_urgent,
@@ -936,8 +938,9 @@ class _Queue:
     arrival_s: list[float]
     tpot_s: list[float]
     arrays: _Arrays | None = None  # a long queue's columns as numpy arrays too, for its sorts and sums
-    #: a merged queue's KV needs (its ``rows``, ``computed``, ``outputs`` and ``tpot_s`` are left empty): the
-    #: blocks each request's whole sequence needs, and those the started prompts still need to complete
+    #: a merged queue's KV needs (its ``rows``, ``computed``, ``outputs`` and ``tpot_s`` are left empty, and
+    #: ``density`` and ``arrival_s``, which its sorts read from ``arrays``): the blocks each request's whole
+    #: sequence needs, and those the started prompts still need to complete
     blocks: tuple[list[int], int] | None = None
 
     @classmethod
@@ -1011,8 +1014,8 @@ class _Queue:
         prefill = list(take(running.prefill + stats.prefill))
         return cls(
             running.size + stats.size, [], [], [], list(take(running.started + [False] * stats.size)), prefill,
-            True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), arrays.density.tolist(),
-            arrays.arrival_s.tolist(), [], arrays, (list(take(whole_running + stats.whole_blocks)), committed),
+            True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), [], [], [], arrays,
+            (list(take(whole_running + stats.whole_blocks)), committed),
         )
 
 
