@@ -474,19 +474,14 @@ class SlideBatching(Policy):
                      stats: _WaitingStats) -> SlidePlan:
         """The full plan, its queue put together from the running requests' columns and the waiting ones'
         (kept while the waiting set stays), in the full plan's order (arrival at this policy)."""
+        if stats.size >= _NUMPY_WAITING_FROM:
+            merge = self._merge(rows, stats)
+            running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
+            queue = _Queue.merged(running, stats, merge, self, now_s)
+            return self._plan_of(merge.requests, queue, now_s)
         every = rows + stats.rows
         if not every:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
-        if stats.size >= _NUMPY_WAITING_FROM:
-            key = (tuple(map(id, rows)), stats.version)
-            if self._merge_cache is None or self._merge_cache[0] != key:
-                seqs = [row.seq for row in every]
-                positions = sorted(range(len(every)), key=seqs.__getitem__)
-                self._merge_cache = (key, _Merge(operator.itemgetter(*positions), np.array(positions)))
-            running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
-            merge = self._merge_cache[1]
-            queue = _Queue.merged(running, stats, merge, self, now_s)
-            return self._plan_of(list(merge.take([row.request for row in rows] + stats.requests)), queue, now_s)
         seqs = [row.seq for row in every]
         order = sorted(range(len(every)), key=seqs.__getitem__)
         all_computed, all_outputs = computed + stats.computed, outputs + stats.outputs
@@ -494,6 +489,19 @@ class SlideBatching(Policy):
         queue = _Queue.build([every[i] for i in order], [all_computed[i] for i in order],
                              [all_outputs[i] for i in order], [started[i] for i in order], self, now_s)
         return self._plan_of([row.request for row in queue.rows], queue, now_s)
+
+    def _merge(self, rows: list[_Row], stats: _WaitingStats) -> _Merge:
+        """The order that merges the running requests (``rows``) with the waiting ones (``stats``), kept while
+        both sets stay."""
+        key = (tuple(map(id, rows)), stats.version)
+        if self._merge_cache is None or self._merge_cache[0] != key:
+            every = rows + stats.rows
+            seqs = [row.seq for row in every]
+            positions = sorted(range(len(every)), key=seqs.__getitem__)
+            take = operator.itemgetter(*positions)
+            self._merge_cache = (key, _Merge(take, np.array(positions), list(take([row.request for row in every])),
+                                             list(take([True] * len(rows) + [False] * stats.size))))
+        return self._merge_cache[1]
 
     def _running_key(self, running: Sequence[Request]) -> tuple[int, ...]:
         """The running requests' id()s, the key of what is kept of the running set: kept with the requests
@@ -917,6 +925,8 @@ class _Merge(NamedTuple):
 
     take: Callable[[list[Any]], tuple[Any, ...]]  # that order's items of a list
     positions: np.ndarray  # that order
+    requests: list[Request]  # the requests in that order (a plan's index order: read only)
+    started: list[bool]  # whether each is running, in that order
 
 
 @dataclass(frozen=True, slots=True)
@@ -988,9 +998,9 @@ class _Queue:
     @classmethod
     def merged(cls, running: _Queue, stats: _WaitingStats, merge: _Merge, policy: SlideBatching,
                now_s: float) -> _Queue:
-        """The queue of the running requests (``running``) and the waiting ones (``stats``), in ``merge``'s order
-        (arrival at this policy). The waiting requests' columns come from their kept base costs and deadlines, by
-        numpy for a long queue: the same operations as :meth:`build`, element by element."""
+        """The queue of the running requests (``running``, every one started) and the waiting ones (``stats``), in
+        ``merge``'s order (arrival at this policy). The waiting requests' columns come from their kept base costs
+        and deadlines, by numpy for a long queue: the same operations as :meth:`build`, element by element."""
         exec_w = np.maximum(policy.estimator.beta * stats.costs_array_s, 1e-9)
         remain_w = stats.deadlines_array_s - now_s
         if stats.first_token.any():
@@ -1013,7 +1023,7 @@ class _Queue:
                          min(min(running.tpot_s, default=math.inf), stats.min_tpot_s))
         prefill = list(take(running.prefill + stats.prefill))
         return cls(
-            running.size + stats.size, [], [], [], list(take(running.started + [False] * stats.size)), prefill,
+            running.size + stats.size, [], [], [], merge.started, prefill,
             True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), [], [], [], arrays,
             (list(take(whole_running + stats.whole_blocks)), committed),
         )
@@ -1150,10 +1160,10 @@ def _min_blocks(whole_blocks: list[int], priorities: list[int],
     """Per priority (in the order they first come), the fewest blocks a whole sequence needs and whose (the first
     of those that need that few)."""
     fewest: dict[int, tuple[int, Request]] = {}
-    for priority in dict.fromkeys(priorities):
-        blocks, index = min(itertools.compress(zip(whole_blocks, itertools.count()),
-                                               map(priority.__eq__, priorities)))
-        fewest[priority] = (blocks, requests[index])
+    for blocks, priority, request in zip(whole_blocks, priorities, requests, strict=True):
+        best = fewest.get(priority)
+        if best is None or blocks < best[0]:
+            fewest[priority] = (blocks, request)
     return fewest
 
 
