@@ -358,11 +358,13 @@ class SlideBatching(Policy):
             left[i] = False
         ranked = first + list(itertools.compress(order, map(left.__getitem__, order)))
         in_order = tuple(map(requests.__getitem__, ranked))
+        ids = list(map(_REQUEST_ID, in_order))  # (the chosen first)
         num_urgent = urgent.count(True)
+        tokens = list(map(_SECOND, chosen))
         return SlidePlan(
-            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(map(_SECOND, chosen)),
-            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
-            rank=dict(zip(map(_REQUEST_ID, in_order), range(len(in_order)), strict=True)), ranked=in_order,
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(tokens),
+            running=tuple(running), chosen=tuple(zip(ids, tokens, strict=False)),
+            rank=dict(zip(ids, range(len(ids)), strict=True)), ranked=in_order,
             num_urgent=num_urgent, num_normal=len(requests) - num_urgent,
         )
 
