@@ -341,8 +341,10 @@ class SlideBatching(Policy):
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
         return self._plan_of(requests, _Queue.of(requests, self, now_s), now_s)
 
-    def _plan_of(self, requests: Sequence[Request], queue: _Queue, now_s: float) -> SlidePlan:
-        """Algorithm 1 on every unfinished request (``requests``, in arrival order at this policy)."""
+    def _plan_of(self, requests: Sequence[Request], queue: _Queue, now_s: float,
+                 request_ids: list[str] | None = None) -> SlidePlan:
+        """Algorithm 1 on every unfinished request (``requests``, in arrival order at this policy; ``request_ids``:
+        their ids, when kept)."""
         budget_s = self._budget_s(queue)
         urgent = self._urgent(queue, budget_s)
         order = _sorted(queue, urgent)
@@ -358,7 +360,7 @@ class SlideBatching(Policy):
             left[i] = False
         ranked = first + list(itertools.compress(order, map(left.__getitem__, order)))
         in_order = tuple(map(requests.__getitem__, ranked))
-        ids = list(map(_REQUEST_ID, in_order))  # (the chosen first)
+        ids = list(map(_REQUEST_ID, in_order) if request_ids is None else map(request_ids.__getitem__, ranked))
         num_urgent = urgent.count(True)
         tokens = list(map(_SECOND, chosen))
         return SlidePlan(
@@ -480,7 +482,7 @@ class SlideBatching(Policy):
             merge = self._merge(rows, stats)
             running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
             queue = _Queue.merged(running, stats, merge, self, now_s)
-            return self._plan_of(merge.requests, queue, now_s)
+            return self._plan_of(merge.requests, queue, now_s, merge.request_ids)
         every = rows + stats.rows
         if not every:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
@@ -501,7 +503,8 @@ class SlideBatching(Policy):
             seqs = [row.seq for row in every]
             positions = sorted(range(len(every)), key=seqs.__getitem__)
             take = operator.itemgetter(*positions)
-            self._merge_cache = (key, _Merge(take, np.array(positions), list(take([row.request for row in every])),
+            requests = list(take([row.request for row in every]))
+            self._merge_cache = (key, _Merge(take, np.array(positions), requests, list(map(_REQUEST_ID, requests)),
                                              list(take([True] * len(rows) + [False] * stats.size))))
         return self._merge_cache[1]
 
@@ -928,6 +931,7 @@ class _Merge(NamedTuple):
     take: Callable[[list[Any]], tuple[Any, ...]]  # that order's items of a list
     positions: np.ndarray  # that order
     requests: list[Request]  # the requests in that order (a plan's index order: read only)
+    request_ids: list[str]  # their ids
     started: list[bool]  # whether each is running, in that order
 
 
