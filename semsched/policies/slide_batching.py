@@ -504,8 +504,11 @@ class SlideBatching(Policy):
             positions = sorted(range(len(every)), key=seqs.__getitem__)
             take = operator.itemgetter(*positions)
             requests = list(take([row.request for row in every]))
-            self._merge_cache = (key, _Merge(take, np.array(positions), requests, list(map(_REQUEST_ID, requests)),
-                                             list(take([True] * len(rows) + [False] * stats.size))))
+            self._merge_cache = (key, _Merge(
+                take, np.array(positions), requests, list(map(_REQUEST_ID, requests)),
+                list(take([True] * len(rows) + [False] * stats.size)),
+                np.concatenate(([row.arrival_s for row in rows], stats.arrival_s))[positions],
+                min(min((row.tpot_s for row in rows), default=math.inf), stats.min_tpot_s)))
         return self._merge_cache[1]
 
     def _running_key(self, running: Sequence[Request]) -> tuple[int, ...]:
@@ -933,6 +936,8 @@ class _Merge(NamedTuple):
     requests: list[Request]  # the requests in that order (a plan's index order: read only)
     request_ids: list[str]  # their ids
     started: list[bool]  # whether each is running, in that order
+    arrival_s: np.ndarray  # their arrival times, in that order
+    min_tpot_s: float  # the smallest TPOT SLO among them (inf: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1024,9 +1029,8 @@ class _Queue:
                 committed += whole - -(-done // block_size)
         arrays = _Arrays(np.concatenate((running.exec_s, exec_w))[positions],
                          np.concatenate((running.remain, remain_w))[positions],
-                         np.concatenate((running.density, weights / exec_w))[positions],
-                         np.concatenate((running.arrival_s, stats.arrival_s))[positions],
-                         min(min(running.tpot_s, default=math.inf), stats.min_tpot_s))
+                         np.concatenate((running.density, weights / exec_w))[positions], merge.arrival_s,
+                         merge.min_tpot_s)
         prefill = list(take(running.prefill + stats.prefill))
         return cls(
             running.size + stats.size, [], [], [], merge.started, prefill,
