@@ -175,6 +175,9 @@ class SlideBatching(Policy):
         self._waiting: dict[str, Request] = {}
         self._waiting_version = 0
         self._waiting_stats: _WaitingStats | None = None
+        #: each waiting request's columns as last computed (:class:`_WaitingEntry`; with the block size they
+        #: count in), so a change to the waiting set computes only the requests that joined it
+        self._entries: tuple[int, dict[str, _WaitingEntry]] = (0, {})
         self._running_cache: tuple[tuple[int, ...], list[Request], list[_Row]] | None = None
         #: the order that merges the running requests' columns with the waiting ones' (arrival at this policy),
         #: kept while both sets stay
@@ -228,6 +231,7 @@ class SlideBatching(Policy):
     def _keep_row(self, request_id: str, row: _Row | None) -> None:
         """Keep ``row`` as the request's (None: forget it), counting the live requests that are always due."""
         old = self._rows.pop(request_id, None)
+        self._entries[1].pop(request_id, None)
         if old is not None and _always_due(old):
             self._num_always_due -= 1
         if row is not None:
@@ -337,8 +341,10 @@ class SlideBatching(Policy):
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
         return self._plan_of(requests, _Queue.of(requests, self, now_s), now_s)
 
-    def _plan_of(self, requests: Sequence[Request], queue: _Queue, now_s: float) -> SlidePlan:
-        """Algorithm 1 on every unfinished request (``requests``, in arrival order at this policy)."""
+    def _plan_of(self, requests: Sequence[Request], queue: _Queue, now_s: float,
+                 request_ids: list[str] | None = None) -> SlidePlan:
+        """Algorithm 1 on every unfinished request (``requests``, in arrival order at this policy; ``request_ids``:
+        their ids, when kept)."""
         budget_s = self._budget_s(queue)
         urgent = self._urgent(queue, budget_s)
         order = _sorted(queue, urgent)
@@ -348,15 +354,19 @@ class SlideBatching(Policy):
         if len(running) < len(chosen) and running and self._is_cut(requests, chosen[-1]) \
                 and requests[chosen[-1][0]].state is RequestState.RUNNING:
             chosen, running = chosen[:-1], running[:-1]  # a cut running prompt would take waiting tokens
-        first = [i for i, _ in chosen]
-        taken = set(first)
-        ranked = first + [i for i in order if i not in taken]
+        first = list(map(_FIRST, chosen))
+        left = [True] * len(order)  # (not chosen)
+        for i in first:
+            left[i] = False
+        ranked = first + list(itertools.compress(order, map(left.__getitem__, order)))
         in_order = tuple(map(requests.__getitem__, ranked))
+        ids = list(map(_REQUEST_ID, in_order) if request_ids is None else map(request_ids.__getitem__, ranked))
         num_urgent = urgent.count(True)
+        tokens = list(map(_SECOND, chosen))
         return SlidePlan(
-            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(t for _, t in chosen),
-            running=tuple(running), chosen=tuple((requests[i].request_id, t) for i, t in chosen),
-            rank=dict(zip(map(_REQUEST_ID, in_order), range(len(in_order)), strict=True)), ranked=in_order,
+            time_s=now_s, budget_s=budget_s, estimated_s=estimated_s, tokens=sum(tokens),
+            running=tuple(running), chosen=tuple(zip(ids, tokens, strict=False)),
+            rank=dict(zip(ids, range(len(ids)), strict=True)), ranked=in_order,
             num_urgent=num_urgent, num_normal=len(requests) - num_urgent,
         )
 
@@ -468,19 +478,14 @@ class SlideBatching(Policy):
                      stats: _WaitingStats) -> SlidePlan:
         """The full plan, its queue put together from the running requests' columns and the waiting ones'
         (kept while the waiting set stays), in the full plan's order (arrival at this policy)."""
+        if stats.size >= _NUMPY_WAITING_FROM:
+            merge = self._merge(rows, stats)
+            running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
+            queue = _Queue.merged(running, stats, merge, self, now_s)
+            return self._plan_of(merge.requests, queue, now_s, merge.request_ids)
         every = rows + stats.rows
         if not every:
             return SlidePlan(now_s, math.inf, 0.0, 0, (), (), {}, (), 0, 0)
-        if stats.size >= _NUMPY_WAITING_FROM:
-            key = (tuple(map(id, rows)), stats.version)
-            if self._merge_cache is None or self._merge_cache[0] != key:
-                seqs = [row.seq for row in every]
-                positions = sorted(range(len(every)), key=seqs.__getitem__)
-                self._merge_cache = (key, _Merge(operator.itemgetter(*positions), np.array(positions)))
-            running = _Queue.build(rows, computed, outputs, [True] * len(rows), self, now_s)
-            merge = self._merge_cache[1]
-            queue = _Queue.merged(running, stats, merge, self, now_s)
-            return self._plan_of(list(merge.take([row.request for row in rows] + stats.requests)), queue, now_s)
         seqs = [row.seq for row in every]
         order = sorted(range(len(every)), key=seqs.__getitem__)
         all_computed, all_outputs = computed + stats.computed, outputs + stats.outputs
@@ -488,6 +493,23 @@ class SlideBatching(Policy):
         queue = _Queue.build([every[i] for i in order], [all_computed[i] for i in order],
                              [all_outputs[i] for i in order], [started[i] for i in order], self, now_s)
         return self._plan_of([row.request for row in queue.rows], queue, now_s)
+
+    def _merge(self, rows: list[_Row], stats: _WaitingStats) -> _Merge:
+        """The order that merges the running requests (``rows``) with the waiting ones (``stats``), kept while
+        both sets stay."""
+        key = (tuple(map(id, rows)), stats.version)
+        if self._merge_cache is None or self._merge_cache[0] != key:
+            every = rows + stats.rows
+            seqs = [row.seq for row in every]
+            positions = sorted(range(len(every)), key=seqs.__getitem__)
+            take = operator.itemgetter(*positions)
+            requests = list(take([row.request for row in every]))
+            self._merge_cache = (key, _Merge(
+                take, np.array(positions), requests, list(map(_REQUEST_ID, requests)),
+                list(take([True] * len(rows) + [False] * stats.size)),
+                np.concatenate(([row.arrival_s for row in rows], stats.arrival_s))[positions],
+                min(min((row.tpot_s for row in rows), default=math.inf), stats.min_tpot_s)))
+        return self._merge_cache[1]
 
     def _running_key(self, running: Sequence[Request]) -> tuple[int, ...]:
         """The running requests' id()s, the key of what is kept of the running set: kept with the requests
@@ -532,6 +554,23 @@ class SlideBatching(Policy):
             self._synced_running = key
             return True
         return False
+
+    def _waiting_entries(self, block_size: int) -> list[_WaitingEntry]:
+        """The waiting requests' entries in their order, each computed again only when its request is new to
+        them or has made progress since (a preempted request; an entry is kept while its request is live)."""
+        kept_block_size, kept = self._entries
+        if kept_block_size != block_size:
+            kept = {}
+            self._entries = (block_size, kept)
+        rows, config = self._rows, self.estimator.model.config
+        entries = []
+        for request_id in self._waiting:
+            entry = kept.get(request_id)
+            if entry is None or entry.computed != entry.request.num_computed_tokens \
+                    or entry.outputs != entry.request.num_output_tokens:
+                entry = kept[request_id] = _WaitingEntry.of(rows[request_id], config, block_size)
+            entries.append(entry)
+        return entries
 
     def _current_waiting_stats(self, block_size: int) -> _WaitingStats:
         stats = self._waiting_stats
@@ -700,35 +739,40 @@ class SlideBatching(Policy):
         partial = room is not None  # the queue holds the running requests only
         if room is None:
             room = _StartRoom(queue, self._view, seqs_left)
-        cut = False  # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack)
         started, prefill, exec_s = queue.started, queue.prefill, queue.exec_s
-        for position, i in enumerate(order):
-            if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
-                break
-            if not started[i] and not room.admits(i, requests[i]):
-                continue  # the KV cache could not hold its whole prompt beside the prompts already started
-            left_s = budget_s - estimated_s
-            if not prefill[i]:
-                if exec_s[i] > left_s:
+        # after a prompt cut to the budget, only decodes (one fractional item, as in a knapsack): the fill goes on
+        # over the decodes after it alone (a prompt there takes no token, and admits changes nothing)
+        items: list[int] | None = order
+        while items:
+            candidates, items = items, None
+            for position, i in enumerate(candidates):
+                if estimated_s >= budget_s or tokens_left <= 0 or seqs_left <= 0:
+                    break
+                if not started[i] and not room.admits(i, requests[i]):
+                    continue  # the KV cache could not hold its whole prompt beside the prompts already started
+                left_s = budget_s - estimated_s
+                if not prefill[i]:
+                    if exec_s[i] > left_s:
+                        continue
+                    room.take(i)
+                    chosen.append((i, 1))
+                    estimated_s += exec_s[i]
+                    tokens_left -= 1
+                    seqs_left -= 1
+                    continue
+                request = requests[i]
+                tokens = self._max_chunk(request, left_s, tokens_left)
+                if tokens == 0:
                     continue
                 room.take(i)
-                chosen.append((i, 1))
-                estimated_s += exec_s[i]
-                tokens_left -= 1
+                chosen.append((i, tokens))
+                estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
+                tokens_left -= tokens
                 seqs_left -= 1
-                continue
-            request = requests[i]
-            tokens = 0 if cut else self._max_chunk(request, left_s, tokens_left)
-            if tokens == 0:
-                continue
-            cut = tokens < request.num_uncomputed_tokens
-            room.take(i)
-            chosen.append((i, tokens))
-            estimated_s += self.estimator.chunk_time_s(tokens, request.num_computed_tokens)
-            tokens_left -= tokens
-            seqs_left -= 1
-            if cut and all(map(prefill.__getitem__, order[position + 1:])):
-                break  # only prompts after the cut one, none of which may take a token (admits changes nothing)
+                if tokens < request.num_uncomputed_tokens:  # cut
+                    rest = candidates[position + 1:]
+                    items = list(itertools.compress(rest, map(operator.not_, map(prefill.__getitem__, rest))))
+                    break
         if not chosen and queue.size:  # progress: the first request in order that can start, even past the budget
             i = next((j for j in order if started[j] or room.admits(j, requests[j])), order[0])
             request = requests[i]
@@ -889,6 +933,11 @@ class _Merge(NamedTuple):
 
     take: Callable[[list[Any]], tuple[Any, ...]]  # that order's items of a list
     positions: np.ndarray  # that order
+    requests: list[Request]  # the requests in that order (a plan's index order: read only)
+    request_ids: list[str]  # their ids
+    started: list[bool]  # whether each is running, in that order
+    arrival_s: np.ndarray  # their arrival times, in that order
+    min_tpot_s: float  # the smallest TPOT SLO among them (inf: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -910,8 +959,9 @@ class _Queue:
     arrival_s: list[float]
     tpot_s: list[float]
     arrays: _Arrays | None = None  # a long queue's columns as numpy arrays too, for its sorts and sums
-    #: a merged queue's KV needs (its ``rows``, ``computed``, ``outputs`` and ``tpot_s`` are left empty): the
-    #: blocks each request's whole sequence needs, and those the started prompts still need to complete
+    #: a merged queue's KV needs (its ``rows``, ``computed``, ``outputs`` and ``tpot_s`` are left empty, and
+    #: ``density`` and ``arrival_s``, which its sorts read from ``arrays``): the blocks each request's whole
+    #: sequence needs, and those the started prompts still need to complete
     blocks: tuple[list[int], int] | None = None
 
     @classmethod
@@ -959,9 +1009,9 @@ class _Queue:
     @classmethod
     def merged(cls, running: _Queue, stats: _WaitingStats, merge: _Merge, policy: SlideBatching,
                now_s: float) -> _Queue:
-        """The queue of the running requests (``running``) and the waiting ones (``stats``), in ``merge``'s order
-        (arrival at this policy). The waiting requests' columns come from their kept base costs and deadlines, by
-        numpy for a long queue: the same operations as :meth:`build`, element by element."""
+        """The queue of the running requests (``running``, every one started) and the waiting ones (``stats``), in
+        ``merge``'s order (arrival at this policy). The waiting requests' columns come from their kept base costs
+        and deadlines, by numpy for a long queue: the same operations as :meth:`build`, element by element."""
         exec_w = np.maximum(policy.estimator.beta * stats.costs_array_s, 1e-9)
         remain_w = stats.deadlines_array_s - now_s
         if stats.first_token.any():
@@ -979,14 +1029,13 @@ class _Queue:
                 committed += whole - -(-done // block_size)
         arrays = _Arrays(np.concatenate((running.exec_s, exec_w))[positions],
                          np.concatenate((running.remain, remain_w))[positions],
-                         np.concatenate((running.density, weights / exec_w))[positions],
-                         np.concatenate((running.arrival_s, stats.arrival_s))[positions],
-                         min(min(running.tpot_s, default=math.inf), stats.min_tpot_s))
+                         np.concatenate((running.density, weights / exec_w))[positions], merge.arrival_s,
+                         merge.min_tpot_s)
         prefill = list(take(running.prefill + stats.prefill))
         return cls(
-            running.size + stats.size, [], [], [], list(take(running.started + [False] * stats.size)), prefill,
-            True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), arrays.density.tolist(),
-            arrays.arrival_s.tolist(), [], arrays, (list(take(whole_running + stats.whole_blocks)), committed),
+            running.size + stats.size, [], [], [], merge.started, prefill,
+            True in prefill, arrays.exec_s.tolist(), arrays.remain.tolist(), [], [], [], arrays,
+            (list(take(whole_running + stats.whole_blocks)), committed),
         )
 
 
@@ -1063,31 +1112,22 @@ class _WaitingStats:
 
     @classmethod
     def of(cls, policy: SlideBatching, block_size: int) -> _WaitingStats:
-        rows = [policy._rows[request_id] for request_id in policy._waiting]
-        config = policy.estimator.model.config
-        computed = [row.request.num_computed_tokens for row in rows]
-        outputs = [row.request.num_output_tokens for row in rows]
-        next_work = [_base_cost_s(config, row.prompt, done, emitted)
-                     for row, done, emitted in zip(rows, computed, outputs, strict=True)]
-        costs_s = [cost_s for _prefill, cost_s in next_work]
-        deadline_s = [_deadline_s(row, emitted) for row, emitted in zip(rows, outputs, strict=True)]
-        min_blocks: dict[int, tuple[int, Request]] = {}
-        whole_blocks = [-(-(row.prompt + emitted) // block_size)
-                        for row, emitted in zip(rows, outputs, strict=True)]
-        for row, blocks in zip(rows, whole_blocks, strict=True):
-            request = row.request
-            best = min_blocks.get(request.priority)
-            if best is None or blocks < best[0]:
-                min_blocks[request.priority] = (blocks, request)
+        """The stats of ``policy``'s waiting requests, in its order of them, from their entries
+        (:meth:`SlideBatching._waiting_entries`)."""
+        entries = policy._waiting_entries(block_size)
+        if not entries:
+            return cls(policy._waiting_version, block_size, 0, [], [], [], [], [], [], 0.0, math.inf, math.inf, {},
+                       [], [], [], np.array([], dtype=np.float64), np.array([], dtype=np.float64),
+                       np.array([], dtype=np.float64), np.array([], dtype=np.bool_), [], [])
+        rows, computed, outputs, prefill, costs_s, deadline_s, whole_blocks, arrival_s, tpot_s, weights, \
+            requests, priorities = map(list, zip(*entries, strict=True))
+        costs_array_s = np.array(costs_s, dtype=np.float64)
         return cls(
             policy._waiting_version, block_size, len(rows), rows, sorted(deadline_s), deadline_s, computed,
-            outputs, costs_s, pairwise_sum(costs_s), min(costs_s, default=math.inf),
-            min((row.tpot_s for row in rows), default=math.inf), min_blocks,
-            [prefill for prefill, _cost_s in next_work], [row.arrival_s for row in rows],
-            [row.tpot_s for row in rows],
-            np.array(costs_s, dtype=np.float64), np.array(deadline_s, dtype=np.float64),
-            np.array([row.weight for row in rows], dtype=np.float64), np.array(outputs, dtype=np.int64) == 0,
-            [row.request for row in rows], whole_blocks,
+            outputs, costs_s, float(costs_array_s.sum()), min(costs_s), min(tpot_s),
+            _min_blocks(whole_blocks, priorities, requests), prefill, arrival_s, tpot_s, costs_array_s,
+            np.array(deadline_s, dtype=np.float64), np.array(weights, dtype=np.float64),
+            np.array(outputs, dtype=np.int64) == 0, requests, whole_blocks,
         )
 
     def count_remain_below(self, threshold_s: float, now_s: float) -> int:
@@ -1096,6 +1136,45 @@ class _WaitingStats:
 
     def count_remain_at_most(self, threshold_s: float, now_s: float) -> int:
         return bisect.bisect_right(self.deadlines_s, threshold_s, key=lambda d: d - now_s)
+
+
+class _WaitingEntry(NamedTuple):
+    """A waiting request's columns in :class:`_WaitingStats` (a function of its row, its progress counters and
+    the block size alone)."""
+
+    row: _Row
+    computed: int
+    outputs: int
+    prefill: bool  # its next work is prompt (or recompute) tokens
+    cost_s: float  # the base model's cost of that work (:func:`_base_cost_s`)
+    deadline_s: float  # its next token's (:func:`_deadline_s`)
+    whole_blocks: int  # the blocks its whole sequence needs
+    arrival_s: float
+    tpot_s: float
+    weight: float
+    request: Request
+    priority: int
+
+    @classmethod
+    def of(cls, row: _Row, config: BatchConfig, block_size: int) -> _WaitingEntry:
+        request = row.request
+        computed, outputs = request.num_computed_tokens, request.num_output_tokens
+        prefill, cost_s = _base_cost_s(config, row.prompt, computed, outputs)
+        return cls(row, computed, outputs, prefill, cost_s, _deadline_s(row, outputs),
+                   -(-(row.prompt + outputs) // block_size), row.arrival_s, row.tpot_s, row.weight, request,
+                   request.priority)
+
+
+def _min_blocks(whole_blocks: list[int], priorities: list[int],
+                requests: list[Request]) -> dict[int, tuple[int, Request]]:
+    """Per priority (in the order they first come), the fewest blocks a whole sequence needs and whose (the first
+    of those that need that few)."""
+    fewest: dict[int, tuple[int, Request]] = {}
+    for blocks, priority, request in zip(whole_blocks, priorities, requests, strict=True):
+        best = fewest.get(priority)
+        if best is None or blocks < best[0]:
+            fewest[priority] = (blocks, request)
+    return fewest
 
 
 def _waiting_may_start(running: Sequence[Request], stats: _WaitingStats, view: SchedulerView,

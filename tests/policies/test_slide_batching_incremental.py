@@ -4,15 +4,17 @@ every request afresh."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from semsched.core.policy import SchedulerView
 from semsched.core.request import Request
-from semsched.policies.slide_batching import SlideBatching, SlidePlan
+from semsched.policies.slide_batching import SlideBatching, SlidePlan, _WaitingStats
 from semsched.policies.vllm_fcfs import is_waiting
 from semsched.sim.runner import build_simulation
 from tests.sim.test_stress import SCENARIOS, Scenario
@@ -92,3 +94,37 @@ def test_deadline_free_plans_are_the_full_plan(spec: str, monkeypatch: pytest.Mo
         build_simulation(spec, scenario.cluster).run(_without_deadlines(scenario.requests()))
     assert compared["running only"] > 0
     assert (compared["deadline free"] > 0) == ("max_budget_ms" not in spec)
+
+
+def _same_stats(stats: _WaitingStats, fresh: _WaitingStats) -> None:
+    for field in dataclasses.fields(stats):
+        kept, afresh = getattr(stats, field.name), getattr(fresh, field.name)
+        if isinstance(kept, np.ndarray):
+            assert kept.dtype == afresh.dtype and np.array_equal(kept, afresh, equal_nan=True), field.name
+        else:
+            assert kept == afresh, field.name
+
+
+@pytest.mark.parametrize("name", ["kv-exhaustion", "kv-exhaustion-swap", "tiny-kv", "burst-500"])
+def test_kept_waiting_entries_are_computed_afresh(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waiting stats made from the entries kept since the requests began waiting (preempted ones joining
+    again with new progress) are those made from entries all computed afresh."""
+    original = _WaitingStats.of
+    compared: Counter[str] = Counter()
+
+    def checked(policy: SlideBatching, block_size: int) -> _WaitingStats:
+        stats = original(policy, block_size)
+        kept = policy._entries
+        policy._entries = (block_size, {})
+        _same_stats(stats, original(policy, block_size))
+        policy._entries = kept
+        compared["stats"] += 1
+        compared["preempted"] += any(r.num_preemptions for r in stats.requests)
+        return stats
+
+    monkeypatch.setattr(_WaitingStats, "of", checked)
+    scenario = next(s for s in SCENARIOS if s.name == name)
+    build_simulation("slide-batching", scenario.cluster).run(scenario.requests())
+    assert compared["stats"] > 0
+    if name.startswith("kv-exhaustion"):
+        assert compared["preempted"] > 0
