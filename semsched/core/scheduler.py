@@ -11,7 +11,6 @@ swap). Unlike vLLM, a waiting request that does not fit may displace running wor
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import math
@@ -162,8 +161,7 @@ class Scheduler:
         self.timeline = TokenTimeline()
         self._waiting = _WaitingQueue()
         self._running: list[Request] = []
-        self._running_sorted = True  # in ascending victim_key order (removals keep it; an admission keeps it
-        # only where it inserts into the order: static keys, none changed since the last sort)
+        self._running_sorted = True  # in ascending victim_key order (removals keep it; admissions clear it)
         self._static_victim_order = static_victim_order(policy)
         self._sorted_changes = policy.victim_key_changes  # the policy's count of key changes at the last sort
         self._requests: dict[str, Request] = {}
@@ -486,12 +484,8 @@ class Scheduler:
         if request.first_scheduled_time_s is None:
             request.first_scheduled_time_s = now_s
         request.state = RequestState.RUNNING
-        if self._victim_order_current():
-            # (where a stable sort of the list with the request appended would put it: after every equal key)
-            bisect.insort_right(self._running, request, key=self.policy.victim_key)
-        else:
-            self._running.append(request)
-            self._running_sorted = False
+        self._running.append(request)
+        self._running_sorted = False
 
     def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
         computed = request.num_computed_tokens
