@@ -126,6 +126,10 @@ class Policy:
     #: all, at a moment it knows (``ltr``: a promotion's quantum spent); schedulers re-sort their running list
     #: when it moved since their last sort
     victim_key_changes: int = 0
+    #: True when the policy ranks by attained service: the scheduler then charges each request's
+    #: ``Request.service_s`` the seconds of every step in which it emitted tokens (in compiled code, before the
+    #: step's ``on_tokens``), so the policy needs no per-token hook to keep it
+    charges_service: ClassVar[bool] = False
     #: True when ``running_order`` only orders: it returns every running request and changes nothing in the
     #: policy, so an engine may skip it in a step where the order of the running requests cannot matter (the
     #: vLLM adapter's steady decode step, whose budget and KV blocks cover every running request)

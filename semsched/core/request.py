@@ -204,6 +204,11 @@ class Request:
     #: scheduler takes the request in, so it binds only the policy that set it. The vLLM adapter keeps it too;
     #: an engine that ignores it is still correct
     notify_tokens_at: int = 0
+    #: attained service: the engine seconds of the steps in which this request emitted tokens (its prefill's last
+    #: chunk, each decode or speculative round), charged by the scheduler for a policy that ranks by it
+    #: (``Policy.charges_service``; 0.0 otherwise). A step's seconds are its end less its start, as ``on_step``
+    #: hears them, added one step at a time (a fast-forwarded stretch adds its steps' in order)
+    service_s: float = 0.0
     first_scheduled_time_s: float | None = None
     finish_time_s: float | None = None
     finish_reason: str | None = None

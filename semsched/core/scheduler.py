@@ -169,6 +169,11 @@ class Scheduler:
         self._default_budget = StepBudget(config.max_num_batched_tokens, config.max_num_seqs)
         # skip the per-token callback on the hot path when the policy does not override it
         self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
+        #: for a policy that ranks by attained service (``charges_service``): the seconds of the steps not yet
+        #: charged, oldest first; each emitting request of a step is charged all of them, then they are cleared.
+        #: A step in which nothing emitted (a prompt chunk alone, swaps) stays here and goes to the emitters of
+        #: the next one (as the policies' own meter did before the scheduler kept the service: bit for bit)
+        self._service: list[float] | None = [] if policy.charges_service else None
         self._step_budget = policy.step_budget if policy.uses_hook("step_budget") else None
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
         self._waiting_order = policy.waiting_order if policy.uses_hook("waiting_order") else None
@@ -580,11 +585,15 @@ class Scheduler:
         if self._on_step is not None:
             prefill = [(chunk.num_tokens, chunk.context_tokens) for chunk in plan.prefill]
             self._on_step(prefill, len(plan.decode), plan.decode_context_tokens, now_s - plan.time_s, now_s)
+        service = self._service
+        if service is not None:
+            service.append(float(now_s - plan.time_s))
         for request_id in result.aborted_request_ids:
             self.abort(request_id, now_s, "aborted by engine")
         finished: list[Request] = []
         running = RequestState.RUNNING
         offer = self.kv.offer_blocks if self.config.enable_prefix_caching else None
+        emitted = False
         for chunk in plan.prefill:
             request = chunk.request
             if request.state is not running:
@@ -593,36 +602,50 @@ class Scheduler:
             if offer is not None:
                 offer(request)
             if request.num_computed_tokens == request.prompt_tokens + request.num_output_tokens:
+                if service is not None:
+                    charge_service(request, service)
                 self._emit(request, step_index, 1, now_s)
+                emitted = True
                 if request.num_output_tokens >= request.target_output_tokens:
                     finished.append(request)
         if result.accepted_tokens:
-            self._update_speculative_decodes(plan, result, step_index, finished)
+            emitted = self._update_speculative_decodes(plan, result, step_index, finished) or emitted
         else:
-            self._update_decodes(plan, step_index, now_s, finished)
+            emitted = self._update_decodes(plan, step_index, now_s, finished) or emitted
+        if emitted and service is not None:
+            service.clear()
         if finished:
             self._finish(finished, now_s)
         return finished
 
-    def _update_decodes(self, plan: BatchPlan, step_index: int, now_s: float, finished: list[Request]) -> None:
+    def _update_decodes(self, plan: BatchPlan, step_index: int, now_s: float, finished: list[Request]) -> bool:
+        """The step's decodes, one token each; whether any emitted."""
         running = RequestState.RUNNING
-        timeline, on_tokens = self.timeline, self._on_tokens
+        timeline, on_tokens, service = self.timeline, self._on_tokens, self._service
+        emitted = False
         for request in plan.decode:  # a decode always catches up, so it always emits (_emit, inlined)
             if request.state is not running:
                 continue
             request.num_computed_tokens += 1
             request.num_output_tokens += 1
+            if service is not None:
+                charge_service(request, service)
+            emitted = True
             record_tokens(request, timeline, step_index, 1)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, 1, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
+        return emitted
 
     def _update_speculative_decodes(
         self, plan: BatchPlan, result: StepResult, step_index: int, finished: list[Request]
-    ) -> None:
-        """Decodes that emitted several tokens in one step (accepted draft tokens plus the bonus token)."""
+    ) -> bool:
+        """Decodes that emitted several tokens in one step (accepted draft tokens plus the bonus token); whether
+        any emitted."""
         limit = 1 + self.config.num_lookahead_tokens
+        service = self._service
+        emitted = False
         for request in plan.decode:
             if request.state is not RequestState.RUNNING:
                 continue
@@ -635,11 +658,15 @@ class Scheduler:
             request.num_computed_tokens += count
             # the round's tokens share one emission time (one timeline step each); on_tokens hears of them together
             request.num_output_tokens += count
+            if service is not None:
+                charge_service(request, service)
+            emitted = True
             request.record_round(self.timeline, step_index, count)
             if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 self._on_tokens(request, count, result.end_time_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
+        return emitted
 
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
@@ -756,6 +783,12 @@ class Scheduler:
         now_s = end_times_s[-1]
         if self._on_step is not None:
             self._report_steady_steps(plan, end_times_s)
+        service = self._service
+        if service is not None:  # (each step starts when the one before it ended)
+            start_s = plan.time_s
+            for end_s in end_times_s:
+                service.append(float(end_s - start_s))
+                start_s = end_s
         finished: list[Request] = []
         try_allocate, timeline, on_tokens = self.kv.try_allocate, self.timeline, self._on_tokens
         for request in plan.decode:  # (_emit, inlined)
@@ -763,11 +796,15 @@ class Scheduler:
             try_allocate(request, count)
             request.num_computed_tokens += count
             request.num_output_tokens += count
+            if service is not None:
+                charge_service(request, service)
             record_tokens(request, timeline, first_step, count)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, now_s)
             if request.num_output_tokens >= request.target_output_tokens:
                 finished.append(request)
+        if service is not None:
+            service.clear()  # (a stretch has decodes: every step emits)
         if finished:
             self._finish(finished, now_s)
 
@@ -802,7 +839,11 @@ class Scheduler:
                     self.kv.try_allocate(request, slots)  # (steady_decode_steps checked that they fit)
             if self._on_step is not None:
                 self._on_step([], len(order), context, end_s - start_s, end_s)
+            if self._service is not None:
+                self._service.append(float(end_s - start_s))
             context += self._emit_round(order, yields, index, first_step + index, end_s, finished)
+            if self._service is not None:
+                self._service.clear()  # (a round has decodes: it emits)
             start_s = end_s
         if finished:
             self._finish(finished, end_times_s[-1])
@@ -811,7 +852,7 @@ class Scheduler:
                     end_s: float, finished: list[Request]) -> int:
         """Round ``index`` of a stretch for each decode in ``order`` (its tokens share one timeline step, as in
         :meth:`_update_speculative_decodes`); returns the tokens emitted."""
-        timeline, on_tokens = self.timeline, self._on_tokens
+        timeline, on_tokens, service = self.timeline, self._on_tokens, self._service
         emitted = 0
         for request in order:
             left = request.target_output_tokens - request.num_output_tokens
@@ -820,6 +861,8 @@ class Scheduler:
                 count = left
             request.num_computed_tokens += count
             request.num_output_tokens += count
+            if service is not None:
+                charge_service(request, service)
             request.record_round(timeline, step_index, count)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, end_s)
@@ -838,6 +881,14 @@ def static_victim_order(policy: Policy) -> bool:
     promised_by = next(i for i, cls in enumerate(mro) if "static_victim_key" in vars(cls))
     defined_by = next(i for i, cls in enumerate(mro) if "victim_key" in vars(cls))
     return bool(policy.static_victim_key) and promised_by <= defined_by
+
+
+def charge_service(request: Request, durations_s: list[float]) -> None:
+    """Add the seconds of each of a request's emitting steps to its ``service_s``, one step at a time."""
+    service_s = request.service_s
+    for duration_s in durations_s:
+        service_s += duration_s
+    request.service_s = service_s
 
 
 def _extra_blocks(computed: list[int], steps: int, block_size: int) -> int:

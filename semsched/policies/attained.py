@@ -2,10 +2,16 @@
 
 A request's *attained service* is the engine time of the steps it took part in: speculation and verification of
 each of its rounds, its prefill, and the swap traffic of its step (so a switch is charged to the service of the
-request that pays for it). The scheduler tells a policy each step's duration (``on_step``) before the step's
-tokens (``on_tokens``); :class:`ServiceMeter` adds the duration to every request that emitted tokens in that step.
-A request that computed a prompt chunk without emitting (chunked prefill) is charged with its first token only
-for the step that emitted it: with whole-prompt prefills, as in the paper's setting, nothing is left out.
+request that pays for it). The scheduler keeps it (``Request.service_s``, for a policy that sets
+``charges_service``): every request that emitted tokens in a step is charged the step's duration, in compiled
+code, with no per-token hook. A request that computed a prompt chunk without emitting (chunked prefill) is charged
+with its first token only for the step that emitted it: with whole-prompt prefills, as in the paper's setting,
+nothing is left out. A step in which nothing emitted at all (a prompt chunk alone) is charged to the emitters of
+the next step, as :class:`ServiceMeter` groups it.
+
+The rounds are the policy's: the scheduler tells it each step's duration (``on_step``) before the step's tokens
+(``on_tokens``), and :class:`ServiceMeter` adds the duration of a decode step to the round time of every request
+that emitted in it.
 
 Each emission after the first is one speculative round (a decode step); ``rounds`` counts them and ``round
 tokens`` sums what they yielded, so a policy reads a request's mean tokens per round, ``n·A + 1`` in the paper's
@@ -15,11 +21,11 @@ notation, without knowing anything of the drafter. (``las`` reads only the attai
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from semsched.core.policy import Policy, PolicyConfig
 from semsched.core.request import Request
 
-ATTAINED = "service.attained_s"
 ROUNDS = "service.rounds"
 ROUND_TOKENS = "service.round_tokens"
 ROUND_TIME = "service.round_s"  # engine time of the rounds (not the prefill)
@@ -27,8 +33,8 @@ _NO_STEP = (0.0,)  # what tokens reported at another time than the last step's e
 
 
 def attained_s(request: Request) -> float:
-    """Engine seconds ``request`` has been served so far."""
-    return request.policy_state.get(ATTAINED, 0.0)
+    """Engine seconds ``request`` has been served so far (the scheduler's ``Request.service_s``)."""
+    return request.service_s
 
 
 def rounds(request: Request) -> int:
@@ -43,7 +49,8 @@ def mean_round_s(request: Request) -> float | None:
 
 
 class ServiceMeter:
-    """Charges step durations to the requests of the step (see the module docstring).
+    """Counts the rounds of the requests of each step and charges their durations to the round time (see the
+    module docstring; the attained service itself is the scheduler's).
 
     The steps reported together before their tokens form one group: one step normally, ``k`` identical decode
     steps when the simulator fast-forwards a stretch (it reports the ``k`` steps, then each request's ``k``
@@ -63,7 +70,7 @@ class ServiceMeter:
     def step(self, duration_s: float, end_s: float) -> None:
         """A step of ``duration_s`` ended at ``end_s`` (the policy's ``on_step``). Kept as Python floats (a
         fast-forwarded stretch reports NumPy's): the same values and the same additions, at a float's cost, and so
-        is the service they add up to (the key every sort of ``las`` compares)."""
+        is the round time they add up to."""
         duration_s, end_s = float(duration_s), float(end_s)
         if self.closed:
             self._durations, self.closed, self.single_s = [duration_s], False, duration_s
@@ -72,40 +79,21 @@ class ServiceMeter:
             self.single_s = None
         self.end_s = end_s
 
-    def charge(self, request: Request, now_s: float) -> None:
-        """What :meth:`tokens` does to ``request``'s attained service, and nothing else (no rounds counted): for
-        a policy that reads only :func:`attained_s` (``las``)."""
-        self.closed = True
-        state = request.policy_state
-        durations = self._durations if now_s == self.end_s else _NO_STEP
-        if len(durations) == 1:
-            state[ATTAINED] = state.get(ATTAINED, 0.0) + durations[0]
-            return
-        attained = state.get(ATTAINED, 0.0)
-        for duration in durations:
-            attained += duration
-        state[ATTAINED] = attained
-
     def tokens(self, request: Request, num_tokens: int, now_s: float) -> int:
-        """``request`` emitted ``num_tokens`` at ``now_s`` (the policy's ``on_tokens``): charge it the steps' time,
-        one step at a time (so a fast-forwarded stretch adds up bit for bit as its steps would). Returns how
-        many rounds (decode steps) the emission was: 0 for the prompt's first token."""
+        """``request`` emitted ``num_tokens`` at ``now_s`` (the policy's ``on_tokens``): count its rounds and
+        charge their time, one step at a time (so a fast-forwarded stretch adds up bit for bit as its steps would).
+        Returns how many rounds (decode steps) the emission was: 0 for the prompt's first token."""
         self.closed = True
         state = request.policy_state
         durations = self._durations if now_s == self.end_s else _NO_STEP
         if len(durations) == 1:  # (one step, the hot path: the same additions as the loops below)
             duration = durations[0]
-            state[ATTAINED] = state.get(ATTAINED, 0.0) + duration
             if request.num_output_tokens == num_tokens:
                 return 0
             state[ROUND_TIME] = state.get(ROUND_TIME, 0.0) + duration
             state[ROUNDS] = state.get(ROUNDS, 0) + 1
             state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
             return 1
-        attained = state.get(ATTAINED, 0.0)
-        for duration in durations:
-            attained += duration
-        state[ATTAINED] = attained
         if request.num_output_tokens == num_tokens:  # the prompt's prefill emitted the first token
             return 0
         spent = state.get(ROUND_TIME, 0.0)
@@ -118,9 +106,11 @@ class ServiceMeter:
 
 
 class ServicePolicy(Policy):
-    """Base of the policies that rank by service (``laps-sd``, ``las``): a :class:`ServiceMeter` fed by
-    ``on_step``; a subclass's ``on_tokens`` calls ``self.meter.tokens`` (or ``self.meter.charge``, when it reads
-    no rounds)."""
+    """Base of the policies that rank by service and count rounds (``laps-sd``): the scheduler charges the
+    service (``charges_service``); a :class:`ServiceMeter` fed by ``on_step`` counts the rounds, and a subclass's
+    ``on_tokens`` calls ``self.meter.tokens``. (``las`` reads only the service: it needs neither.)"""
+
+    charges_service: ClassVar[bool] = True
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)

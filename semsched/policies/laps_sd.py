@@ -40,7 +40,6 @@ from semsched.core.plan import PreemptionMode
 from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.attained import (
-    ATTAINED,
     ROUND_TIME,
     ROUND_TOKENS,
     ROUNDS,
@@ -201,7 +200,7 @@ class LapsSD(ServicePolicy):
         return self._queue(request, request.policy_state.get(_PERCEPTIBLE, 0.0) == 1.0)
 
     def _queue(self, request: Request, perceptible: bool) -> int:
-        service = request.policy_state.get(ATTAINED, 0.0)  # (attained_s, inlined: the hot path of every sort)
+        service = request.service_s  # (attained_s, inlined: the hot path of every sort)
         if perceptible:
             perceived = self._perceived_s(request) or 0.0
             if perceived > service:  # (max(service, perceived): the first of equals)
@@ -218,7 +217,6 @@ class LapsSD(ServicePolicy):
                 and request.num_output_tokens != num_tokens:
             # one decode step (every step but a stretch's or a prompt's): the meter's tokens(), inline
             meter.closed = True
-            state[ATTAINED] = state.get(ATTAINED, 0.0) + single_s
             state[ROUND_TIME] = state.get(ROUND_TIME, 0.0) + single_s
             state[ROUNDS] = state.get(ROUNDS, 0) + 1
             state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
@@ -281,7 +279,7 @@ class LapsSD(ServicePolicy):
         # under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first
         # (the core sorts its running requests by this key every step: _queue inlined)
         state = request.policy_state
-        service = state.get(ATTAINED, 0.0)
+        service = request.service_s
         if state.get(_PERCEPTIBLE, 0.0) == 1.0:  # (_perceived_s inlined too)
             output = request.predicted_output
             length = output.mean if output is not None else float(request.target_output_tokens)

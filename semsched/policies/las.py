@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar, Literal
 
 from semsched.core.plan import PreemptionMode
-from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
-from semsched.policies.attained import ATTAINED, ServicePolicy
 from semsched.policies.params import check_float, param
 from semsched.policies.registry import register_policy
+
+_SERVICE_THEN_ARRIVAL = attrgetter("service_s", "arrival_time_s")
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class LASConfig(PolicyConfig):
 
 
 @register_policy
-class LAS(ServicePolicy):
+class LAS(Policy):
     """Least attained service first; a request yields to one with at least ``quantum_s`` less service.
 
     starvation: possible: a request that has been served yields to every fresh arrival once it is ``quantum_s``
@@ -42,43 +44,26 @@ class LAS(ServicePolicy):
     name: ClassVar[str] = "las"
     config_cls: ClassVar[type[PolicyConfig]] = LASConfig
     config: LASConfig
+    charges_service: ClassVar[bool] = True
 
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)
         self._mode = PreemptionMode.SWAP if self.config.preemption == "swap" else PreemptionMode.RECOMPUTE
 
-    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        # (LAS reads only the attained service: no rounds counted; the meter's charge, its one-step path inline)
-        meter = self.meter
-        single_s = meter.single_s
-        if single_s is not None and now_s == meter.end_s:
-            meter.closed = True
-            state = request.policy_state
-            state[ATTAINED] = state.get(ATTAINED, 0.0) + single_s
-            return
-        meter.charge(request, now_s)
-
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        return (request.policy_state.get(ATTAINED, 0.0), request.arrival_time_s)  # (attained_s, inlined)
+        return (request.service_s, request.arrival_time_s)
 
-    def victim_key(self, request: Request) -> SortKey:
-        # (attained_s, inlined: the core sorts its running requests by this key every step)
-        return (request.policy_state.get(ATTAINED, 0.0), request.arrival_time_s)
+    #: (service, arrival), read in C: the core sorts its running requests by this key every step
+    victim_key = staticmethod(_SERVICE_THEN_ARRIVAL)  # type: ignore[assignment]
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        mine = candidate.policy_state.get(ATTAINED, 0.0)
+        mine = candidate.service_s
         limit = mine + self.config.quantum_s
-        # each victim decorated with its victim_key and its place, so the sort is by the key alone and keeps
-        # the running order among equal keys (what a stable sort by victim_key, descending, gives)
-        served: list[tuple[float, float, int, Request]] = []
-        for request in running:
-            attained = request.policy_state.get(ATTAINED, 0.0)
-            if attained >= limit and attained > mine:
-                served.append((attained, request.arrival_time_s, -len(served), request))
-        served.sort(reverse=True)
-        return [entry[3] for entry in served]
+        served = [r for r in running if r.service_s >= limit and r.service_s > mine]
+        served.sort(key=_SERVICE_THEN_ARRIVAL, reverse=True)  # (stable: equal keys keep the running order)
+        return served
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
         return self._mode  # (the core recomputes what the CPU pool cannot hold)

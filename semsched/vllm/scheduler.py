@@ -71,7 +71,7 @@ from semsched.core.kv import Reservation, blocks_for
 from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.policy import Policy, SortKey, StepBudget, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
-from semsched.core.scheduler import drop_reason, static_victim_order
+from semsched.core.scheduler import charge_service, drop_reason, static_victim_order
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.policies.slo_guard import guard_rejection_kind
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
@@ -337,7 +337,8 @@ class Scheduler(_VllmScheduler):
     The per-step cost is kept to what the policy asks for: hooks a policy does not override are not called,
     shadows are refreshed only for the hooks that read them, ``running`` is re-sorted only when its order can
     have changed (every step for a ``victim_key`` that reads progress, after admissions for a static one), and
-    nothing loops over the batch after a step unless the policy overrides ``on_tokens``.
+    nothing loops over the batch after a step unless the policy overrides ``on_tokens`` or ranks by attained
+    service (``charges_service``: the adapter charges each shadow's ``service_s`` as the core does).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Scheduler:
@@ -363,6 +364,11 @@ class Scheduler(_VllmScheduler):
         self._displaces = policy.uses_hook("victims_for")
         self._on_tokens = policy.on_tokens if policy.uses_hook("on_tokens") else None
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
+        # attained service (``charges_service``): the seconds of the timed steps whose tokens are not reported yet,
+        # charged to each shadow that emits (the core's accounting: Scheduler._service), and when the last ended
+        self._service: list[float] | None = [] if policy.charges_service else None
+        self._service_end_s = math.nan
+        self._times_steps = self._on_step is not None or self._service is not None
         self._steps_in_flight: deque[_StepTiming] = deque()  # scheduled, output not yet received; oldest first
         self._last_output_s = -math.inf  # when the last output reached update_from_output
         # (request ids, their prompt lengths) that _all_decode looked up last
@@ -589,7 +595,7 @@ class Scheduler(_VllmScheduler):
                 self.running.extend(held_back)
                 self._running_sorted = False
         self._after_schedule(output, displaced, now)
-        if self._on_step is not None and output.total_num_scheduled_tokens:
+        if self._times_steps and output.total_num_scheduled_tokens:
             self._start_step_timing(output)
         return output
 
@@ -897,14 +903,15 @@ class Scheduler(_VllmScheduler):
 
     # ---- results -------------------------------------------------------------------------------------------
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> dict[int, EngineCoreOutputs]:
-        received_s = time.time() if self._on_step is not None else 0.0
+        received_s = time.time() if self._times_steps else 0.0
         self._shadows_reported = False
         outputs: dict[int, EngineCoreOutputs] = super().update_from_output(scheduler_output, model_runner_output)
         now = self._now_s = time.time()
-        if self._on_step is not None:
+        if self._times_steps:
             self._report_step(scheduler_output, received_s)
-        if self._on_tokens is not None:  # (at the instant on_step names, as the core reports a step's tokens)
-            self._report_tokens(scheduler_output.num_scheduled_tokens, received_s if self._on_step else now)
+        if self._on_tokens is not None or self._service is not None:
+            # (at the instant on_step names, as the core reports a step's tokens)
+            self._report_tokens(scheduler_output.num_scheduled_tokens, received_s if self._times_steps else now)
         if self._awaiting_first_token:
             self._note_first_tokens(now)
         if self._finishing:
@@ -955,9 +962,8 @@ class Scheduler(_VllmScheduler):
         return all(map(operator.ge, computed, prompts))
 
     def _report_step(self, output: Any, received_s: float) -> None:
-        """``on_step`` for the batch whose output arrived at ``received_s`` (batches scheduled before it whose
-        outputs never came are forgotten)."""
-        assert self._on_step is not None
+        """``on_step`` for the batch whose output arrived at ``received_s``, and its seconds noted for the attained
+        service (batches scheduled before it whose outputs never came are forgotten)."""
         in_flight = self._steps_in_flight
         if not any(step.output is output for step in in_flight):
             return  # an output of an empty schedule, or one this adapter did not time
@@ -966,13 +972,24 @@ class Scheduler(_VllmScheduler):
             step = in_flight.popleft()
         start_s = max(step.scheduled_s, self._last_output_s)
         self._last_output_s = received_s
-        self._on_step(step.prefill, step.num_decode, step.decode_context_tokens, received_s - start_s, received_s)
+        if self._on_step is not None:
+            self._on_step(
+                step.prefill, step.num_decode, step.decode_context_tokens, received_s - start_s, received_s
+            )
+        if self._service is not None:
+            self._service.append(float(received_s - start_s))
+            self._service_end_s = float(received_s)
 
     def _report_tokens(self, scheduled: Iterable[str], now: float) -> None:
-        """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it).
-        When it refreshed every running request's shadow, the next step's :meth:`running_shadows` need not."""
-        tracked, on_tokens = self._tracked, self._on_tokens
-        assert on_tokens is not None
+        """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it),
+        after charging its shadow the attained service (for policies that rank by it): the seconds of the timed
+        steps since the last emission, when the tokens are reported at the end of the last (otherwise nothing,
+        and those seconds are dropped). When it refreshed every running request's shadow, the next step's
+        :meth:`running_shadows` need not."""
+        tracked, on_tokens, service = self._tracked, self._on_tokens, self._service
+        if service is not None and now != self._service_end_s:
+            service.clear()  # (tokens of an output this adapter did not time: charged nothing)
+        emitted_any = False
         refreshed: list[VllmRequest] | None = []  # (None once a scheduled request's shadow is left as it was)
         for request_id in scheduled:
             entry = tracked.get(request_id)
@@ -985,14 +1002,19 @@ class Scheduler(_VllmScheduler):
             if emitted > 0:
                 entry.reported_tokens = count
                 shadow = entry.shadow
-                if count >= shadow.notify_tokens_at:  # (the policy's promise, kept as the core keeps it)
-                    shadow.num_computed_tokens = request.num_computed_tokens  # (_refresh, inlined)
+                if service is not None:
+                    emitted_any = True
+                    charge_service(shadow, service)
+                if on_tokens is not None and count >= shadow.notify_tokens_at:  # (the policy's promise, kept
+                    shadow.num_computed_tokens = request.num_computed_tokens  # as the core keeps it; _refresh)
                     shadow.num_output_tokens = count
                     if refreshed is not None:
                         refreshed.append(request)
                     on_tokens(shadow, emitted, now)
                     continue
             refreshed = None
+        if emitted_any and service is not None:
+            service.clear()
         self._shadows_reported = refreshed == self.running
 
     def _note_first_tokens(self, now: float) -> None:

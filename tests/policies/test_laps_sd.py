@@ -9,9 +9,9 @@ import pytest
 
 from semsched.core.plan import PreemptionMode
 from semsched.core.request import LengthDistribution, Request
-from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.core.scheduler import Scheduler, SchedulerConfig, charge_service
 from semsched.policies import make_policy
-from semsched.policies.attained import ATTAINED, ROUND_TIME, ROUNDS, attained_s, mean_round_s, rounds
+from semsched.policies.attained import ROUND_TIME, ROUNDS, attained_s, mean_round_s, rounds
 from semsched.policies.laps_sd import LapsSD, estimated_time_s, is_stable, queue_bounds_s, queue_of
 from semsched.policies.las import LAS
 from tests.policies.factories import service_order
@@ -29,18 +29,20 @@ def _request(rid: str, output: int = 100, *, arrival: float = 0.0, priority: int
 def _serve(
     policy: LapsSD | LAS, request: Request, yields: list[int], round_s: float, start_s: float = 0.0
 ) -> float:
-    """Feed ``policy`` the prefill step (the first time) and then one round per yield, as the scheduler would;
-    returns the time."""
+    """Feed ``policy`` the prefill step (the first time) and then one round per yield, as the scheduler would
+    (the step reported, the request charged its service, then its tokens); returns the time."""
     now = start_s
     if request.num_output_tokens == 0:
         now += round_s
         policy.on_step([(request.prompt_tokens, 0)], 0, 0, round_s, now)
         request.num_output_tokens += 1
+        charge_service(request, [round_s])
         policy.on_tokens(request, 1, now)
     for value in yields:
         now += round_s
         policy.on_step([], 1, request.prompt_tokens, round_s, now)
         request.num_output_tokens += value
+        charge_service(request, [round_s])
         policy.on_tokens(request, value, now)
     return now
 
@@ -206,10 +208,10 @@ def test_las_victims_are_the_served_requests_by_victim_key_descending_ties_in_ru
         for trial in range(200):
             running = [_request(f"r{i}", arrival=float(rng.randint(0, 3))) for i in range(rng.randint(0, 12))]
             for request in running:
-                if rng.random() < 0.9:  # (a few have never been served: no entry)
-                    request.policy_state[ATTAINED] = rng.choice([0.0, 0.5, 1.0, 1.5, 2.0])
+                if rng.random() < 0.9:  # (a few have never been served)
+                    request.service_s = rng.choice([0.0, 0.5, 1.0, 1.5, 2.0])
             candidate = _request("c", arrival=2.0)
-            candidate.policy_state[ATTAINED] = rng.choice([0.0, 0.5, 1.0])
+            candidate.service_s = rng.choice([0.0, 0.5, 1.0])
             limit = attained_s(candidate) + policy.config.quantum_s
             served = [r for r in running if attained_s(r) >= limit and attained_s(r) > attained_s(candidate)]
             expected = sorted(served, key=policy.victim_key, reverse=True)
@@ -228,7 +230,7 @@ def test_laps_keys_place_requests_in_the_queue_of_their_service(spec: str) -> No
     for service in services:
         assert policy._queue_of(service) == queue_of(service, policy.bounds)
         request = _request("r", 1000, priority=rng.randint(0, 3), predicted=rng.choice([None, 50, 900]))
-        request.policy_state[ATTAINED] = service
+        request.service_s = service
         if rng.random() < 0.5:  # perceptible: eq. 6 from its rounds so far
             state = request.policy_state
             state["laps.perceptible"], state["laps.rate"] = 1.0, rng.random()
@@ -273,7 +275,7 @@ def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
         request = _request(rid, 1000, arrival=float(rng.randint(0, 3)), priority=rng.randint(0, 2),
                            predicted=rng.choice([None, 40, 800]))
         state = request.policy_state
-        state[ATTAINED] = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0, *policy.bounds])  # (a bound: the next queue's)
+        request.service_s = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0, *policy.bounds])  # (a bound: the next queue's)
         if rng.random() < 0.7:
             state[ROUNDS], state[ROUND_TIME], state["service.round_tokens"] = rng.randint(1, 9), 0.2, 12
         if ROUNDS in state and rng.random() < 0.5:

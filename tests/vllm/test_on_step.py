@@ -61,12 +61,26 @@ class _ServiceLog(LAS):
         self.served[request.request_id] = attained_s(request)
 
 
+class _ServiceOnly(LAS):
+    """LAS (no ``on_step`` of its own: the adapter times its steps for the service alone) that records each
+    request's attained service when it finishes."""
+
+    name: ClassVar[str] = "test-service-only"
+
+    def __init__(self, config: object = None) -> None:
+        super().__init__(None)
+        self.served: dict[str, float] = {}
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self.served[request.request_id] = attained_s(request)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _test_policy() -> Iterator[None]:
-    for cls in (_StepLog, _ServiceLog):
+    for cls in (_StepLog, _ServiceLog, _ServiceOnly):
         register_policy(cls)
     yield
-    for cls in (_StepLog, _ServiceLog):
+    for cls in (_StepLog, _ServiceLog, _ServiceOnly):
         POLICIES.unregister(cls.name)
 
 
@@ -118,9 +132,9 @@ def test_policies_without_on_step_are_not_timed(tiny_model_dir: Path) -> None:
 def test_a_steps_tokens_are_charged_its_measured_duration(
     tiny_model_dir: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A step's tokens are reported at the instant its ``on_step`` names, as the core reports them: a service
-    meter (las, laps-sd) charges each request the duration of every step it emitted in. Three requests run
-    together from start to end, so each is charged every step's duration."""
+    """A step's tokens are reported at the instant its ``on_step`` names, as the core reports them, and the
+    adapter charges each request's attained service (las, laps-sd) the duration of every step it emitted in.
+    Three requests run together from start to end, so each is charged every step's duration."""
     monkeypatch.setattr(adapter_module, "time", _TickingClock())
     h = SchedulerHarness(
         "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
@@ -136,6 +150,18 @@ def test_a_steps_tokens_are_charged_its_measured_duration(
     for duration in policy.durations:
         total += duration
     assert policy.served == {"a": total, "b": total, "c": total}
+    # plain las has no on_step: the adapter times the steps for the service alone, on the same ticking clock
+    monkeypatch.setattr(adapter_module, "time", _TickingClock())
+    plain = SchedulerHarness(
+        "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
+        env={"SEMSCHED_POLICY": _ServiceOnly.name},
+    )
+    for request_id in ("a", "b", "c"):
+        plain.add(request_id, [101] * 10, 6)
+    plain.run()
+    only = plain.scheduler.semsched_policy
+    assert isinstance(only, _ServiceOnly) and plain.scheduler._on_step is None
+    assert only.served == policy.served
 
 
 def _composition(output: Any, requests: dict[str, Any]) -> tuple[tuple[tuple[int, int], ...], int, int]:
