@@ -209,6 +209,12 @@ class Request:
     #: (``Policy.charges_service``; 0.0 otherwise). A step's seconds are its end less its start, as ``on_step``
     #: hears them, added one step at a time (a fast-forwarded stretch adds its steps' in order)
     service_s: float = 0.0
+    #: of those steps, the rounds: the ones after its first token's (decode steps, speculative verification
+    #: rounds; a fast-forwarded stretch of k steps is k rounds), their seconds and the tokens they emitted (mean
+    #: tokens per round: ``n·A + 1`` in seed 004's notation), kept alike
+    service_rounds: int = 0
+    round_service_s: float = 0.0
+    round_tokens: int = 0
     first_scheduled_time_s: float | None = None
     finish_time_s: float | None = None
     finish_reason: str | None = None

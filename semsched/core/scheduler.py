@@ -602,8 +602,6 @@ class Scheduler:
             if offer is not None:
                 offer(request)
             if request.num_computed_tokens == request.prompt_tokens + request.num_output_tokens:
-                if service is not None:
-                    charge_service(request, service)
                 self._emit(request, step_index, 1, now_s)
                 emitted = True
                 if request.num_output_tokens >= request.target_output_tokens:
@@ -629,7 +627,7 @@ class Scheduler:
             request.num_computed_tokens += 1
             request.num_output_tokens += 1
             if service is not None:
-                charge_service(request, service)
+                charge_service(request, service, 1)
             emitted = True
             record_tokens(request, timeline, step_index, 1)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
@@ -659,7 +657,7 @@ class Scheduler:
             # the round's tokens share one emission time (one timeline step each); on_tokens hears of them together
             request.num_output_tokens += count
             if service is not None:
-                charge_service(request, service)
+                charge_service(request, service, count)
             emitted = True
             request.record_round(self.timeline, step_index, count)
             if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
@@ -670,6 +668,8 @@ class Scheduler:
 
     def _emit(self, request: Request, step_index: int, count: int, now_s: float) -> None:
         request.num_output_tokens += count
+        if self._service is not None:
+            charge_service(request, self._service, count)
         record_tokens(request, self.timeline, step_index, count)  # (a native call)
         if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
             self._on_tokens(request, count, now_s)
@@ -797,7 +797,7 @@ class Scheduler:
             request.num_computed_tokens += count
             request.num_output_tokens += count
             if service is not None:
-                charge_service(request, service)
+                charge_service(request, service, count)
             record_tokens(request, timeline, first_step, count)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, now_s)
@@ -862,7 +862,7 @@ class Scheduler:
             request.num_computed_tokens += count
             request.num_output_tokens += count
             if service is not None:
-                charge_service(request, service)
+                charge_service(request, service, count)
             request.record_round(timeline, step_index, count)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, end_s)
@@ -883,12 +883,22 @@ def static_victim_order(policy: Policy) -> bool:
     return bool(policy.static_victim_key) and promised_by <= defined_by
 
 
-def charge_service(request: Request, durations_s: list[float]) -> None:
-    """Add the seconds of each of a request's emitting steps to its ``service_s``, one step at a time."""
+def charge_service(request: Request, durations_s: list[float], num_tokens: int) -> None:
+    """``request`` has just emitted ``num_tokens`` (counted in ``num_output_tokens``) in the steps of
+    ``durations_s``: add their seconds to its ``service_s`` one step at a time, and unless they were its first
+    token, count them as rounds (``service_rounds``, ``round_service_s``, ``round_tokens``)."""
     service_s = request.service_s
     for duration_s in durations_s:
         service_s += duration_s
     request.service_s = service_s
+    if request.num_output_tokens == num_tokens:
+        return  # its first token (the prompt's): not a round
+    round_s = request.round_service_s
+    for duration_s in durations_s:
+        round_s += duration_s
+    request.round_service_s = round_s
+    request.service_rounds += len(durations_s)
+    request.round_tokens += num_tokens
 
 
 def _extra_blocks(computed: list[int], steps: int, block_size: int) -> int:

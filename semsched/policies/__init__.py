@@ -54,7 +54,7 @@ window), ``tier_table.py`` (``load_tier_table``, ``tier_table_yaml``: YAML tier 
 
 Seed 004 (LAPS-SD): ``attained.py`` (attained service: each step's engine time charged by the scheduler to the
 requests that emitted in it, one step at a time even in a fast-forwarded stretch, for a policy that sets
-``charges_service``; ``ServiceMeter`` counts laps-sd's rounds), ``laps-sd`` (K queues on attained service;
+``charges_service``, and the rounds among those steps), ``laps-sd`` (K queues on attained service;
 a request becomes perceptible once its acceptance rate settles, then is placed by eq. 6 and ordered SJF; displaces
 only non-perceptible requests, swapping their KV; ``order=predicted`` and ``tiers=true`` are ours), ``las``
 (least attained service, displacing past ``quantum_s``), ``lp-sjf`` (``ssjf`` under seed 004's name).

@@ -39,13 +39,7 @@ from typing import ClassVar, Literal
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
-from semsched.policies.attained import (
-    ROUND_TIME,
-    ROUND_TOKENS,
-    ROUNDS,
-    ServicePolicy,
-    rounds,
-)
+from semsched.policies.attained import ServicePolicy
 from semsched.policies.params import check_float, check_int, param
 from semsched.policies.registry import register_policy
 
@@ -53,6 +47,8 @@ _PERCEPTIBLE = "laps.perceptible"  # 1.0 once perceptible
 _FRESH = "laps.fresh"  # 1.0 in the round the request became perceptible (its last decision point)
 _RATE = "laps.rate"  # A_i, the stable acceptance rate
 _RATES = "laps.rates"  # the last gamma cumulative rates, packed (see _push_rate)
+_SEEN_ROUNDS = "laps.seen_rounds"  # Request.service_rounds at its last on_tokens (the rounds of an emission)
+_SEEN_S = "laps.seen_s"  # Request.round_service_s at its last on_tokens (order=predicted: the engine's means)
 
 
 def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_s: float, t_llm_s: float) -> float:
@@ -162,10 +158,10 @@ class LapsSD(ServicePolicy):
 
     def acceptance_rate(self, request: Request) -> float | None:
         """Cumulative acceptance rate ``(tokens per round − 1)/n`` so far; None before the first round."""
-        count = rounds(request)
+        count = request.service_rounds
         if not count:
             return None
-        return (request.policy_state[ROUND_TOKENS] / count - 1.0) / self.config.draft_tokens
+        return (request.round_tokens / count - 1.0) / self.config.draft_tokens
 
     def estimated_time_s(self, request: Request) -> float | None:
         """Eq. 6 for a perceptible request's whole output (None while it is non-perceptible)."""
@@ -182,8 +178,8 @@ class LapsSD(ServicePolicy):
         length = output.mean if output is not None else float(request.target_output_tokens)
         if self._profiled is not None:
             return estimated_time_s(length, rate, self._draft_tokens, *self._profiled)
-        count = state.get(ROUNDS, 0)
-        round_s = (state[ROUND_TIME] / count if count else None) or 0.0
+        count = request.service_rounds
+        round_s = (request.round_service_s / count if count else None) or 0.0
         return length / (self._draft_tokens * rate + 1.0) * round_s
 
     def estimated_remaining_s(self, request: Request) -> float:
@@ -209,32 +205,29 @@ class LapsSD(ServicePolicy):
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        # (the scheduler has charged the emission's service and rounds: Request.service_rounds and the rest)
         state = request.policy_state
         state[_FRESH] = 0.0
-        meter = self.meter
-        single_s = meter.single_s
-        if single_s is not None and now_s == meter.end_s and not self._predicted \
-                and request.num_output_tokens != num_tokens:
-            # one decode step (every step but a stretch's or a prompt's): the meter's tokens(), inline
-            meter.closed = True
-            state[ROUND_TIME] = state.get(ROUND_TIME, 0.0) + single_s
-            state[ROUNDS] = state.get(ROUNDS, 0) + 1
-            state[ROUND_TOKENS] = state.get(ROUND_TOKENS, 0) + num_tokens
-            count = 1
-        elif self._predicted:
-            before = state.get(ROUND_TIME, 0.0)
-            count = meter.tokens(request, num_tokens, now_s)
-            if count:
-                self._seconds += state[ROUND_TIME] - before
-                self._tokens += num_tokens
-                self._rounds += count
-        else:
-            count = meter.tokens(request, num_tokens, now_s)
-        if not count or state.get(_PERCEPTIBLE, 0.0) == 1.0:
+        if state.get(_PERCEPTIBLE, 0.0) == 1.0 and not self._predicted:
+            # nothing changes for it any more: its rate is fixed, it is no longer fresh (order=predicted keeps
+            # hearing of it, for the engine's mean round)
+            request.notify_tokens_at = request.max_output_tokens + 1
             return
+        total_rounds = request.service_rounds
+        count = total_rounds - int(state.get(_SEEN_ROUNDS, 0.0))  # the rounds of this emission (0: the first)
+        if not count:
+            return
+        state[_SEEN_ROUNDS] = float(total_rounds)
+        if self._predicted:
+            self._seconds += request.round_service_s - state.get(_SEEN_S, 0.0)
+            state[_SEEN_S] = request.round_service_s
+            self._tokens += num_tokens
+            self._rounds += count
+            if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+                return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
         # decodes, one token each), so the window fills as it would step by step
-        total_rounds, total_tokens = rounds(request), state[ROUND_TOKENS]
+        total_tokens = request.round_tokens
         per_round = num_tokens / count
         n, gamma = self.config.draft_tokens, self.config.gamma
         for k in range(count - 1, -1, -1):
@@ -264,8 +257,8 @@ class LapsSD(ServicePolicy):
         state = request.policy_state
         if self.perceptible(request):
             per_round = self.config.draft_tokens * state[_RATE] + 1.0
-        elif rounds(request):
-            per_round = state[ROUND_TOKENS] / rounds(request)
+        elif request.service_rounds:
+            per_round = request.round_tokens / request.service_rounds
         else:
             per_round = self._tokens / self._rounds if self._rounds else 1.0
         round_s = self._seconds / self._rounds if self._rounds else 1.0
@@ -286,8 +279,8 @@ class LapsSD(ServicePolicy):
             if self._profiled is not None:
                 perceived = estimated_time_s(length, state[_RATE], self._draft_tokens, *self._profiled)
             else:
-                count = state.get(ROUNDS, 0)
-                round_s = (state[ROUND_TIME] / count if count else None) or 0.0
+                count = request.service_rounds
+                round_s = (request.round_service_s / count if count else None) or 0.0
                 perceived = length / (self._draft_tokens * state[_RATE] + 1.0) * round_s
             perceived = perceived or 0.0
             if perceived > service:

@@ -329,6 +329,11 @@ class _EngineView:
 _LAST: SortKey = (float("inf"),)  # sort key of a request the adapter does not track (last, first victim)
 
 
+#: what tokens of an output the adapter did not time are charged: one round of no seconds (the core never reports
+#: tokens at another time than its step's end)
+_UNTIMED = [0.0]
+
+
 class Scheduler(_VllmScheduler):
     """vLLM's v1 scheduler driven by a semsched policy (see the module docstring for what is steered how).
 
@@ -981,14 +986,13 @@ class Scheduler(_VllmScheduler):
             self._service_end_s = float(received_s)
 
     def _report_tokens(self, scheduled: Iterable[str], now: float) -> None:
-        """``on_tokens`` for every request that emitted tokens in the step (only for policies that define it),
-        after charging its shadow the attained service (for policies that rank by it): the seconds of the timed
-        steps since the last emission, when the tokens are reported at the end of the last (otherwise nothing,
-        and those seconds are dropped). When it refreshed every running request's shadow, the next step's
-        :meth:`running_shadows` need not."""
+        """For every request that emitted tokens in the step: its attained service and rounds charged to its
+        shadow (for a policy that ranks by service, as the core charges them: the seconds of the timed steps
+        since the last emission, or nothing for tokens of an output this adapter did not time), then
+        ``on_tokens`` (for a policy that defines it). When it refreshed every running request's shadow, the next
+        step's :meth:`running_shadows` need not."""
         tracked, on_tokens, service = self._tracked, self._on_tokens, self._service
-        if service is not None and now != self._service_end_s:
-            service.clear()  # (tokens of an output this adapter did not time: charged nothing)
+        charged = service if service is None or now == self._service_end_s else _UNTIMED
         emitted_any = False
         refreshed: list[VllmRequest] | None = []  # (None once a scheduled request's shadow is left as it was)
         for request_id in scheduled:
@@ -1002,19 +1006,22 @@ class Scheduler(_VllmScheduler):
             if emitted > 0:
                 entry.reported_tokens = count
                 shadow = entry.shadow
-                if service is not None:
-                    emitted_any = True
-                    charge_service(shadow, service)
-                if on_tokens is not None and count >= shadow.notify_tokens_at:  # (the policy's promise, kept
-                    shadow.num_computed_tokens = request.num_computed_tokens  # as the core keeps it; _refresh)
+                # (the policy's promise, notify_tokens_at, kept as the core keeps it)
+                notify = on_tokens if on_tokens is not None and count >= shadow.notify_tokens_at else None
+                if notify is not None or charged is not None:
+                    shadow.num_computed_tokens = request.num_computed_tokens  # (_refresh, inlined)
                     shadow.num_output_tokens = count
                     if refreshed is not None:
                         refreshed.append(request)
-                    on_tokens(shadow, emitted, now)
+                    if charged is not None:
+                        charge_service(shadow, charged, emitted)
+                        emitted_any = True
+                    if notify is not None:
+                        notify(shadow, emitted, now)
                     continue
             refreshed = None
         if emitted_any and service is not None:
-            service.clear()
+            service.clear()  # (the steps are charged: the next timed step starts anew)
         self._shadows_reported = refreshed == self.running
 
     def _note_first_tokens(self, now: float) -> None:

@@ -1,94 +1,26 @@
-"""Attained service: the scheduler's ``Request.service_s`` (each step's duration charged to the requests that
-emitted in it, one addition per step in the order of the steps), and the service meter's rounds and round time
-(its one-step path gives what the general fold gives, bit for bit)."""
+"""Attained service and rounds, as the scheduler keeps them (``Request.service_s``, ``service_rounds``,
+``round_service_s``, ``round_tokens``): each step's duration charged to the requests that emitted in it, one
+addition per step in the order of the steps, held bit for bit to what the hooks the scheduler calls add up to."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 import pytest
 
-from semsched.core.policy import Policy
 from semsched.core.request import Request
-from semsched.policies import POLICIES, make_policy
-from semsched.policies.attained import ROUND_TIME, ROUND_TOKENS, ROUNDS, ServiceMeter
+from semsched.policies import POLICIES
 from semsched.policies.las import LAS
 from semsched.policies.registry import register_policy
 from semsched.sim.runner import build_simulation
 from tests.sim.test_stress import SCENARIOS, Scenario
 
 
-def _fold(start: float, durations: list[float]) -> float:
-    for duration in durations:
-        start += duration
-    return start
-
-
-def test_tokens_add_each_step_of_a_group_in_order() -> None:
-    rng = random.Random(4)
-    meter = ServiceMeter()
-    counted = Request("counted", prompt_tokens=10, max_output_tokens=10_000, arrival_time_s=0.0)
-    spent = 0.0
-    rounds = tokens = 0
-    now = 0.0
-    for _ in range(400):
-        group = [rng.choice([0.1, 0.2, 0.3, 1e-3 * rng.random(), 1e-17]) for _ in range(rng.choice([1, 1, 2, 5]))]
-        for duration in group:
-            now += duration
-            meter.step(duration, now)
-        off_step = rng.random() < 0.1  # tokens reported at another time than the step's end: charged nothing
-        at = now + 1.0 if off_step else now
-        charge = [0.0] if off_step else group
-        emitted = rng.randint(1, 6)
-        counted.num_output_tokens += emitted
-        first = counted.num_output_tokens == emitted
-        assert meter.tokens(counted, emitted, at) == (0 if first else len(charge))
-        if not first:
-            spent, rounds, tokens = _fold(spent, charge), rounds + len(charge), tokens + emitted
-        assert counted.policy_state.get(ROUND_TIME, 0.0) == spent
-        assert counted.policy_state.get(ROUNDS, 0) == rounds
-        assert counted.policy_state.get(ROUND_TOKENS, 0) == tokens
-
-
-def _reported_groups(rng: random.Random, policy: Policy, meter: ServiceMeter) -> Iterator[float]:
-    """400 groups of steps (one step mostly, or a fast-forwarded stretch), each reported to ``policy`` and to
-    ``meter`` alike; yields, after each group, the time its tokens are reported at (a tenth of them at another time
-    than the last step's end, which charges nothing) once per request of the step (1 or 2)."""
-    now = 0.0
-    for _ in range(400):
-        group = [rng.choice([0.1, 0.3, 1e-3 * rng.random(), 1e-17]) for _ in range(rng.choice([1, 1, 1, 2, 5]))]
-        for duration in group:
-            now += duration
-            policy.on_step([], 1, 10, duration, now)
-            meter.step(duration, now)
-        at = now + 1.0 if rng.random() < 0.1 else now
-        for _ in range(rng.choice([1, 1, 2])):  # (several requests of one step: the same group)
-            yield at
-
-
-def test_laps_sd_counts_what_the_meter_counts() -> None:
-    """``laps-sd``'s ``on_tokens`` (the meter's one-step path inline) adds the service, round time, rounds and
-    round tokens :meth:`ServiceMeter.tokens` adds, the prompt's first token and multi-step groups included."""
-    rng = random.Random(10)
-    laps, meter = make_policy("laps-sd"), ServiceMeter()
-    heard = Request("heard", prompt_tokens=10, max_output_tokens=100_000, arrival_time_s=0.0)
-    plain = Request("plain", prompt_tokens=10, max_output_tokens=100_000, arrival_time_s=0.0)
-    for at in _reported_groups(rng, laps, meter):
-        emitted = rng.choice([1, 1, 3])
-        for request in (heard, plain):
-            request.num_output_tokens += emitted
-        laps.on_tokens(heard, emitted, at)
-        meter.tokens(plain, emitted, at)
-        for key in (ROUND_TIME, ROUNDS, ROUND_TOKENS):
-            assert heard.policy_state.get(key) == plain.policy_state.get(key), key
-
-
 class _ServiceReference(LAS):
-    """``las`` that also keeps, beside the scheduler's ``service_s``, the accounting of hooks alone: the steps
+    """``las`` that also keeps, beside the scheduler's accounting, the accounting of hooks alone: the steps
     reported by ``on_step`` since the last ``on_tokens`` form a group, charged to each request whose tokens are
-    reported at the group's last end (the rule the scheduler follows natively)."""
+    reported at the group's last end; an emission after the first is ``len(group)`` rounds."""
 
     name: ClassVar[str] = "test-service-reference"
 
@@ -109,10 +41,20 @@ class _ServiceReference(LAS):
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         self.closed = True
-        charged = request.policy_state.get("reference.service_s", 0.0)
-        for duration in (self.group if now_s == self.end_s else ()):
-            charged += duration
-        request.policy_state["reference.service_s"] = charged
+        state = request.policy_state
+        group = self.group if now_s == self.end_s else [0.0]
+        state["ref.service_s"] = _fold(state.get("ref.service_s", 0.0), group)
+        if request.num_output_tokens == num_tokens:
+            return  # the first token
+        state["ref.round_s"] = _fold(state.get("ref.round_s", 0.0), group)
+        state["ref.rounds"] = state.get("ref.rounds", 0) + len(group)
+        state["ref.round_tokens"] = state.get("ref.round_tokens", 0) + num_tokens
+
+
+def _fold(start: float, durations: list[float]) -> float:
+    for duration in durations:
+        start += duration
+    return start
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +77,13 @@ def test_the_scheduler_charges_what_the_steps_and_tokens_it_reports_add_up_to(
     simulation.run(requests)
     served = [r for r in requests if r.num_output_tokens]
     assert served and any(r.service_s > 0.0 for r in served)
+    assert any(r.service_rounds for r in served)
     for request in requests:
-        assert request.service_s == request.policy_state.get("reference.service_s", 0.0), request.request_id
+        state = request.policy_state
+        assert request.service_s == state.get("ref.service_s", 0.0), request.request_id
+        assert request.round_service_s == state.get("ref.round_s", 0.0), request.request_id
+        assert request.service_rounds == state.get("ref.rounds", 0), request.request_id
+        assert request.round_tokens == state.get("ref.round_tokens", 0), request.request_id
 
 
 def test_policies_that_do_not_rank_by_service_are_charged_nothing() -> None:
@@ -144,4 +91,5 @@ def test_policies_that_do_not_rank_by_service_are_charged_nothing() -> None:
     simulation = build_simulation("fcfs", scenario.cluster)
     requests = scenario.requests()
     simulation.run(requests)
-    assert any(r.num_output_tokens for r in requests) and all(r.service_s == 0.0 for r in requests)
+    assert any(r.num_output_tokens for r in requests)
+    assert all(r.service_s == 0.0 and r.service_rounds == 0 for r in requests)

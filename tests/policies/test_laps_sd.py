@@ -11,7 +11,7 @@ from semsched.core.plan import PreemptionMode
 from semsched.core.request import LengthDistribution, Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig, charge_service
 from semsched.policies import make_policy
-from semsched.policies.attained import ROUND_TIME, ROUNDS, attained_s, mean_round_s, rounds
+from semsched.policies.attained import attained_s, mean_round_s, rounds
 from semsched.policies.laps_sd import LapsSD, estimated_time_s, is_stable, queue_bounds_s, queue_of
 from semsched.policies.las import LAS
 from tests.policies.factories import service_order
@@ -36,13 +36,13 @@ def _serve(
         now += round_s
         policy.on_step([(request.prompt_tokens, 0)], 0, 0, round_s, now)
         request.num_output_tokens += 1
-        charge_service(request, [round_s])
+        charge_service(request, [round_s], 1)
         policy.on_tokens(request, 1, now)
     for value in yields:
         now += round_s
         policy.on_step([], 1, request.prompt_tokens, round_s, now)
         request.num_output_tokens += value
-        charge_service(request, [round_s])
+        charge_service(request, [round_s], value)
         policy.on_tokens(request, value, now)
     return now
 
@@ -234,7 +234,7 @@ def test_laps_keys_place_requests_in_the_queue_of_their_service(spec: str) -> No
         if rng.random() < 0.5:  # perceptible: eq. 6 from its rounds so far
             state = request.policy_state
             state["laps.perceptible"], state["laps.rate"] = 1.0, rng.random()
-            state[ROUNDS], state[ROUND_TIME] = rng.randint(1, 50), rng.uniform(0, 2)
+            request.service_rounds, request.round_service_s = rng.randint(1, 50), rng.uniform(0, 2)
         perceptible = policy.perceptible(request)
         service_s = max(service, (policy.estimated_time_s(request) or 0.0) if perceptible else 0.0)
         key = (0 if perceptible else 1, queue_of(service_s, policy.bounds), request.arrival_time_s)
@@ -277,8 +277,8 @@ def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
         state = request.policy_state
         request.service_s = rng.choice([0.0, 0.3, 0.7, 1.5, 5.0, *policy.bounds])  # (a bound: the next queue's)
         if rng.random() < 0.7:
-            state[ROUNDS], state[ROUND_TIME], state["service.round_tokens"] = rng.randint(1, 9), 0.2, 12
-        if ROUNDS in state and rng.random() < 0.5:
+            request.service_rounds, request.round_service_s, request.round_tokens = rng.randint(1, 9), 0.2, 12
+        if request.service_rounds and rng.random() < 0.5:
             state["laps.perceptible"], state["laps.rate"] = 1.0, rng.choice([0.2, 0.8])
             state["laps.fresh"] = rng.choice([0.0, 1.0])
         return request
