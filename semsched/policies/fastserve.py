@@ -286,15 +286,10 @@ class FastServe(Policy):
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        """The running requests of higher levels, by ``victim_key`` descending, equal keys in running order:
-        each decorated with its key and place (one pass, one key computed per request)."""
-        mine = self.level(candidate)
-        lower: list[tuple[float, float, int, Request]] = []
-        for request in running:
-            level = request.policy_state.get(_LEVEL)
-            if level is None:
-                level = self.level(request)
-            if level > mine:
-                lower.append((level, request.arrival_time_s, -len(lower), request))
-        lower.sort(reverse=True)
-        return [entry[3] for entry in lower]
+        """The running requests of higher levels, by ``victim_key`` descending, equal keys in running order: their
+        kept keys ``(level, arrival)`` compared with ``(mine, inf)`` (an arrival is finite, so a key is above it
+        exactly when its level is above the candidate's), then a stable sort by them."""
+        bound, key = (self.level(candidate), math.inf), self._victim_keys.__getitem__
+        lower = [request for request in running if key(request) > bound]
+        lower.sort(key=key, reverse=True)  # (stable: equal keys keep the running order)
+        return lower

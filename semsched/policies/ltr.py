@@ -279,13 +279,10 @@ class LTR(Policy):
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
         """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order):
-        each decorated with its kept key and place (one pass)."""
+        their kept keys compared with the candidate's rank (an arrival is finite, so a key is above
+        ``(*rank, inf)`` exactly when its rank is above the candidate's), then a stable sort by them."""
         mine_promoted, mine_score, _ = self._victim_key_of(candidate)
-        keys = self._victim_keys
-        lower: list[tuple[float, float, float, int, Request]] = []
-        for request in running:
-            promoted, score, arrival = keys[request]
-            if promoted > mine_promoted or (promoted == mine_promoted and score > mine_score):
-                lower.append((promoted, score, arrival, -len(lower), request))
-        lower.sort(reverse=True)
-        return [entry[4] for entry in lower]
+        bound, key = (mine_promoted, mine_score, math.inf), self._victim_keys.__getitem__
+        lower = [request for request in running if key(request) > bound]
+        lower.sort(key=key, reverse=True)  # (stable: equal keys keep the running order)
+        return lower
