@@ -20,6 +20,11 @@ across modules: it starts when the first test that asks for it runs and stops ri
 run's order (not at the end of the session: an idle server holds ~2 GB and its engine polls), and the tests that
 ask for it run one after another (:func:`pytest_collection_modifyitems`). tests/vllm/test_serve_smoke.py uses it,
 and tests/gateway/test_vllm_gateway.py as the second of its two servers.
+
+``./dev test`` runs the tests on 2 pytest-xdist workers (``-n 2``; ``-n 0``: one process). A module runs whole on
+one worker, so the above holds per worker; the modules with a ``vllm serve`` test run on one worker while the
+other waits, and the modules sharing a session fixture's work share a worker (:data:`MODULE_GROUPS`: a new such
+module goes there).
 """
 
 from __future__ import annotations
@@ -85,20 +90,21 @@ MODULE_GROUPS = {
     **{f"tests/experiments/test_{name}.py": QUICK_REPORTS_GROUP
        for name in ("laps_sd", "prefix", "proserve", "reproduce", "sagesched", "scoreboard", "semantic", "tiers")},
 }
-#: The longest groups, with their seconds in a serial run on the 2-core CI machine: they are handed out first,
-#: longest first, so that no worker is left running a long one at the end. Only the order depends on these
-#: numbers; the groups not named here follow in collection order.
+#: The longest groups, with their seconds in a serial run on the 2-core CI machine (2,632 tests in 679 s): they are
+#: handed out first, longest first, so that no worker is left running a long one at the end. Only the order
+#: depends on these numbers; the groups not named here follow in collection order.
 LONG_GROUPS_S = {
-    QUICK_REPORTS_GROUP: 287,  # test_reproduce.py's sagesched --quick run alone: ~205 s
-    SERVER_GROUP: 184,
-    "tests/benchmarks/test_scripts.py": 87,
-    "tests/calibrate/test_fidelity.py": 61,
-    "tests/gateway/test_gateway.py": 33,
-    "tests/vllm/test_engine.py": 24,
-    "tests/test_compiled.py": 21,
+    SERVER_GROUP: 155,  # first in any case (it runs alone)
+    "tests/benchmarks/test_scripts.py": 76,
+    QUICK_REPORTS_GROUP: 72,
+    "tests/calibrate/test_fidelity.py": 59,
+    "tests/gateway/test_shared_state.py": 40,
+    "tests/gateway/test_gateway.py": 31,
+    "tests/vllm/test_engine.py": 21,
+    "tests/test_compiled.py": 20,
     "tests/calibrate/test_profiling.py": 16,
-    "tests/vllm/test_engine_urgent.py": 14,
-    "tests/vllm/test_engine_tiered.py": 13,
+    "tests/vllm/test_engine_urgent.py": 12,
+    "tests/vllm/test_engine_tiered.py": 11,
 }
 
 
