@@ -128,6 +128,21 @@ def test_policies_without_on_step_are_not_timed(tiny_model_dir: Path) -> None:
     assert h.scheduler._on_step is None and not h.scheduler._steps_in_flight
 
 
+def _three_requests_served(
+    tiny_model_dir: Path, async_scheduling: bool, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> SchedulerHarness:
+    """Three requests of 10 prompt and 6 output tokens, run together under ``policy`` on a fresh ticking clock."""
+    monkeypatch.setattr(adapter_module, "time", _TickingClock())
+    h = SchedulerHarness(
+        "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
+        env={"SEMSCHED_POLICY": policy},
+    )
+    for request_id in ("a", "b", "c"):
+        h.add(request_id, [101] * 10, 6)
+    h.run()
+    return h
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 def test_a_steps_tokens_are_charged_its_measured_duration(
     tiny_model_dir: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
@@ -135,14 +150,7 @@ def test_a_steps_tokens_are_charged_its_measured_duration(
     """A step's tokens are reported at the instant its ``on_step`` names, as the core reports them, and the
     adapter charges each request's attained service (las, laps-sd) the duration of every step it emitted in.
     Three requests run together from start to end, so each is charged every step's duration."""
-    monkeypatch.setattr(adapter_module, "time", _TickingClock())
-    h = SchedulerHarness(
-        "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
-        env={"SEMSCHED_POLICY": _ServiceLog.name},
-    )
-    for request_id in ("a", "b", "c"):
-        h.add(request_id, [101] * 10, 6)
-    h.run()
+    h = _three_requests_served(tiny_model_dir, async_scheduling, _ServiceLog.name, monkeypatch)
     policy = h.scheduler.semsched_policy
     assert isinstance(policy, _ServiceLog)
     assert len(policy.durations) == 6 and all(d > 0 for d in policy.durations)
@@ -151,14 +159,7 @@ def test_a_steps_tokens_are_charged_its_measured_duration(
         total += duration
     assert policy.served == {"a": total, "b": total, "c": total}
     # plain las has no on_step: the adapter times the steps for the service alone, on the same ticking clock
-    monkeypatch.setattr(adapter_module, "time", _TickingClock())
-    plain = SchedulerHarness(
-        "semsched.vllm.Scheduler", tiny_model_dir, HarnessConfig(async_scheduling=async_scheduling),
-        env={"SEMSCHED_POLICY": _ServiceOnly.name},
-    )
-    for request_id in ("a", "b", "c"):
-        plain.add(request_id, [101] * 10, 6)
-    plain.run()
+    plain = _three_requests_served(tiny_model_dir, async_scheduling, _ServiceOnly.name, monkeypatch)
     only = plain.scheduler.semsched_policy
     assert isinstance(only, _ServiceOnly) and plain.scheduler._on_step is None
     assert only.served == policy.served
