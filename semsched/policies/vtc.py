@@ -102,13 +102,16 @@ class VTCConfig(PolicyConfig):
 
 
 class _Client:
-    """One client's counter and its waiting requests in arrival order (stale entries dropped lazily)."""
+    """One client's counter and its waiting requests in arrival order (stale entries dropped lazily), with the key
+    the next request to join them would get (``tail``) while the keys of version ``tail_version`` stand."""
 
-    __slots__ = ("counter", "waiting")
+    __slots__ = ("counter", "waiting", "tail", "tail_version")
 
     def __init__(self) -> None:
         self.counter = 0.0
         self.waiting: deque[Request] = deque()
+        self.tail = 0.0
+        self.tail_version = -1
 
     def prune_front(self) -> None:
         waiting = self.waiting
@@ -140,13 +143,13 @@ class VTC(Policy):
         super().__init__(config)
         self._clients: dict[str, _Client] = {}
         self._top_priority: int | None = None
-        #: weight() by priority, as it answers until the most important priority seen changes
-        self._weights: dict[int, float] = {}
+        #: each running request's client entry and weight() (as it answers until the most important priority
+        #: seen changes), kept for on_tokens from the request's first tokens to its end
+        self._charging: dict[Request, tuple[_Client, float]] = {}
         self._last_left: str | None = None  # client whose request left the waiting queue last
-        #: waiting keys computed at counter version ``_keys_version``, and arrivals' keys with their version
+        #: waiting keys computed at counter version ``_keys_version`` (arrivals since added at their client's tail)
         self._keys: dict[str, float] = {}
         self._keys_version = -1
-        self._arrival_keys: dict[str, tuple[int, float]] = {}
         self._version = 0  # bumped whenever a counter moves
         self._enqueued = itertools.count()
         #: the core asks waiting_order (it keys nothing): arrivals need no key of their own
@@ -202,17 +205,17 @@ class VTC(Policy):
     def on_arrival(self, request: Request, now_s: float) -> None:
         if self.config.weights is None and (self._top_priority is None or request.priority < self._top_priority):
             self._top_priority = request.priority
-            self._weights.clear()
+            self._charging.clear()
         entry = self._client(request)
         if not entry.active:
             self._lift(entry)
         entry.waiting.append(request)
         request.policy_state[ENQUEUED_KEY] = float(next(self._enqueued))
-        if self._ordered_by_core:
-            return
-        # its key: the counter plus the input cost of the client's requests waiting ahead of it
-        ahead = sum(self.input_charge(r) for r in entry.waiting if r is not request and is_waiting(r))
-        self._arrival_keys[request.request_id] = (self._version, entry.counter + ahead)
+        if not self._ordered_by_core and self._keys_version == self._version == entry.tail_version:
+            # its key: where the client's keys stand after its requests waiting ahead (what a rebuild would
+            # accumulate to), so a burst of arrivals costs O(1) each, not a walk over the client's queue
+            self._keys[request.request_id] = entry.tail
+            entry.tail += self.input_charge(request)
 
     def _lift(self, entry: _Client) -> None:
         """VTC's counter lift for a client that had no waiting request."""
@@ -236,16 +239,20 @@ class VTC(Policy):
 
     def on_leave(self, request: Request) -> None:
         self._left.add(request.request_id)  # its entry still counts ahead of later ones while it is WAITING
+        self._charging.pop(request, None)
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._charging.pop(request, None)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        # (called for every running request at every step: the weight kept by priority)
-        priority = request.priority
-        weight = self._weights.get(priority)
-        if weight is None:
-            weight = self._weights[priority] = self.weight(priority)
+        # (called for every running request at every step: its client and weight looked up once)
+        kept = self._charging.get(request)
+        if kept is None:
+            kept = self._charging[request] = (self._client(request), self.weight(request.priority))
+        entry, weight = kept
         cost = self.config.output_cost * num_tokens / weight
         if cost:
-            self._charge(self._client(request), cost)
+            self._charge(entry, cost)
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """Charges this step's newly running requests before the core re-keys (the budget is the engine's). Both
@@ -259,7 +266,7 @@ class VTC(Policy):
         from the front of each client's queue: a step costs what it admits and the number of clients."""
         if not self._ordered_by_core:
             self._ordered_by_core = True
-            self._arrival_keys.clear()
+            self._keys_version = -1
         heap: list[tuple[float, float, float, int]] = []
         fronts: list[tuple[Iterator[tuple[float, Request]], Request]] = []
         for entry in self._clients.values():
@@ -298,14 +305,10 @@ class VTC(Policy):
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         """(the client's counter once its waiting requests ahead are admitted, arrival)."""
-        fresh = self._keys_version == self._version
-        if fresh and request.request_id in self._keys:
-            return (self._keys[request.request_id], request.arrival_time_s)
-        version, key = self._arrival_keys.pop(request.request_id, (-1, 0.0))
-        if version != self._version:
+        if self._keys_version != self._version or request.request_id not in self._keys:
             self._rebuild_keys()
-            key = self._keys.get(request.request_id, self.counter(client_of(request)))
-        return (key, request.arrival_time_s)
+        key = self._keys.get(request.request_id)
+        return (self.counter(client_of(request)) if key is None else key, request.arrival_time_s)
 
     def _rebuild_keys(self) -> None:
         """Every waiting request's key from the current counters: prefix sums of input cost per client."""
@@ -317,6 +320,6 @@ class VTC(Policy):
             for request in live:
                 keys[request.request_id] = level
                 level += self.input_charge(request)
+            entry.tail, entry.tail_version = level, self._version
         self._keys = keys
         self._keys_version = self._version
-        self._arrival_keys.clear()

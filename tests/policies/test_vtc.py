@@ -152,3 +152,33 @@ def test_the_lazy_waiting_order_admits_as_re_keying_every_request_would(seed: in
                          for r in pending])
     assert outcomes[0] == outcomes[1]
     assert any(preemptions for *_, preemptions in outcomes[0])  # KV pressure re-queued some of them
+
+
+def test_a_burst_of_arrivals_is_keyed_in_linear_work_with_the_keys_a_rebuild_gives() -> None:
+    """Keyed by the core (as inside vLLM, whose queue asks ``waiting_key`` of each request added): N requests
+    added before any step cost O(N) input charges, not one walk over the client's queue per arrival, and every
+    request's key is the one re-keying all of them from the counters gives."""
+    policy = _KeyedVTC()
+    calls = 0
+    charge = policy.input_charge
+
+    def counted(request: Request) -> float:
+        nonlocal calls
+        calls += 1
+        return charge(request)
+
+    policy.input_charge = counted  # type: ignore[method-assign]
+    scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, max_num_batched_tokens=64,
+                                          max_num_seqs=4, watermark=0.0), policy)
+    burst = [make_request(f"b{i}", prompt=10 + i % 7, output=5, priority=i % 2, client=f"c{i % 3}")
+             for i in range(400)]
+    for request in burst:
+        scheduler.add_request(request, 0.0)
+    assert calls <= 3 * len(burst)  # (one walk per arrival: 400 * 399 / 6 per client, ~26,600)
+    keyed = {r.request_id: policy.waiting_key(r, 0.0)[0] for r in burst}
+    policy._keys_version = -1  # every key again, from the counters
+    assert {r.request_id: policy.waiting_key(r, 0.0)[0] for r in burst} == keyed
+    levels = sorted({r.client for r in burst})
+    for client in levels:  # a client's keys step up by its requests' input charges, in arrival order
+        mine = [r for r in burst if r.client == client]
+        assert keyed[mine[1].request_id] == keyed[mine[0].request_id] + charge(mine[0])
