@@ -8,7 +8,8 @@ vLLM keeps its KV-cache manager and its batch builder (``Scheduler.schedule``); 
 It steers them through the state they read, around each call:
 
 * **waiting order**: the waiting queues are :class:`PolicyQueue` objects ordered by ``waiting_key`` (re-keyed
-  every ``rekey_interval_s`` for time-dependent policies);
+  every ``rekey_interval_s`` for time-dependent policies, whose requests added between two steps are keyed
+  together at the next step's first read of the queue);
 * **waiting displaces running** (vLLM never does, vllm issue #40004): before vLLM builds the batch, the head of
   the waiting queue is checked against free KV blocks, sequence slots and token budget; if it cannot run, the
   policy's ``victims_for`` names running requests to preempt, and they are preempted only if together they make
@@ -111,15 +112,20 @@ check_vllm_version(vllm.__version__)
 class PolicyQueue(RequestQueue):
     """vLLM's waiting-queue interface, ordered by a policy key (smallest first); removal is lazy.
 
-    ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order.
+    ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order. With
+    ``deferred``, the requests added since the queue was last read are keyed together at its next read (a peek,
+    a pop, a re-key), for a policy whose keys are re-keyed anyway: a planner then plans once for a burst of
+    arrivals instead of once per arrival.
     ``priority_counts`` tracks queue depth per vLLM priority in O(1) per operation (for metrics). While ``gate``
     is set, the queue reads as empty (``bool``) when its head fails the gate, which stops vLLM's admission loop
     there; the adapter sets it for one ``schedule()`` to keep other classes out under class-exclusive batching.
     """
 
-    def __init__(self, key: Callable[[VllmRequest], SortKey]) -> None:
+    def __init__(self, key: Callable[[VllmRequest], SortKey], *, deferred: bool = False) -> None:
         self._key = key
+        self._deferred = deferred
         self._heap: list[tuple[SortKey, int, VllmRequest]] = []
+        self._unkeyed: list[tuple[int, VllmRequest]] = []  # (deferred) added since the last read
         self._live: dict[str, int] = {}  # request_id -> sequence number of its live heap entry
         self._seq = itertools.count()
         self.priority_counts: Counter[int] = Counter()
@@ -131,7 +137,10 @@ class PolicyQueue(RequestQueue):
         seq = next(self._seq)
         self._live[request.request_id] = seq
         self.priority_counts[request.priority] += 1
-        heapq.heappush(self._heap, (self._key(request), seq, request))
+        if self._deferred:
+            self._unkeyed.append((seq, request))
+        else:
+            heapq.heappush(self._heap, (self._key(request), seq, request))
 
     def pop_request(self) -> VllmRequest:
         self._drop_dead()
@@ -184,7 +193,9 @@ class PolicyQueue(RequestQueue):
 
     def rekey(self) -> None:
         """Recompute every live key (O(n)), for policies whose order drifts with time."""
-        live = [(self._key(r), seq, r) for _, seq, r in self._heap if self._live.get(r.request_id) == seq]
+        entries = [(seq, r) for _, seq, r in self._heap] + self._unkeyed
+        self._unkeyed = []
+        live = [(self._key(r), seq, r) for seq, r in entries if self._live.get(r.request_id) == seq]
         heapq.heapify(live)
         self._heap = live
 
@@ -198,6 +209,7 @@ class PolicyQueue(RequestQueue):
         return len(self._live)
 
     def __iter__(self) -> Iterator[VllmRequest]:
+        self._key_added()
         live = sorted(e for e in self._heap if self._live.get(e[2].request_id) == e[1])
         return (request for _, _, request in live)
 
@@ -221,7 +233,17 @@ class PolicyQueue(RequestQueue):
         del self._live[request.request_id]
         self.priority_counts[request.priority] -= 1
 
+    def _key_added(self) -> None:
+        """(deferred) Key the requests added since the last read, still live."""
+        if self._unkeyed:
+            unkeyed, self._unkeyed = self._unkeyed, []
+            live, heap, key = self._live, self._heap, self._key
+            for seq, request in unkeyed:
+                if live.get(request.request_id) == seq:
+                    heapq.heappush(heap, (key(request), seq, request))
+
     def _drop_dead(self) -> None:
+        self._key_added()
         heap, live = self._heap, self._live
         while heap and live.get(heap[0][2].request_id) != heap[0][1]:
             heapq.heappop(heap)
@@ -359,8 +381,11 @@ class Scheduler(_VllmScheduler):
         self.semsched_policy: Policy = config.make_policy()
         # FCFS mode: under KV pressure vLLM preempts running[-1], which the adapter orders by victim_key.
         self.policy = SchedulingPolicy.FCFS
-        self.waiting = PolicyQueue(self._waiting_key)
-        self.kv_holding_waiting = PolicyQueue(self._waiting_key)
+        # a policy that re-keys its queue has the requests added between steps keyed at the queue's next read
+        # (the step's time, all of them at once), not one by one as they come
+        deferred = self.semsched_policy.rekey_interval_s is not None
+        self.waiting = PolicyQueue(self._waiting_key, deferred=deferred)
+        self.kv_holding_waiting = PolicyQueue(self._waiting_key, deferred=deferred)
         self.metrics: AdapterMetrics = adapter_metrics()
         self._view = _EngineView(self)
         policy = self.semsched_policy

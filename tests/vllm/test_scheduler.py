@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncScheduler
 
 from semsched.core.plan import Admission, StepResult
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, StepBudget
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import LengthDistribution, Request
 from semsched.core.request import Request as CoreRequest
 from semsched.core.scheduler import Scheduler as CoreScheduler
@@ -576,6 +576,59 @@ def test_policy_queue_orders_by_key_and_removes_lazily() -> None:
     assert not queue and sum(queue.priority_counts.values()) == 0
     with pytest.raises(IndexError):
         queue.pop_request()
+
+
+def test_a_deferred_policy_queue_keys_what_was_added_at_its_next_read_in_the_eager_order() -> None:
+    """With ``deferred``, nothing is keyed as requests come; the next read keys each live one once (a request
+    removed or re-added before it is not keyed for its old entry), and the queue then reads as an eager one."""
+    keyed: list[str] = []
+
+    def key(request: _FakeRequest) -> SortKey:
+        keyed.append(request.request_id)
+        return (request.priority, request.arrival_time)
+
+    eager = PolicyQueue(lambda r: (r.priority, r.arrival_time))
+    deferred = PolicyQueue(key, deferred=True)  # type: ignore[arg-type]
+    requests = [_FakeRequest(f"r{i}", priority=i % 3, arrival_time=float(10 - i)) for i in range(9)]
+    for queue in (eager, deferred):
+        for request in requests:
+            queue.add_request(request)  # type: ignore[arg-type]
+        queue.remove_request(requests[0])  # type: ignore[arg-type]
+        queue.add_request(requests[5])  # type: ignore[arg-type]  # (again: its first entry is dead)
+    assert keyed == [] and len(deferred) == len(eager) == 8 and deferred.priority_counts == eager.priority_counts
+    assert deferred.peek_request() is eager.peek_request()
+    assert sorted(keyed) == sorted(f"r{i}" for i in range(1, 9))  # each live request once
+    deferred.add_request(requests[0])  # type: ignore[arg-type]
+    eager.add_request(requests[0])  # type: ignore[arg-type]
+    assert list(deferred) == list(eager)
+    assert [deferred.pop_request() for _ in range(9)] == [eager.pop_request() for _ in range(9)]
+    assert not deferred
+
+
+def test_a_burst_of_arrivals_costs_slide_batching_one_plan_not_one_each(tiny_model_dir: Path) -> None:
+    """vLLM keys each request added to its queue; slide-batching's key is a rank in a plan over every request, made
+    once per instant. Added between two steps (each at its own time), the burst is keyed at the next step, from
+    one plan: before, every arrival made a plan over the whole queue (O(N^2) for a burst of N)."""
+    h = _harness(tiny_model_dir, "slide-batching", num_blocks=64, max_num_seqs=4)
+    rng = random.Random(0)
+    h.add("first", _prompt(rng, 16), 8)
+    h.step()
+    policy = h.scheduler.semsched_policy
+    plans = 0
+    full_plan = policy._full_plan
+
+    def counted(now_s: float) -> Any:
+        nonlocal plans
+        plans += 1
+        return full_plan(now_s)
+
+    policy._full_plan = counted
+    for i in range(60):
+        h.add(f"burst{i}", _prompt(rng, 16), 8, priority=i % 3)
+    assert plans == 0
+    record = h.step()
+    assert 1 <= plans <= 3
+    assert record.num_scheduled_tokens  # (the step ran on that plan)
 
 
 def _run_workload(h: SchedulerHarness, workload: Workload, rng: random.Random) -> tuple[list[Finished], int]:
