@@ -18,6 +18,12 @@ Two measurements, each comparing schedulers on the same workload in the same run
    output arrives). Every scheduler is built first; the ``--scheduler-steps`` are then taken in
    ``--scheduler-rounds`` rounds over all of them, the order rotating, so the machine's drift reaches each alike.
 
+3. **Arrival bursts** (``--arrivals``, no model): for each semsched policy, the wall time per request of adding
+   ``--burst-sizes`` requests (each at its own time, as an engine adds them) to a queue behind a running batch,
+   before the next step, with the garbage collector paused (its pauses otherwise land in one size or the other).
+   vLLM keys every request it adds to the waiting queue, so a key that walks the queue makes a burst O(N^2).
+   Reported: microseconds per request at each size and the growth from the smallest to the largest.
+
 ``--cpu-time`` times the scheduler-only steps by the thread's CPU time (``time.thread_time``) instead of the wall
 clock: on a machine shared with other work, the time slices it takes otherwise land in whichever steps they hit.
 
@@ -58,6 +64,8 @@ from common import ResultTable, dump_json, make_console, target_line  # noqa: E4
 
 TARGET_RATIO = 1.1
 TARGET_SCHEDULER_RATIO = 1.05
+#: arrival bursts: per-request cost of the largest burst over the smallest's, at most (issue 29's growth rule)
+TARGET_ARRIVAL_GROWTH = 1.5
 #: scheduler-only targets of policies that plan more than a sort per step (issue 29: slide-batching's plan)
 SCHEDULER_RATIO_OF = {"slide-batching": 1.1}
 VLLM = "vllm"
@@ -235,6 +243,45 @@ def scheduler_benchmark(
     return table, {"step_s": timings, "busy": busy}
 
 
+def arrival_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable, dict[str, Any]]:
+    """Microseconds per request of a burst of arrivals, per policy and burst size (the module docstring's 3)."""
+    import gc
+
+    from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+
+    sizes = sorted(args.burst_sizes)
+    config = HarnessConfig(num_blocks=16 * 8 + 64, max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512)
+    slos = {"ttft_slo_ms": SLO_TTFT_MS, "tpot_slo_ms": SLO_TPOT_MS}
+    per_request: dict[str, list[float]] = {}
+    for policy in args.policies:
+        per_request[policy] = []
+        for size in sizes:
+            rng = random.Random(args.seed)
+            harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
+            for i in range(config.max_num_seqs):
+                harness.add(f"run{i}", [rng.randrange(100, 31000) for _ in range(16)], 400, extra_args=slos)
+            for _ in range(3):
+                harness.step()
+            prompts = [[rng.randrange(100, 31000) for _ in range(16)] for _ in range(size)]
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter()
+                for i, prompt in enumerate(prompts):
+                    harness.add(f"burst{i}", prompt, 8, priority=i % 4, extra_args=slos)
+                elapsed = time.perf_counter() - started
+            finally:
+                gc.enable()
+            per_request[policy].append(elapsed / size)
+    table = ResultTable(
+        f"Arrival bursts: microseconds per request added before the next step ({config.max_num_seqs} running)",
+        ["policy", *(f"{size:,} added" for size in sizes), f"growth {sizes[0]:,} -> {sizes[-1]:,}"],
+    )
+    for policy, costs in per_request.items():
+        table.add(policy, *(f"{cost * 1e6:.1f}" for cost in costs), f"{costs[-1] / costs[0]:.2f}x")
+    return table, {"sizes": sizes, "seconds_per_request": per_request}
+
+
 def is_busy(record: Any) -> bool:
     """Whether a scheduler-only step did more than decode the running requests: it preempted, finished or
     scheduled a waiting request (a policy that ranks the queued short requests first, or by attained service,
@@ -274,6 +321,10 @@ def main() -> int:
     parser.add_argument("--cpu-time", action="store_true",
                         help="scheduler only: time each step by the thread's CPU time, not the wall clock (on a "
                              "machine shared with other work, whose time slices otherwise land in the steps)")
+    parser.add_argument("--arrivals", action="store_true",
+                        help="also measure bursts of arrivals (per-request cost at each --burst-sizes)")
+    parser.add_argument("--burst-sizes", type=lambda text: [int(x) for x in text.split(",")], default=[500, 2000],
+                        help="comma-separated burst sizes for --arrivals (default: 500,2000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -287,10 +338,13 @@ def main() -> int:
         engine_table, engine_raw = (None, {}) if args.scheduler_only else engine_benchmark(model, args)
         scheduler_runs = {mode: scheduler_benchmark(model, args, async_scheduling=mode == "async")
                           for mode in ("sync", "async")}
+        arrival_table, arrival_raw = arrival_benchmark(model, args) if args.arrivals else (None, {})
     if engine_table is not None:
         engine_table.print(console)
     for scheduler_table, _ in scheduler_runs.values():
         scheduler_table.print(console)
+    if arrival_table is not None:
+        arrival_table.print(console)
     if engine_table is not None:
         worst = max(float(row[3]) for row in engine_table.rows[1:])
         console.print(target_line("engine step ratio (worst semsched policy)", f"{worst:.3f}",
@@ -307,10 +361,19 @@ def main() -> int:
             if target is not None:
                 console.print(target_line(f"scheduler-only ratio, {mode}, {policy}", f"{ratio:.3f}",
                                           f"<= {target}", ratio <= target))
+    if arrival_raw:
+        costs = arrival_raw["seconds_per_request"]
+        policy = max(costs, key=lambda name: costs[name][-1] / costs[name][0])
+        worst = costs[policy][-1] / costs[policy][0]
+        sizes = arrival_raw["sizes"]
+        console.print(target_line(f"arrival burst growth {sizes[0]:,} -> {sizes[-1]:,} (worst semsched policy)",
+                                  f"{worst:.2f}x ({policy})", f"<= {TARGET_ARRIVAL_GROWTH}x",
+                                  worst <= TARGET_ARRIVAL_GROWTH))
     if args.json:
         settings = vars(args) | {"json": None}
         scheduler_raw = {mode: raw for mode, (_, raw) in scheduler_runs.items()}
-        dump_json(args.json, {"engine": engine_raw, "scheduler": scheduler_raw, "args": settings})
+        dump_json(args.json, {"engine": engine_raw, "scheduler": scheduler_raw, "arrivals": arrival_raw,
+                              "args": settings})
     return 0
 
 

@@ -122,17 +122,23 @@ def test_batch_size_cost_smoke(tmp_path: Path) -> None:
 @pytest.mark.vllm
 def test_vllm_overhead_scheduler_only_counts_the_steps_a_policy_spends_displacing(tmp_path: Path) -> None:
     """srpt ranks the queued short requests before the running ones, so some of its steps preempt and admit (work
-    vLLM's own scheduler never does in this state); fcfs's and vLLM's steps are all steady."""
+    vLLM's own scheduler never does in this state); fcfs's and vLLM's steps are all steady. With ``--arrivals``
+    each policy's bursts are timed at each size."""
     payload = run_engine_script(
         "vllm_overhead.py", "--scheduler-only", "--policies", "fcfs,srpt", "--running", "16", "--waiting", "40",
-        "--scheduler-steps", "30", "--scheduler-rounds", "2", json_path=tmp_path / "overhead.json",
-        table="| steady steps |",
+        "--scheduler-steps", "30", "--scheduler-rounds", "2", "--arrivals", "--burst-sizes", "10,40",
+        json_path=tmp_path / "overhead.json", table="| steady steps |",
     )
     for mode in ("sync", "async"):
         busy = payload["scheduler"][mode]["busy"]
         assert {policy: len(flags) for policy, flags in busy.items()} == {"vllm": 30, "fcfs": 30, "srpt": 30}
         assert not any(busy["vllm"]) and not any(busy["fcfs"])
         assert any(busy["srpt"])
+    arrivals = payload["arrivals"]
+    costs = arrivals["seconds_per_request"]
+    assert arrivals["sizes"] == [10, 40]
+    assert {policy: len(per_size) for policy, per_size in costs.items()} == {"fcfs": 2, "srpt": 2}
+    assert all(cost > 0 for per_size in costs.values() for cost in per_size)
 
 
 @pytest.mark.vllm
