@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -225,3 +226,16 @@ def run_checked(
         steps += 1
         assert steps <= max_steps, f"no progress after {max_steps} steps (livelock?)"
     return steps
+
+
+class CallCounter:
+    """Counts the calls of ``owner.name`` from now on: set in its place on the instance, it calls the original."""
+
+    def __init__(self, owner: object, name: str) -> None:
+        self.calls = 0
+        self._original = getattr(owner, name)
+        setattr(owner, name, self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self._original(*args, **kwargs)

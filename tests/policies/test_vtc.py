@@ -10,7 +10,7 @@ from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.vtc import VTC, client_of
-from tests.support import check_kv, check_plan, make_request, make_scheduler
+from tests.support import CallCounter, check_kv, check_plan, make_request, make_scheduler
 
 PROMPT, OUTPUT, MAX_SEQS = 20, 10, 2
 INPUT_COST, OUTPUT_COST = 1.0, 2.0
@@ -159,22 +159,15 @@ def test_a_burst_of_arrivals_is_keyed_in_linear_work_with_the_keys_a_rebuild_giv
     added before any step cost O(N) input charges, not one walk over the client's queue per arrival, and every
     request's key is the one re-keying all of them from the counters gives."""
     policy = _KeyedVTC()
-    calls = 0
     charge = policy.input_charge
-
-    def counted(request: Request) -> float:
-        nonlocal calls
-        calls += 1
-        return charge(request)
-
-    policy.input_charge = counted  # type: ignore[method-assign]
+    charges = CallCounter(policy, "input_charge")
     scheduler = Scheduler(SchedulerConfig(block_size=4, num_gpu_blocks=1000, max_num_batched_tokens=64,
                                           max_num_seqs=4, watermark=0.0), policy)
     burst = [make_request(f"b{i}", prompt=10 + i % 7, output=5, priority=i % 2, client=f"c{i % 3}")
              for i in range(400)]
     for request in burst:
         scheduler.add_request(request, 0.0)
-    assert calls <= 3 * len(burst)  # (one walk per arrival: 400 * 399 / 6 per client, ~26,600)
+    assert charges.calls <= 3 * len(burst)  # (one walk per arrival: 400 * 399 / 6 per client, ~26,600)
     keyed = {r.request_id: policy.waiting_key(r, 0.0)[0] for r in burst}
     policy._keys_version = -1  # every key again, from the counters
     assert {r.request_id: policy.waiting_key(r, 0.0)[0] for r in burst} == keyed

@@ -29,6 +29,7 @@ from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.vllm.config import AdapterConfigError
 from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
 from semsched.vllm.scheduler import PolicyQueue, UnsupportedVllmError, check_vllm_version
+from tests.support import CallCounter
 
 ADAPTER = "semsched.vllm.Scheduler"
 
@@ -613,21 +614,12 @@ def test_a_burst_of_arrivals_costs_slide_batching_one_plan_not_one_each(tiny_mod
     rng = random.Random(0)
     h.add("first", _prompt(rng, 16), 8)
     h.step()
-    policy = h.scheduler.semsched_policy
-    plans = 0
-    full_plan = policy._full_plan
-
-    def counted(now_s: float) -> Any:
-        nonlocal plans
-        plans += 1
-        return full_plan(now_s)
-
-    policy._full_plan = counted
+    plans = CallCounter(h.scheduler.semsched_policy, "_full_plan")
     for i in range(60):
         h.add(f"burst{i}", _prompt(rng, 16), 8, priority=i % 3)
-    assert plans == 0
+    assert plans.calls == 0
     record = h.step()
-    assert 1 <= plans <= 3
+    assert 1 <= plans.calls <= 3
     assert record.num_scheduled_tokens  # (the step ran on that plan)
 
 
