@@ -28,7 +28,7 @@ from semsched.policies import POLICIES, make_policy, register_policy
 from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.vllm.config import AdapterConfigError
 from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
-from semsched.vllm.scheduler import PolicyQueue, UnsupportedVllmError, check_vllm_version
+from semsched.vllm.scheduler import PlanQueue, PolicyQueue, UnsupportedVllmError, check_vllm_version
 from tests.support import CallCounter
 
 ADAPTER = "semsched.vllm.Scheduler"
@@ -211,7 +211,7 @@ LOCKSTEP_SLOT_CONFIG = HarnessConfig(num_blocks=400, block_size=32, max_num_seqs
 LOCKSTEP_POLICIES = ["fcfs", "sjf", "priority-preempt", "priority-preempt:exclusive=true", "srpt",
                      "tiered:aging_per_s=0", "tiered:aging_per_s=0;reserve_fraction=0.3", "hpjf", "semantic",
                      "semantic:stage_aware=strict", "gittins:displace=true;victim=index", "fastserve:starve_s=0",
-                     "trail", "utility:starve_s=0", "sarathi-fcfs", "sarathi-priority"]
+                     "trail", "utility:starve_s=0", "sarathi-fcfs", "sarathi-priority", "vtc", "slide-batching"]
 #: the lockstep policies that displace running work (their workloads must show preemptions)
 PREEMPTING = ("priority-preempt", "srpt", "tiered", "semantic", "gittins", "fastserve", "trail")
 
@@ -606,20 +606,51 @@ def test_a_deferred_policy_queue_keys_what_was_added_at_its_next_read_in_the_eag
     assert not deferred
 
 
+def test_a_plan_queue_reads_the_policy_order_lazily_and_strands_nothing() -> None:
+    """A :class:`PlanQueue` follows its order (skipping what it does not hold), then offers what the order missed,
+    in the order they were added; requests brought forward come first until put back; the gate stops it at its
+    head."""
+    requests = {name: _FakeRequest(name, priority=i % 2, arrival_time=float(i))
+                for i, name in enumerate("abcdefxz")}
+    order_calls = 0
+
+    def order() -> Iterator[_FakeRequest]:
+        nonlocal order_calls
+        order_calls += 1
+        yield from (requests[name] for name in "dxbza")  # (x, z: not queued here; c, e, f: missed by the order)
+
+    queue = PlanQueue(order)  # type: ignore[arg-type]
+    for name in "abcdef":  # (x and z are elsewhere: another queue's)
+        queue.add_request(requests[name])  # type: ignore[arg-type]
+    queue.remove_request(requests["f"])  # type: ignore[arg-type]
+    assert len(queue) == 5 and queue.priority_counts == {0: 3, 1: 2} and order_calls == 0
+    assert [r.request_id for r in queue] == ["d", "b", "a", "c", "e"]
+    queue.bring_forward(requests["e"])  # type: ignore[arg-type]
+    assert queue.peek_request().request_id == "e"
+    queue.rekey_request(requests["e"])  # type: ignore[arg-type]
+    queue.gate = lambda request: request.request_id != "d"
+    assert not queue  # (its head, d, fails the gate)
+    queue.gate = None
+    assert [queue.pop_request().request_id for _ in range(5)] == ["d", "b", "a", "c", "e"]
+    assert not queue and sum(queue.priority_counts.values()) == 0
+    with pytest.raises(IndexError):
+        queue.peek_request()
+
 def test_a_burst_of_arrivals_costs_slide_batching_one_plan_not_one_each(tiny_model_dir: Path) -> None:
     """vLLM keys each request added to its queue; slide-batching's key is a rank in a plan over every request, made
-    once per instant. Added between two steps (each at its own time), the burst is keyed at the next step, from
+    once per instant. Added between two steps (each at its own time), the burst is ordered at the next step, from
     one plan: before, every arrival made a plan over the whole queue (O(N^2) for a burst of N)."""
     h = _harness(tiny_model_dir, "slide-batching", num_blocks=64, max_num_seqs=4)
     rng = random.Random(0)
     h.add("first", _prompt(rng, 16), 8)
     h.step()
-    plans = CallCounter(h.scheduler.semsched_policy, "_full_plan")
+    policy = h.scheduler.semsched_policy
+    plans = [CallCounter(policy, "_full_plan"), CallCounter(policy, "_make_plan")]  # (every plan is made by one)
     for i in range(60):
         h.add(f"burst{i}", _prompt(rng, 16), 8, priority=i % 3)
-    assert plans.calls == 0
+    assert sum(count.calls for count in plans) == 0
     record = h.step()
-    assert 1 <= plans.calls <= 3
+    assert 1 <= sum(count.calls for count in plans) <= 3
     assert record.num_scheduled_tokens  # (the step ran on that plan)
 
 
