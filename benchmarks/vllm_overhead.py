@@ -23,6 +23,13 @@ Two measurements, each comparing schedulers on the same workload in the same run
    before the next step, with the garbage collector paused (its pauses otherwise land in one size or the other).
    vLLM keys every request it adds to the waiting queue, so a key that walks the queue makes a burst O(N^2).
    Reported: microseconds per request at each size and the growth from the smallest to the largest.
+4. **KV-bound queues** (``--kv-queues``, no model): for each semsched policy, the median step (``schedule()`` +
+   ``update_from_output()``, wall clock, garbage collector paused) with 16 requests decoding, sequence slots
+   free, and ``--kv-queue-sizes`` requests waiting that the KV cache cannot take. That is a GPU engine's usual
+   saturation: vLLM reads the queue at every step, so a policy that re-keys every waiting request there pays for
+   the whole queue at every step. Reported: median ms per step at each size, the growth, and how many waiting
+   requests were admitted meanwhile (what the few free blocks take, and what a policy that displaces running work
+   admits: its steps then include that work).
 
 ``--cpu-time`` times the scheduler-only steps by the thread's CPU time (``time.thread_time``) instead of the wall
 clock: on a machine shared with other work, the time slices it takes otherwise land in whichever steps they hit.
@@ -64,8 +71,9 @@ from common import ResultTable, dump_json, make_console, target_line  # noqa: E4
 
 TARGET_RATIO = 1.1
 TARGET_SCHEDULER_RATIO = 1.05
-#: arrival bursts: per-request cost of the largest burst over the smallest's, at most (issue 29's growth rule)
+#: arrival bursts and KV-bound queues: the cost at the largest size over the smallest's, at most (issue 29's rule)
 TARGET_ARRIVAL_GROWTH = 1.5
+TARGET_QUEUE_GROWTH = 1.5
 #: scheduler-only targets of policies that plan more than a sort per step (issue 29: slide-batching's plan)
 SCHEDULER_RATIO_OF = {"slide-batching": 1.1}
 VLLM = "vllm"
@@ -282,6 +290,57 @@ def arrival_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable
     return table, {"sizes": sizes, "seconds_per_request": per_request}
 
 
+def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable, dict[str, Any]]:
+    """Median step per policy and queue size under KV-bound saturation (the module docstring's 4)."""
+    import gc
+
+    from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+
+    sizes = sorted(args.kv_queue_sizes)
+    running, steps = 16, 30  # (the running requests emit 60 tokens: none finishes before the last step)
+    # the running requests hold all but a few blocks; slots stay free; no waiting prompt fits what is left
+    config = HarnessConfig(num_blocks=running * 12 + 8, block_size=32, max_num_seqs=64, max_num_batched_tokens=512,
+                           max_model_len=512)
+    step_ms: dict[str, list[float]] = {}
+    admitted: dict[str, list[int]] = {}
+    for policy in args.policies:
+        step_ms[policy], admitted[policy] = [], []
+        for size in sizes:
+            rng = random.Random(args.seed)
+            harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
+            for i in range(running):
+                harness.add(f"run{i}", [rng.randrange(100, 31000) for _ in range(300)], 60, arrival_time=1.0 + i)
+            while len(harness.scheduler.running) < running or harness.scheduler.waiting:
+                harness.step()
+            for i in range(size):
+                harness.add(f"wait{i}", [rng.randrange(100, 31000) for _ in range(400)], 8, priority=3,
+                            arrival_time=10_000.0 + i)
+            for _ in range(3):
+                harness.step()
+            gc.collect()
+            gc.disable()
+            try:
+                samples = []
+                for _ in range(steps):
+                    started = time.perf_counter()
+                    harness.step()
+                    samples.append(time.perf_counter() - started)
+            finally:
+                gc.enable()
+            # (what the blocks left take, and what a policy that displaces running work admits)
+            admitted[policy].append(size - len(harness.scheduler.waiting))
+            step_ms[policy].append(statistics.median(samples) * 1e3)
+    table = ResultTable(
+        f"KV-bound queues: median step ms ({running} decoding, slots free, no waiting prompt fits)",
+        ["policy", *(f"{size:,} waiting" for size in sizes), f"growth {sizes[0]:,} -> {sizes[-1]:,}",
+         "admitted meanwhile"],
+    )
+    for policy, values in step_ms.items():
+        table.add(policy, *(f"{value:.3f}" for value in values), f"{values[-1] / values[0]:.2f}x",
+                  " / ".join(map(str, admitted[policy])))
+    return table, {"sizes": sizes, "step_ms": step_ms, "admitted": admitted}
+
+
 def is_busy(record: Any) -> bool:
     """Whether a scheduler-only step did more than decode the running requests: it preempted, finished or
     scheduled a waiting request (a policy that ranks the queued short requests first, or by attained service,
@@ -325,6 +384,10 @@ def main() -> int:
                         help="also measure bursts of arrivals (per-request cost at each --burst-sizes)")
     parser.add_argument("--burst-sizes", type=lambda text: [int(x) for x in text.split(",")], default=[500, 2000],
                         help="comma-separated burst sizes for --arrivals (default: 500,2000)")
+    parser.add_argument("--kv-queues", action="store_true",
+                        help="also measure steps under KV-bound saturation at each --kv-queue-sizes")
+    parser.add_argument("--kv-queue-sizes", type=lambda text: [int(x) for x in text.split(",")],
+                        default=[1000, 10000], help="comma-separated waiting counts for --kv-queues")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -339,12 +402,14 @@ def main() -> int:
         scheduler_runs = {mode: scheduler_benchmark(model, args, async_scheduling=mode == "async")
                           for mode in ("sync", "async")}
         arrival_table, arrival_raw = arrival_benchmark(model, args) if args.arrivals else (None, {})
+        queue_table, queue_raw = kv_queue_benchmark(model, args) if args.kv_queues else (None, {})
     if engine_table is not None:
         engine_table.print(console)
     for scheduler_table, _ in scheduler_runs.values():
         scheduler_table.print(console)
-    if arrival_table is not None:
-        arrival_table.print(console)
+    for extra in (arrival_table, queue_table):
+        if extra is not None:
+            extra.print(console)
     if engine_table is not None:
         worst = max(float(row[3]) for row in engine_table.rows[1:])
         console.print(target_line("engine step ratio (worst semsched policy)", f"{worst:.3f}",
@@ -369,11 +434,19 @@ def main() -> int:
         console.print(target_line(f"arrival burst growth {sizes[0]:,} -> {sizes[-1]:,} (worst semsched policy)",
                                   f"{worst:.2f}x ({policy})", f"<= {TARGET_ARRIVAL_GROWTH}x",
                                   worst <= TARGET_ARRIVAL_GROWTH))
+    if queue_raw:
+        values = queue_raw["step_ms"]
+        policy = max(values, key=lambda name: values[name][-1] / values[name][0])
+        worst = values[policy][-1] / values[policy][0]
+        sizes = queue_raw["sizes"]
+        console.print(target_line(f"KV-bound step growth {sizes[0]:,} -> {sizes[-1]:,} waiting (worst policy)",
+                                  f"{worst:.2f}x ({policy})", f"<= {TARGET_QUEUE_GROWTH}x",
+                                  worst <= TARGET_QUEUE_GROWTH))
     if args.json:
         settings = vars(args) | {"json": None}
         scheduler_raw = {mode: raw for mode, (_, raw) in scheduler_runs.items()}
         dump_json(args.json, {"engine": engine_raw, "scheduler": scheduler_raw, "arrivals": arrival_raw,
-                              "args": settings})
+                              "kv_queues": queue_raw, "args": settings})
     return 0
 
 
