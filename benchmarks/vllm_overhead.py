@@ -341,6 +341,15 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
     return table, {"sizes": sizes, "step_ms": step_ms, "admitted": admitted}
 
 
+def print_growth(console: Any, what: str, sizes: list[int], per_policy: dict[str, list[float]],
+                 target: float) -> None:
+    """The target line of a growth: the policy whose cost at the largest size over the smallest's is largest."""
+    policy = max(per_policy, key=lambda name: per_policy[name][-1] / per_policy[name][0])
+    worst = per_policy[policy][-1] / per_policy[policy][0]
+    console.print(target_line(f"{what} {sizes[0]:,} -> {sizes[-1]:,} (worst policy)", f"{worst:.2f}x ({policy})",
+                              f"<= {target}x", worst <= target))
+
+
 def is_busy(record: Any) -> bool:
     """Whether a scheduler-only step did more than decode the running requests: it preempted, finished or
     scheduled a waiting request (a policy that ranks the queued short requests first, or by attained service,
@@ -427,21 +436,11 @@ def main() -> int:
                 console.print(target_line(f"scheduler-only ratio, {mode}, {policy}", f"{ratio:.3f}",
                                           f"<= {target}", ratio <= target))
     if arrival_raw:
-        costs = arrival_raw["seconds_per_request"]
-        policy = max(costs, key=lambda name: costs[name][-1] / costs[name][0])
-        worst = costs[policy][-1] / costs[policy][0]
-        sizes = arrival_raw["sizes"]
-        console.print(target_line(f"arrival burst growth {sizes[0]:,} -> {sizes[-1]:,} (worst semsched policy)",
-                                  f"{worst:.2f}x ({policy})", f"<= {TARGET_ARRIVAL_GROWTH}x",
-                                  worst <= TARGET_ARRIVAL_GROWTH))
+        print_growth(console, "arrival burst growth", arrival_raw["sizes"], arrival_raw["seconds_per_request"],
+                     TARGET_ARRIVAL_GROWTH)
     if queue_raw:
-        values = queue_raw["step_ms"]
-        policy = max(values, key=lambda name: values[name][-1] / values[name][0])
-        worst = values[policy][-1] / values[policy][0]
-        sizes = queue_raw["sizes"]
-        console.print(target_line(f"KV-bound step growth {sizes[0]:,} -> {sizes[-1]:,} waiting (worst policy)",
-                                  f"{worst:.2f}x ({policy})", f"<= {TARGET_QUEUE_GROWTH}x",
-                                  worst <= TARGET_QUEUE_GROWTH))
+        print_growth(console, "KV-bound step growth", queue_raw["sizes"], queue_raw["step_ms"],
+                     TARGET_QUEUE_GROWTH)
     if args.json:
         settings = vars(args) | {"json": None}
         scheduler_raw = {mode: raw for mode, (_, raw) in scheduler_runs.items()}

@@ -109,7 +109,35 @@ def check_vllm_version(version: str) -> None:
 check_vllm_version(vllm.__version__)
 
 
-class PolicyQueue(RequestQueue):
+class _AdapterQueue(RequestQueue):
+    """What the adapter's waiting queues share: vLLM's prepends (preempted and skipped requests) go where the
+    policy puts them, and removal is by request id."""
+
+    def prepend_request(self, request: VllmRequest) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[VllmRequest]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: VllmRequest) -> None:
+        if not self._holds(request.request_id):
+            raise ValueError(f"request {request.request_id} is not in the queue")
+        self._discard(request)
+
+    def remove_requests(self, requests: Iterable[VllmRequest]) -> None:
+        for request in requests:
+            if self._holds(request.request_id):
+                self._discard(request)
+
+    def _holds(self, request_id: str) -> bool:
+        raise NotImplementedError
+
+    def _discard(self, request: VllmRequest) -> None:
+        raise NotImplementedError
+
+
+class PolicyQueue(_AdapterQueue):
     """vLLM's waiting-queue interface, ordered by a policy key (smallest first); removal is lazy.
 
     ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order. With
@@ -156,24 +184,6 @@ class PolicyQueue(RequestQueue):
         if not self._heap:
             raise IndexError("peek from an empty queue")
         return self._heap[0][2]
-
-    # vLLM prepends preempted and skipped requests; here the policy key decides their place.
-    def prepend_request(self, request: VllmRequest) -> None:
-        self.add_request(request)
-
-    def prepend_requests(self, requests: Iterable[VllmRequest]) -> None:
-        for request in requests:
-            self.add_request(request)
-
-    def remove_request(self, request: VllmRequest) -> None:
-        if request.request_id not in self._live:
-            raise ValueError(f"request {request.request_id} is not in the queue")
-        self._discard(request)
-
-    def remove_requests(self, requests: Iterable[VllmRequest]) -> None:
-        for request in requests:
-            if request.request_id in self._live:
-                self._discard(request)
 
     def bring_forward(self, request: VllmRequest) -> None:
         """Put a live request ahead of every policy key (after those brought forward before it), for one step;
@@ -229,6 +239,9 @@ class PolicyQueue(RequestQueue):
             for entry in taken:
                 heapq.heappush(self._heap, entry)
 
+    def _holds(self, request_id: str) -> bool:
+        return request_id in self._live
+
     def _discard(self, request: VllmRequest) -> None:
         del self._live[request.request_id]
         self.priority_counts[request.priority] -= 1
@@ -254,7 +267,7 @@ class PolicyQueue(RequestQueue):
 EVERY_STEP_S = 0.001
 
 
-class PlanQueue(RequestQueue):
+class PlanQueue(_AdapterQueue):
     """vLLM's waiting-queue interface, in the order of a policy's ``waiting_order`` (a plan made afresh each step),
     taken lazily: a step costs what vLLM reads of the queue, not a key for every waiting request.
 
@@ -279,7 +292,7 @@ class PlanQueue(RequestQueue):
 
     def add_request(self, request: VllmRequest) -> None:
         if request.request_id in self._members:
-            self._discard(request.request_id)
+            self._discard(request)
         self._members[request.request_id] = request
         self.priority_counts[request.priority] += 1
         self.rekey()
@@ -288,7 +301,7 @@ class PlanQueue(RequestQueue):
         request = self._peek()
         if request is None:
             raise IndexError("pop from an empty queue")
-        self._discard(request.request_id)
+        self._discard(request)
         return request
 
     def peek_request(self) -> VllmRequest:
@@ -296,23 +309,6 @@ class PlanQueue(RequestQueue):
         if request is None:
             raise IndexError("peek from an empty queue")
         return request
-
-    def prepend_request(self, request: VllmRequest) -> None:
-        self.add_request(request)
-
-    def prepend_requests(self, requests: Iterable[VllmRequest]) -> None:
-        for request in requests:
-            self.add_request(request)
-
-    def remove_request(self, request: VllmRequest) -> None:
-        if request.request_id not in self._members:
-            raise ValueError(f"request {request.request_id} is not in the queue")
-        self._discard(request.request_id)
-
-    def remove_requests(self, requests: Iterable[VllmRequest]) -> None:
-        for request in requests:
-            if request.request_id in self._members:
-                self._discard(request.request_id)
 
     def bring_forward(self, request: VllmRequest) -> None:
         """Put a queued request ahead of the policy's order (after those brought forward before it), for one step;
@@ -364,10 +360,13 @@ class PlanQueue(RequestQueue):
                 seen.add(request_id)
                 yield request
 
-    def _discard(self, request_id: str) -> None:
-        request = self._members.pop(request_id)
-        self._forward.pop(request_id, None)
-        self.priority_counts[request.priority] -= 1
+    def _holds(self, request_id: str) -> bool:
+        return request_id in self._members
+
+    def _discard(self, request: VllmRequest) -> None:
+        held = self._members.pop(request.request_id)
+        self._forward.pop(request.request_id, None)
+        self.priority_counts[held.priority] -= 1
 
 
 def _listed_later(members: dict[str, VllmRequest]) -> Iterator[VllmRequest]:
