@@ -134,6 +134,11 @@ class Policy:
     #: policy, so an engine may skip it in a step where the order of the running requests cannot matter (the
     #: vLLM adapter's steady decode step, whose budget and KV blocks cover every running request)
     running_order_keeps_all: ClassVar[bool] = False
+    #: True when ``waiting_order``'s order is fixed when it is made: it gives the same requests in the same order
+    #: whether or not those it gave were admitted meanwhile (it does not read their state as it goes), so an
+    #: engine may read it across an admission loop that tells the policy nothing until it ends (the vLLM
+    #: adapter's ``PlanQueue``, read within vLLM's ``schedule()``; else its queue is keyed by ``waiting_key``)
+    waiting_order_fixed: ClassVar[bool] = False
     #: the deployment's tier table when the policy was given one (``tiered:tier_table=``): the vLLM adapter
     #: takes the SLOs of a request that names a tier from it (default: :data:`semsched.core.tiers.DEFAULT_TIERS`)
     tier_table: tuple[TierSpec, ...] | None = None

@@ -160,6 +160,7 @@ class SlideBatching(Policy):
     name: ClassVar[str] = "slide-batching"
     config_cls: ClassVar[type[PolicyConfig]] = SlideBatchingConfig
     rekey_interval_s: ClassVar[float | None] = EVERY_STEP_S
+    waiting_order_fixed: ClassVar[bool] = True  # (the plan's order, made once per instant)
     config: SlideBatchingConfig
 
     def __init__(self, config: PolicyConfig | None = None) -> None:

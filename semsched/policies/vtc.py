@@ -137,6 +137,7 @@ class VTC(Policy):
     name: ClassVar[str] = "vtc"
     config_cls: ClassVar[type[PolicyConfig]] = VTCConfig
     static_victim_key: ClassVar[bool] = True
+    waiting_order_fixed: ClassVar[bool] = True  # (the fronts of the clients' queues, merged; admitting moves none)
     config: VTCConfig
 
     def __init__(self, config: PolicyConfig | None = None) -> None:

@@ -262,11 +262,6 @@ class PolicyQueue(_AdapterQueue):
             heapq.heappop(heap)
 
 
-#: a re-key interval no longer than this (an engine step at most) re-keys at every step: such a policy's waiting
-#: order is read from its ``waiting_order`` (:class:`PlanQueue`) instead
-EVERY_STEP_S = 0.001
-
-
 class PlanQueue(_AdapterQueue):
     """vLLM's waiting-queue interface, in the order of a policy's ``waiting_order`` (a plan made afresh each step),
     taken lazily: a step costs what vLLM reads of the queue, not a key for every waiting request.
@@ -276,9 +271,9 @@ class PlanQueue(_AdapterQueue):
     and then offers what the order missed, oldest first, so no request is ever stranded. Requests brought forward
     (:meth:`bring_forward`) come first, for one step. ``priority_counts`` and ``gate`` as in :class:`PolicyQueue`.
 
-    The order is read within one ``schedule()`` of vLLM's, during which the adapter updates no shadow: a policy's
-    lazy order must not wait for the requests it gave to change state (utility's walk does: it keeps the keyed
-    queue, re-keyed every ``check_s``).
+    The order is read within one ``schedule()`` of vLLM's, during which the adapter updates no shadow, so it is
+    used for a policy whose order is fixed when made (``Policy.waiting_order_fixed``: vtc, slide-batching).
+    utility's lazy walk, for one, asks the head again after each admission: it keeps the keyed queue.
     """
 
     def __init__(self, order: Callable[[], Iterable[VllmRequest]]) -> None:
@@ -508,10 +503,9 @@ class Scheduler(_VllmScheduler):
         # FCFS mode: under KV pressure vLLM preempts running[-1], which the adapter orders by victim_key.
         self.policy = SchedulingPolicy.FCFS
         policy = self.semsched_policy
-        interval = policy.rekey_interval_s
-        if policy.uses_hook("waiting_order") and interval is not None and interval <= EVERY_STEP_S:
+        if policy.uses_hook("waiting_order") and policy.waiting_order_fixed:
             # a plan made afresh each step, read lazily: re-keying every waiting request at every step that may
-            # admit cost O(queue) per step (21 ms at 10,000 waiting for vtc under KV-bound load)
+            # admit cost O(queue) per step (11.5 ms at 10,000 waiting for vtc under KV-bound load)
             self.waiting: PolicyQueue | PlanQueue = PlanQueue(self._policy_order)
             self.kv_holding_waiting: PolicyQueue | PlanQueue = PlanQueue(self._policy_order)
         else:

@@ -636,6 +636,16 @@ def test_a_plan_queue_reads_the_policy_order_lazily_and_strands_nothing() -> Non
     with pytest.raises(IndexError):
         queue.peek_request()
 
+def test_a_plan_queue_serves_only_a_policy_whose_order_is_fixed_when_made(tiny_model_dir: Path) -> None:
+    """vtc and slide-batching plan an order that admissions do not move: vLLM reads it lazily. utility's order is
+    a walk that asks its head again after each admission (which the adapter reports only after the step): even
+    re-keyed at every step, it keeps the keyed queue."""
+    for policy, queue_class in (("vtc", PlanQueue), ("slide-batching", PlanQueue), ("fcfs", PolicyQueue),
+                                ("utility:check_s=0.001", PolicyQueue)):
+        h = _harness(tiny_model_dir, policy, num_blocks=64, max_num_seqs=4)
+        assert type(h.scheduler.waiting) is queue_class, policy
+        assert type(h.scheduler.kv_holding_waiting) is queue_class, policy
+
 def test_a_burst_of_arrivals_costs_slide_batching_one_plan_not_one_each(tiny_model_dir: Path) -> None:
     """vLLM keys each request added to its queue; slide-batching's key is a rank in a plan over every request, made
     once per instant. Added between two steps (each at its own time), the burst is ordered at the next step, from
