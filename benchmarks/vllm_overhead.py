@@ -301,6 +301,7 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
     # the running requests hold all but a few blocks; slots stay free; no waiting prompt fits what is left
     config = HarnessConfig(num_blocks=running * 12 + 8, block_size=32, max_num_seqs=64, max_num_batched_tokens=512,
                            max_model_len=512)
+    slos = {"ttft_slo_ms": SLO_TTFT_MS, "tpot_slo_ms": SLO_TPOT_MS} if args.slos else None
     step_ms: dict[str, list[float]] = {}
     admitted: dict[str, list[int]] = {}
     for policy in args.policies:
@@ -309,12 +310,13 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
             rng = random.Random(args.seed)
             harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
             for i in range(running):
-                harness.add(f"run{i}", [rng.randrange(100, 31000) for _ in range(300)], 60, arrival_time=1.0 + i)
+                harness.add(f"run{i}", [rng.randrange(100, 31000) for _ in range(300)], 60, extra_args=slos,
+                            arrival_time=None if slos else 1.0 + i)
             while len(harness.scheduler.running) < running or harness.scheduler.waiting:
                 harness.step()
             for i in range(size):
                 harness.add(f"wait{i}", [rng.randrange(100, 31000) for _ in range(400)], 8, priority=3,
-                            arrival_time=10_000.0 + i)
+                            extra_args=slos, arrival_time=None if slos else 10_000.0 + i)
             for _ in range(3):
                 harness.step()
             gc.collect()
@@ -381,9 +383,9 @@ def main() -> int:
     parser.add_argument("--waiting", type=int, default=1000)
     parser.add_argument("--scheduler-steps", type=int, default=200)
     parser.add_argument("--slos", action="store_true",
-                        help=f"scheduler only: every request carries SLOs (TTFT {SLO_TTFT_MS:g} ms, TPOT "
-                             f"{SLO_TPOT_MS:g} ms) and arrives now (without: no SLOs, arrivals in the past), so "
-                             "deadline-driven policies plan with deadlines")
+                        help=f"scheduler only and --kv-queues: every request carries SLOs (TTFT {SLO_TTFT_MS:g} "
+                             f"ms, TPOT {SLO_TPOT_MS:g} ms) and arrives now (without: no SLOs, arrivals in the "
+                             "past), so deadline-driven policies plan with deadlines")
     parser.add_argument("--scheduler-rounds", type=int, default=10,
                         help="scheduler only: the steps are taken in this many rounds over every scheduler")
     parser.add_argument("--cpu-time", action="store_true",

@@ -102,16 +102,13 @@ class VTCConfig(PolicyConfig):
 
 
 class _Client:
-    """One client's counter and its waiting requests in arrival order (stale entries dropped lazily), with the key
-    the next request to join them would get (``tail``) while the keys of version ``tail_version`` stand."""
+    """One client's counter and its waiting requests in arrival order (stale entries dropped lazily)."""
 
-    __slots__ = ("counter", "waiting", "tail", "tail_version")
+    __slots__ = ("counter", "waiting")
 
     def __init__(self) -> None:
         self.counter = 0.0
         self.waiting: deque[Request] = deque()
-        self.tail = 0.0
-        self.tail_version = -1
 
     def prune_front(self) -> None:
         waiting = self.waiting
@@ -148,9 +145,11 @@ class VTC(Policy):
         #: seen changes), kept for on_tokens from the request's first tokens to its end
         self._charging: dict[Request, tuple[_Client, float]] = {}
         self._last_left: str | None = None  # client whose request left the waiting queue last
-        #: waiting keys computed at counter version ``_keys_version`` (arrivals since added at their client's tail)
+        #: waiting keys computed at counter version ``_keys_version`` (arrivals since added at their client's
+        #: tail), and per client, the key its next arrival gets while they stand
         self._keys: dict[str, float] = {}
         self._keys_version = -1
+        self._tails: dict[_Client, float] = {}
         self._version = 0  # bumped whenever a counter moves
         self._enqueued = itertools.count()
         #: the core asks waiting_order (it keys nothing): arrivals need no key of their own
@@ -212,11 +211,12 @@ class VTC(Policy):
             self._lift(entry)
         entry.waiting.append(request)
         request.policy_state[ENQUEUED_KEY] = float(next(self._enqueued))
-        if not self._ordered_by_core and self._keys_version == self._version == entry.tail_version:
+        tail = self._tails.get(entry) if self._keys_version == self._version else None
+        if tail is not None and not self._ordered_by_core:
             # its key: where the client's keys stand after its requests waiting ahead (what a rebuild would
             # accumulate to), so a burst of arrivals costs O(1) each, not a walk over the client's queue
-            self._keys[request.request_id] = entry.tail
-            entry.tail += self.input_charge(request)
+            self._keys[request.request_id] = tail
+            self._tails[entry] = tail + self.input_charge(request)
 
     def _lift(self, entry: _Client) -> None:
         """VTC's counter lift for a client that had no waiting request."""
@@ -314,6 +314,7 @@ class VTC(Policy):
     def _rebuild_keys(self) -> None:
         """Every waiting request's key from the current counters: prefix sums of input cost per client."""
         keys: dict[str, float] = {}
+        tails: dict[_Client, float] = {}
         for entry in self._clients.values():
             live = deque(r for r in entry.waiting if is_waiting(r))
             entry.waiting = live
@@ -321,6 +322,6 @@ class VTC(Policy):
             for request in live:
                 keys[request.request_id] = level
                 level += self.input_charge(request)
-            entry.tail, entry.tail_version = level, self._version
-        self._keys = keys
+            tails[entry] = level
+        self._keys, self._tails = keys, tails
         self._keys_version = self._version

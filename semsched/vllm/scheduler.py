@@ -8,8 +8,8 @@ vLLM keeps its KV-cache manager and its batch builder (``Scheduler.schedule``); 
 It steers them through the state they read, around each call:
 
 * **waiting order**: the waiting queues are :class:`PolicyQueue` objects ordered by ``waiting_key`` (re-keyed
-  every ``rekey_interval_s`` for time-dependent policies, whose requests added between two steps are keyed
-  together at the next step's first read of the queue);
+  every ``rekey_interval_s`` for time-dependent policies), or for a policy whose planned order is fixed when
+  made, :class:`PlanQueue` objects read lazily from its ``waiting_order``;
 * **waiting displaces running** (vLLM never does, vllm issue #40004): before vLLM builds the batch, the head of
   the waiting queue is checked against free KV blocks, sequence slots and token budget; if it cannot run, the
   policy's ``victims_for`` names running requests to preempt, and they are preempted only if together they make
@@ -140,20 +140,15 @@ class _AdapterQueue(RequestQueue):
 class PolicyQueue(_AdapterQueue):
     """vLLM's waiting-queue interface, ordered by a policy key (smallest first); removal is lazy.
 
-    ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order. With
-    ``deferred``, the requests added since the queue was last read are keyed together at its next read (a peek,
-    a pop, a re-key), for a policy whose keys are re-keyed anyway: a planner then plans once for a burst of
-    arrivals instead of once per arrival.
+    ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order.
     ``priority_counts`` tracks queue depth per vLLM priority in O(1) per operation (for metrics). While ``gate``
     is set, the queue reads as empty (``bool``) when its head fails the gate, which stops vLLM's admission loop
     there; the adapter sets it for one ``schedule()`` to keep other classes out under class-exclusive batching.
     """
 
-    def __init__(self, key: Callable[[VllmRequest], SortKey], *, deferred: bool = False) -> None:
+    def __init__(self, key: Callable[[VllmRequest], SortKey]) -> None:
         self._key = key
-        self._deferred = deferred
         self._heap: list[tuple[SortKey, int, VllmRequest]] = []
-        self._unkeyed: list[tuple[int, VllmRequest]] = []  # (deferred) added since the last read
         self._live: dict[str, int] = {}  # request_id -> sequence number of its live heap entry
         self._seq = itertools.count()
         self.priority_counts: Counter[int] = Counter()
@@ -165,10 +160,7 @@ class PolicyQueue(_AdapterQueue):
         seq = next(self._seq)
         self._live[request.request_id] = seq
         self.priority_counts[request.priority] += 1
-        if self._deferred:
-            self._unkeyed.append((seq, request))
-        else:
-            heapq.heappush(self._heap, (self._key(request), seq, request))
+        heapq.heappush(self._heap, (self._key(request), seq, request))
 
     def pop_request(self) -> VllmRequest:
         self._drop_dead()
@@ -203,9 +195,7 @@ class PolicyQueue(_AdapterQueue):
 
     def rekey(self) -> None:
         """Recompute every live key (O(n)), for policies whose order drifts with time."""
-        entries = [(seq, r) for _, seq, r in self._heap] + self._unkeyed
-        self._unkeyed = []
-        live = [(self._key(r), seq, r) for seq, r in entries if self._live.get(r.request_id) == seq]
+        live = [(self._key(r), seq, r) for _, seq, r in self._heap if self._live.get(r.request_id) == seq]
         heapq.heapify(live)
         self._heap = live
 
@@ -219,7 +209,6 @@ class PolicyQueue(_AdapterQueue):
         return len(self._live)
 
     def __iter__(self) -> Iterator[VllmRequest]:
-        self._key_added()
         live = sorted(e for e in self._heap if self._live.get(e[2].request_id) == e[1])
         return (request for _, _, request in live)
 
@@ -246,17 +235,7 @@ class PolicyQueue(_AdapterQueue):
         del self._live[request.request_id]
         self.priority_counts[request.priority] -= 1
 
-    def _key_added(self) -> None:
-        """(deferred) Key the requests added since the last read, still live."""
-        if self._unkeyed:
-            unkeyed, self._unkeyed = self._unkeyed, []
-            live, heap, key = self._live, self._heap, self._key
-            for seq, request in unkeyed:
-                if live.get(request.request_id) == seq:
-                    heapq.heappush(heap, (key(request), seq, request))
-
     def _drop_dead(self) -> None:
-        self._key_added()
         heap, live = self._heap, self._live
         while heap and live.get(heap[0][2].request_id) != heap[0][1]:
             heapq.heappop(heap)
@@ -504,19 +483,15 @@ class Scheduler(_VllmScheduler):
         self.policy = SchedulingPolicy.FCFS
         policy = self.semsched_policy
         if policy.uses_hook("waiting_order") and policy.waiting_order_fixed:
-            # a plan made afresh each step, read lazily: re-keying every waiting request at every step that may
-            # admit cost O(queue) per step (11.5 ms at 10,000 waiting for vtc under KV-bound load)
+            # a plan made afresh each step, read lazily (keyed, the queue cost a key per waiting request at every
+            # step that might admit, and slide-batching a plan per arrival)
             self.waiting: PolicyQueue | PlanQueue = PlanQueue(self._policy_order)
             self.kv_holding_waiting: PolicyQueue | PlanQueue = PlanQueue(self._policy_order)
         else:
-            # a policy that re-keys its queue has the requests added between two steps keyed at the queue's next
-            # read (the step's time, all of them at once), not one by one as they come
-            deferred = self.semsched_policy.rekey_interval_s is not None
-            self.waiting = PolicyQueue(self._waiting_key, deferred=deferred)
-            self.kv_holding_waiting = PolicyQueue(self._waiting_key, deferred=deferred)
+            self.waiting = PolicyQueue(self._waiting_key)
+            self.kv_holding_waiting = PolicyQueue(self._waiting_key)
         self.metrics: AdapterMetrics = adapter_metrics()
         self._view = _EngineView(self)
-        policy = self.semsched_policy
         self._custom_running_order = policy.uses_hook("running_order")
         self._order_only = self._custom_running_order and policy.running_order_keeps_all
         self._displaces = policy.uses_hook("victims_for")

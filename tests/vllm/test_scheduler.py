@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncScheduler
 
 from semsched.core.plan import Admission, StepResult
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, StepBudget
 from semsched.core.request import LengthDistribution, Request
 from semsched.core.request import Request as CoreRequest
 from semsched.core.scheduler import Scheduler as CoreScheduler
@@ -577,33 +577,6 @@ def test_policy_queue_orders_by_key_and_removes_lazily() -> None:
     assert not queue and sum(queue.priority_counts.values()) == 0
     with pytest.raises(IndexError):
         queue.pop_request()
-
-
-def test_a_deferred_policy_queue_keys_what_was_added_at_its_next_read_in_the_eager_order() -> None:
-    """With ``deferred``, nothing is keyed as requests come; the next read keys each live one once (a request
-    removed or re-added before it is not keyed for its old entry), and the queue then reads as an eager one."""
-    keyed: list[str] = []
-
-    def key(request: _FakeRequest) -> SortKey:
-        keyed.append(request.request_id)
-        return (request.priority, request.arrival_time)
-
-    eager = PolicyQueue(lambda r: (r.priority, r.arrival_time))
-    deferred = PolicyQueue(key, deferred=True)  # type: ignore[arg-type]
-    requests = [_FakeRequest(f"r{i}", priority=i % 3, arrival_time=float(10 - i)) for i in range(9)]
-    for queue in (eager, deferred):
-        for request in requests:
-            queue.add_request(request)  # type: ignore[arg-type]
-        queue.remove_request(requests[0])  # type: ignore[arg-type]
-        queue.add_request(requests[5])  # type: ignore[arg-type]  # (again: its first entry is dead)
-    assert keyed == [] and len(deferred) == len(eager) == 8 and deferred.priority_counts == eager.priority_counts
-    assert deferred.peek_request() is eager.peek_request()
-    assert sorted(keyed) == sorted(f"r{i}" for i in range(1, 9))  # each live request once
-    deferred.add_request(requests[0])  # type: ignore[arg-type]
-    eager.add_request(requests[0])  # type: ignore[arg-type]
-    assert list(deferred) == list(eager)
-    assert [deferred.pop_request() for _ in range(9)] == [eager.pop_request() for _ in range(9)]
-    assert not deferred
 
 
 def test_a_plan_queue_reads_the_policy_order_lazily_and_strands_nothing() -> None:
