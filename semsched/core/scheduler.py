@@ -161,7 +161,7 @@ class Scheduler:
         self.timeline = TokenTimeline()
         self._waiting = _WaitingQueue()
         self._running: list[Request] = []
-        self._running_sorted = True  # in ascending victim_key order (removals keep it; admissions clear it)
+        self._running_sorted = True  # in ascending victim_key order (removals keep it; a late joiner clears it)
         self._static_victim_order = static_victim_order(policy)
         self._sorted_changes = policy.victim_key_changes  # the policy's count of key changes at the last sort
         self._requests: dict[str, Request] = {}
@@ -489,8 +489,17 @@ class Scheduler:
         if request.first_scheduled_time_s is None:
             request.first_scheduled_time_s = now_s
         request.state = RequestState.RUNNING
-        self._running.append(request)
-        self._running_sorted = False
+        running = self._running
+        if not running:
+            self._running_sorted, self._sorted_changes = True, self.policy.victim_key_changes
+        elif self._victim_order_current():
+            # still in victim_key order if it joins at the back (a stable sort would leave it there), as an
+            # admission in arrival order does under fcfs: the next step sorts nothing
+            key = self.policy.victim_key
+            self._running_sorted = not key(request) < key(running[-1])
+        else:
+            self._running_sorted = False
+        running.append(request)
 
     def _add_chunk(self, plan: BatchPlan, step: _StepState, request: Request, num_new: int) -> None:
         computed = request.num_computed_tokens

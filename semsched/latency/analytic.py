@@ -68,15 +68,24 @@ class AnalyticLatencyModel:
     def step_time_s(
         self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int
     ) -> float:
-        """Duration of one step (see :class:`~semsched.latency.base.LatencyModel`)."""
-        validate_step_inputs(prefill, num_decode, decode_context_tokens)
-        prefill_s = sum((self.chunk_time_s(lq, lkv) for lq, lkv in prefill), 0.0)
+        """Duration of one step (see :class:`~semsched.latency.base.LatencyModel`). Called for every simulated
+        step, so written out: the chunks' times added left to right from 0.0 (``sum``'s order), the decode part
+        as :func:`_decode_step_s` gives it, and every count checked (:func:`validate_step_inputs` raises)."""
+        if num_decode < 0 or decode_context_tokens < 0 or (num_decode == 0 and decode_context_tokens != 0):
+            validate_step_inputs(prefill, num_decode, decode_context_tokens)
+        config = self.config
+        if not prefill:
+            if num_decode == 0:
+                return 0.0
+            return float(decode_context_tokens) * config.gamma1 + config.gamma2  # (_decode_step_s)
+        prefill_s = 0.0
+        for lq, lkv in prefill:
+            if lq < 0 or lkv < 0:
+                validate_step_inputs(prefill, num_decode, decode_context_tokens)
+            prefill_s += self.chunk_time_s(lq, lkv)
         if num_decode == 0:
             return prefill_s
-        decode_s = _decode_step_s(self.config.gamma1, self.config.gamma2, float(decode_context_tokens))
-        if not prefill:
-            return decode_s
-        return prefill_s + decode_s
+        return prefill_s + _decode_step_s(config.gamma1, config.gamma2, float(decode_context_tokens))
 
     def decode_time_s(self, decode_context_tokens: int) -> float:
         """The decode part of a step whose decodes (at least one) sum ``decode_context_tokens`` of context: what

@@ -153,7 +153,7 @@ class _Stretch(NamedTuple):
     """A fast-forwarded stretch of repetitions of a plan: each one's end time, and with speculative decoding the
     tokens each decode emits in each (a row per repetition), else None."""
 
-    end_times_s: np.ndarray
+    end_times_s: list[float]
     accepted: np.ndarray | None
 
 
@@ -336,7 +336,7 @@ class Simulation:
             instance.num_steps += 1
         else:
             assert isinstance(outcome, _Stretch)
-            scheduler.update_steady(plan, outcome.end_times_s.tolist(), outcome.accepted)
+            scheduler.update_steady(plan, outcome.end_times_s, outcome.accepted)
             instance.num_steps += len(outcome.end_times_s)
         first_tokens = [r for r in fresh if r.num_output_tokens > 0] if fresh else fresh
         finished = done[finished_before:] if len(done) > finished_before else ()
@@ -395,7 +395,7 @@ class Simulation:
             outcome: StepResult | _Stretch = result
             end_s = result.end_time_s
         else:
-            outcome, end_s = stretch, float(stretch.end_times_s[-1])
+            outcome, end_s = stretch, stretch.end_times_s[-1]
         instance.busy = True
         instance.num_events += 1
         instance.busy_time_s += end_s - now_s

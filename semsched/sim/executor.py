@@ -29,6 +29,10 @@ from semsched.latency.profiles import EngineOverheads
 from semsched.sim.ground_truth import TruthSampler
 from semsched.sim.speed import SpeedTrace
 
+#: a fast-forwarded stretch of at most this many steps is priced step by step (``LatencyModel.step_time_s``), a
+#: longer one with one ``decode_times_s`` call: the same times (the latency model's promise), at less cost each way
+SCALAR_STRETCH_STEPS = 32
+
 
 class SimulationError(SemschedError):
     """The simulation cannot go on: e.g. a latency profile gave a step a time that is not a finite number."""
@@ -74,7 +78,7 @@ class Executor(Protocol):
 
     def execute_repeated(
         self, plan: BatchPlan, now_s: float, steps: int, until_s: float, accepted: np.ndarray | None = None
-    ) -> np.ndarray | None:
+    ) -> list[float] | None:
         """End times of up to ``steps`` repetitions of decode-only ``plan`` from ``now_s``, each ending
         before ``until_s`` (the next arrival is then handled between steps); None when fewer than two do.
         ``accepted``: the rounds' yields, as :meth:`accepted_rounds` gave them (the rounds returned are then
@@ -159,13 +163,27 @@ class ModelExecutor:
 
     def execute_repeated(
         self, plan: BatchPlan, now_s: float, steps: int, until_s: float, accepted: np.ndarray | None = None
-    ) -> np.ndarray | None:
-        durations = self.latency.decode_times_s(len(plan.decode), plan.decode_context_tokens, steps)
+    ) -> list[float] | None:
+        num_decode, context = len(plan.decode), plan.decode_context_tokens
+        if steps <= SCALAR_STRETCH_STEPS:
+            # a short stretch (most of them: the next arrival ends it) step by step, each step's time as
+            # execute() prices it, up to the first that would not end before until_s: numpy's fixed cost per
+            # call is more than a few steps' prices
+            step_time_s = self.latency.step_time_s
+            ends: list[float] = []
+            end_s = now_s
+            for index in range(steps):
+                end_s += step_time_s((), num_decode, context + index * num_decode)
+                if not end_s < until_s:  # (never one that ends at inf or NaN: execute() reports that one)
+                    break
+                ends.append(end_s)
+            return ends if len(ends) >= 2 else None
+        durations = self.latency.decode_times_s(num_decode, context, steps)
         # accumulated left to right, as consecutive execute() calls add them
-        ends = np.add.accumulate(np.concatenate(([now_s], durations)))[1:]
+        times = np.add.accumulate(np.concatenate(([now_s], durations)))[1:]
         # the steps that end before until_s (never one that ends at inf or NaN: execute() reports that one)
-        fitting = int(np.searchsorted(ends, until_s, side="left"))
-        return ends[:fitting] if fitting >= 2 else None
+        fitting = int(np.searchsorted(times, until_s, side="left"))
+        return times[:fitting].tolist() if fitting >= 2 else None
 
     def step_time_s(self, plan: BatchPlan) -> float:
         """What the latency model charges for ``plan`` (its swap traffic included), overheads excluded."""

@@ -277,7 +277,7 @@ class SpeculativeExecutor(ModelExecutor):
 
     def execute_repeated(
         self, plan: BatchPlan, now_s: float, steps: int, until_s: float, accepted: np.ndarray | None = None
-    ) -> np.ndarray | None:
+    ) -> list[float] | None:
         """End times of up to ``steps`` rounds of decode-only ``plan`` with the yields ``accepted`` (from
         :meth:`accepted_rounds`), priced and added up as consecutive :meth:`execute` calls would; the rounds
         returned are drawn."""
@@ -299,4 +299,4 @@ class SpeculativeExecutor(ModelExecutor):
             return None
         for request in plan.decode:
             self._rounds[request.request_id].position += len(ends)
-        return np.array(ends)
+        return ends

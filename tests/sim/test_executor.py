@@ -11,7 +11,7 @@ import pytest
 from semsched.core.plan import BatchPlan, ScheduledChunk
 from semsched.latency import EngineOverheads, load_profile
 from semsched.sim.engine import Instance, Simulation
-from semsched.sim.executor import ModelExecutor, SimulationError
+from semsched.sim.executor import SCALAR_STRETCH_STEPS, ModelExecutor, SimulationError
 from semsched.sim.router import make_router
 from semsched.sim.speed import SpeedTrace
 from tests.support import make_request, make_scheduler
@@ -56,8 +56,9 @@ def test_the_machine_speed_scales_the_whole_engine_time() -> None:
     assert not slow.can_repeat(_decode_plan(), 0.0, np.inf)  # its factor may change between steps
 
 
-def test_repeated_decode_steps_end_exactly_where_single_steps_would() -> None:
-    plan, steps = _decode_plan(num_decode=3, context=300), 40
+@pytest.mark.parametrize("steps", [SCALAR_STRETCH_STEPS, SCALAR_STRETCH_STEPS + 8])  # step by step; at once
+def test_repeated_decode_steps_end_exactly_where_single_steps_would(steps: int) -> None:
+    plan = _decode_plan(num_decode=3, context=300)
     stepped, now_s = ModelExecutor(LATENCY), 2.5
     singles = []
     for i in range(steps):
@@ -65,10 +66,10 @@ def test_repeated_decode_steps_end_exactly_where_single_steps_would() -> None:
         now_s = stepped.execute(step, now_s).end_time_s
         singles.append(now_s)
     repeated = ModelExecutor(LATENCY).execute_repeated(plan, 2.5, steps, np.inf)
-    assert repeated is not None and repeated.tolist() == singles
+    assert repeated == singles
     # only steps that end before the next arrival join the stretch; fewer than two: none
     cut = ModelExecutor(LATENCY).execute_repeated(plan, 2.5, steps, singles[9])
-    assert cut is not None and cut.tolist() == singles[:9]
+    assert cut == singles[:9]
     assert ModelExecutor(LATENCY).execute_repeated(plan, 2.5, steps, singles[1]) is None
 
 
