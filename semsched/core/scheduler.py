@@ -177,6 +177,7 @@ class Scheduler:
         self._step_budget = policy.step_budget if policy.uses_hook("step_budget") else None
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
         self._waiting_order = policy.waiting_order if policy.uses_hook("waiting_order") else None
+        self._orders_running = overrides(policy, "running_order")  # (the base class's is None: not asked)
         self._next_rekey_s = -math.inf
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
@@ -342,7 +343,7 @@ class Scheduler:
     def _schedule_running(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
         running, block_size = RequestState.RUNNING, self.block_size
         lookahead = self.config.num_lookahead_tokens
-        order = self.policy.running_order(self._running, self, now_s)
+        order = self.policy.running_order(self._running, self, now_s) if self._orders_running else None
         if order is None and not self._victim_order_current():
             # most protected first: the budget goes to them first and KV-pressure victims come from the back,
             # the order the vLLM adapter gives vLLM's running list every step
@@ -397,7 +398,7 @@ class Scheduler:
                 return
             if id(candidate) in step.preempted:
                 return  # do not re-admit what this step just displaced
-            if excluded(self.policy.exclusive_class(candidate), min_class):
+            if min_class is not None and excluded(self.policy.exclusive_class(candidate), min_class):
                 return
             cached = self._attach_prefix(candidate) if self.config.enable_prefix_caching else 0
             if not self._fit_waiting(candidate, plan, step, now_s):
@@ -405,7 +406,8 @@ class Scheduler:
                     self._detach_prefix(candidate)
                 return
             self._waiting.remove(candidate.request_id)
-            num_new = min(candidate.num_uncomputed_tokens, step.tokens)
+            uncomputed = candidate.prompt_tokens + candidate.num_output_tokens - candidate.num_computed_tokens
+            num_new = min(uncomputed, step.tokens)  # (num_uncomputed_tokens, inlined)
             self._start_running(candidate, plan, now_s)
             if not self.kv.try_allocate(candidate, self._slots(candidate, num_new), admission=False):
                 raise RuntimeError(f"{candidate.request_id}: admitted without KV room (scheduler bug)")
@@ -454,7 +456,8 @@ class Scheduler:
     def _need(self, candidate: Request) -> Need:
         """What ``candidate`` needs to start: swap-in plus its first chunk (a decode, one token, also reserves
         the lookahead; with ``reserve_full_prompt`` its whole sequence unless it was swapped out)."""
-        computed, uncomputed = candidate.num_computed_tokens, candidate.num_uncomputed_tokens
+        computed = candidate.num_computed_tokens
+        uncomputed = candidate.prompt_tokens + candidate.num_output_tokens - computed  # (num_uncomputed_tokens)
         decode = uncomputed == 1 and computed >= candidate.prompt_tokens
         swapped = self.kv.swapped_blocks_of(candidate) > 0
         whole = self.config.reserve_full_prompt and not swapped
@@ -881,6 +884,12 @@ class Scheduler:
         return emitted
 
 
+def overrides(policy: Policy, hook: str) -> bool:
+    """Whether ``policy`` has a ``hook`` of its own (its class's, or one set on the instance), not the base
+    class's: a scheduler need not call a base hook whose answer it knows."""
+    return getattr(type(policy), hook) is not getattr(Policy, hook) or hook in getattr(policy, "__dict__", ())
+
+
 def static_victim_order(policy: Policy) -> bool:
     """Whether ``policy``'s ``victim_key`` stays put while requests run, so a sorted running list stays sorted
     until the next admission: its ``static_victim_key`` promise, if the class that makes it also defines the
@@ -924,7 +933,8 @@ def _is_decode(request: Request, num_new: int) -> bool:
     """A decode computes the one token sampled last. A one-token chunk of a longer recompute is a prefill:
     it must not emit a token."""
     computed = request.num_computed_tokens
-    return num_new == 1 and computed >= request.prompt_tokens and request.num_uncomputed_tokens == 1
+    prompt = request.prompt_tokens
+    return num_new == 1 and computed >= prompt and prompt + request.num_output_tokens - computed == 1
 
 
 class _StepState:
