@@ -1138,6 +1138,7 @@ class Scheduler(_VllmScheduler):
         step's :meth:`running_shadows` need not."""
         tracked, on_tokens, service = self._tracked, self._on_tokens, self._service
         charged = service if service is None or now == self._service_end_s else _UNTIMED
+        step_s = charged[0] if charged is not None and len(charged) == 1 else None  # (one timed step: the usual)
         emitted_any = False
         refreshed: list[VllmRequest] | None = []  # (None once a scheduled request's shadow is left as it was)
         for request_id in scheduled:
@@ -1158,7 +1159,14 @@ class Scheduler(_VllmScheduler):
                     shadow.num_output_tokens = count
                     if refreshed is not None:
                         refreshed.append(request)
-                    if charged is not None:
+                    if step_s is not None:  # (charge_service for one step, inlined: a call per request costs more)
+                        shadow.service_s += step_s
+                        if count != emitted:  # (not its first token: a round)
+                            shadow.round_service_s += step_s
+                            shadow.service_rounds += 1
+                            shadow.round_tokens += emitted
+                        emitted_any = True
+                    elif charged is not None:
                         charge_service(shadow, charged, emitted)
                         emitted_any = True
                     if notify is not None:

@@ -12,10 +12,12 @@ import pytest
 import semsched.vllm.scheduler as adapter_module
 from semsched.core.policy import Policy
 from semsched.core.request import Request
+from semsched.core.scheduler import charge_service
 from semsched.policies import POLICIES, register_policy
 from semsched.policies.attained import attained_s
 from semsched.policies.las import LAS
 from semsched.vllm.harness import HarnessConfig, SchedulerHarness
+from tests.support import make_request
 
 Call = tuple[tuple[tuple[int, int], ...], int, int, float, float]
 
@@ -49,6 +51,7 @@ class _ServiceLog(LAS):
         super().__init__(None)
         self.durations: list[float] = []
         self.served: dict[str, float] = {}
+        self.rounds: dict[str, tuple[int, float, int]] = {}  # (service_rounds, round_service_s, round_tokens)
 
     def on_step(
         self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int, duration_s: float,
@@ -59,6 +62,7 @@ class _ServiceLog(LAS):
 
     def on_finish(self, request: Request, now_s: float) -> None:
         self.served[request.request_id] = attained_s(request)
+        self.rounds[request.request_id] = (request.service_rounds, request.round_service_s, request.round_tokens)
 
 
 class _ServiceOnly(LAS):
@@ -158,6 +162,14 @@ def test_a_steps_tokens_are_charged_its_measured_duration(
     for duration in policy.durations:
         total += duration
     assert policy.served == {"a": total, "b": total, "c": total}
+    # the rounds (every step after the first token's) as the core's charge_service counts them, step by step
+    reference = make_request("reference", prompt=10, output=6)
+    for duration in policy.durations:
+        reference.num_output_tokens += 1
+        charge_service(reference, [duration], 1)
+    assert reference.service_s == total and reference.service_rounds == 5
+    rounds = (reference.service_rounds, reference.round_service_s, reference.round_tokens)
+    assert policy.rounds == {"a": rounds, "b": rounds, "c": rounds}
     # plain las has no on_step: the adapter times the steps for the service alone, on the same ticking clock
     plain = _three_requests_served(tiny_model_dir, async_scheduling, _ServiceOnly.name, monkeypatch)
     only = plain.scheduler.semsched_policy
