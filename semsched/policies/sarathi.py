@@ -237,6 +237,9 @@ class SarathiFCFS(Policy):
         #: preempted requests that kept computed tokens (swapped out): a chunk of theirs sits on that context
         self._swapped: dict[str, Request] = {}
         self._sort_key = self._running_sort_key()
+        #: step_budget's split of the running requests, for the running_order of the same step:
+        #: (now_s, the running requests as step_budget saw them, decodes, prompts), each group in key order
+        self._split: tuple[float, list[Request], list[Request], list[Request]] | None = None
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.arrival_time_s,)
@@ -258,13 +261,17 @@ class SarathiFCFS(Policy):
         self, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request] | None:
         """Decodes first, then running prompts (each group most protected first): ``running`` itself when that is
-        its order already (an engine then keeps its running list as it is)."""
-        decodes: list[Request] = []
-        prompts: list[Request] = []
-        for r in sorted(running, key=self._sort_key):
-            computed, prompt = r.num_computed_tokens, r.prompt_tokens
-            # in_prompt(r), inline: the step's hot loop
-            (prompts if computed < prompt or prompt + r.num_output_tokens - computed > 1 else decodes).append(r)
+        its order already (an engine then keeps its running list as it is). The split step_budget made at
+        ``now_s`` serves when ``running`` holds the very requests it split, in the same order (nothing ran since,
+        so none has moved from its prompt to decoding)."""
+        split, self._split = self._split, None
+        if split is not None and split[0] == now_s and len(split[1]) == len(running) \
+                and all(map(operator.is_, split[1], running)):
+            decodes, prompts = split[2], split[3]
+        else:
+            decodes, prompts, _, _ = self._split_running(running)
+        # (a stable sort of each group keeps the order a sort of the whole list gives it)
+        decodes, prompts = sorted(decodes, key=self._sort_key), sorted(prompts, key=self._sort_key)
         if not prompts and decodes == running:  # (a list compares its items by identity first)
             return running
         decodes += prompts
@@ -274,22 +281,33 @@ class SarathiFCFS(Policy):
         """The decodes plus the largest prefill priced within the TBT SLO (at least one token)."""
         running = view.running_requests()
         engine = view.budget
-        # one pass: the decodes' count and summed context, the largest running prompt's context (in_prompt inline)
-        num_decode = context = cached = 0
-        for r in running:
-            computed, prompt = r.num_computed_tokens, r.prompt_tokens
-            if computed < prompt or prompt + r.num_output_tokens - computed > 1:
-                if computed > cached:
-                    cached = computed
-            else:
-                num_decode += 1
-                context += computed
+        decodes, prompts, context, cached = self._split_running(running)
+        self._split = (now_s, list(running), decodes, prompts)  # (for this step's running_order)
+        num_decode = len(decodes)
         most = engine.max_num_batched_tokens - num_decode
         if most <= 0:
             return None
         cached = max(cached, self._swapped_context())
         prefill = self.budget.prefill_tokens(self.budget.slo_s(running), num_decode, context, cached, most)
         return StepBudget(num_decode + prefill, engine.max_num_seqs)
+
+    @staticmethod
+    def _split_running(running: Sequence[Request]) -> tuple[list[Request], list[Request], int, int]:
+        """One pass over the running requests: the decodes and those still in their prompt (each in ``running``'s
+        order), the decodes' summed context and the largest running prompt's context."""
+        decodes: list[Request] = []
+        prompts: list[Request] = []
+        context = cached = 0
+        for r in running:
+            computed, prompt = r.num_computed_tokens, r.prompt_tokens
+            if computed < prompt or prompt + r.num_output_tokens - computed > 1:  # (in_prompt, inline)
+                prompts.append(r)
+                if computed > cached:
+                    cached = computed
+            else:
+                decodes.append(r)
+                context += computed
+        return decodes, prompts, context, cached
 
     def _swapped_context(self) -> int:
         """Largest cached context a prefill chunk may sit on among the swapped-out requests waiting to come back

@@ -76,6 +76,39 @@ def test_decodes_are_served_before_running_prompts() -> None:
         scheduler.update(plan, StepResult(end_time_s=0.01 * (step + 2)))
 
 
+@pytest.mark.parametrize("policy", ["sarathi-fcfs", "sarathi-priority"])
+def test_the_running_order_from_step_budgets_split_is_the_order_made_afresh(policy: str) -> None:
+    """running_order reuses the split of the running requests its step's step_budget made: over a whole run it
+    orders them as a policy that made no split does, and a split of other requests is not reused."""
+    scheduler = make_scheduler(f"{policy}:tbt_slo_ms=20", block_size=16, num_gpu_blocks=600,
+                               max_num_batched_tokens=512, max_num_seqs=16, watermark=0.0)
+    fresh = make_policy(policy)
+    asked = reused = 0
+
+    def order(running: list[Request], view: Scheduler, now_s: float) -> object:
+        nonlocal asked, reused
+        split = scheduler.policy._split  # type: ignore[attr-defined]
+        reused += split is not None and split[0] == now_s and split[1] == list(running)
+        asked += 1
+        expected = fresh.running_order(list(running), view, now_s)
+        got = type(scheduler.policy).running_order(scheduler.policy, running, view, now_s)
+        assert list(got) == list(expected)  # type: ignore[arg-type]
+        return got
+
+    scheduler.policy.running_order = order  # type: ignore[method-assign,assignment]
+    requests = random_requests(3, 60, rate=30.0, max_prompt=900, max_output=40)
+    _plans(scheduler, requests)
+    assert asked > 100 and reused == asked  # (the core asks step_budget first at every step)
+    assert len(scheduler.finished) == len(requests)
+    # a split of other requests is made again
+    policy_ = make_policy(policy)
+    prompt, decode = make_request("p", prompt=300, output=5), make_request("d", prompt=10, output=5, arrival=1.0)
+    decode.num_computed_tokens, decode.num_output_tokens = 10, 1
+    scheduler_view = make_scheduler(policy)
+    policy_.step_budget(scheduler_view, 1.0)  # (its view holds no request: an empty split)
+    assert list(policy_.running_order([decode, prompt], scheduler_view, 1.0) or ()) == [decode, prompt]
+
+
 def test_tbt_slo_defaults_to_the_tightest_running_tpot_slo() -> None:
     policy = make_policy("sarathi-fcfs")
     budget = policy.budget  # type: ignore[attr-defined]
