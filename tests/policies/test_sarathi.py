@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +14,7 @@ from hypothesis import strategies as st
 from semsched.core.plan import BatchPlan, StepResult
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler
-from semsched.latency import load_profile
+from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget
 from tests.policies.factories import service_order
@@ -167,3 +170,61 @@ def test_summed_decodes_within_is_the_last_count_the_model_prices_within(
     slo_s = math.nextafter(slo_s, math.inf * nudge) if nudge else slo_s
     expected = max((k for k in range(len(contexts) + 1) if step_s(k) <= slo_s), default=0)
     assert budget.summed_decodes_within(slo_s, prefill, cached, base_decode, base_context, added) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    num_decode=st.integers(0, 40),
+    context=st.integers(0, 300_000),
+    cached=st.sampled_from([0, 100, 3000, 9000]),
+    most=st.integers(1, 700),
+    pick=st.integers(1, 700),
+    nudge=st.sampled_from([-1, 0, 1]),
+    analytic=st.booleans(),
+)
+def test_prefill_tokens_is_the_largest_prefill_the_model_prices_within(
+    num_decode: int, context: int, cached: int, most: int, pick: int, nudge: int, analytic: bool
+) -> None:
+    """The priced search (the decode part priced once, the closed form's guess) gives the largest prefill in
+    [1, most] whose step, priced by ``step_time_s``, is within the SLO (or 1), for an SLO on or one ulp either side
+    of some prefill's step; the same for a latency model searched by bisection (the analytic model under another
+    type)."""
+    latency = load_profile(DEFAULT_PROFILE)
+    assert isinstance(latency, AnalyticLatencyModel)
+    searched: LatencyModel = _SearchedModel(latency)
+    budget = TBTBudget(latency if analytic else searched, None, 100.0)
+    context = context if num_decode else 0
+
+    def step_s(tokens: int) -> float:
+        return latency.step_time_s([(tokens, cached)], num_decode, context)
+
+    slo_s = step_s(min(pick, most))
+    slo_s = math.nextafter(slo_s, math.inf * nudge) if nudge else slo_s
+    expected = max((x for x in range(1, most + 1) if step_s(x) <= slo_s), default=1)
+    assert budget.prefill_tokens(slo_s, num_decode, context, cached, most) == expected
+
+
+@dataclass(frozen=True)
+class _SearchedModel:
+    """The analytic model behind the bare latency-model protocol: :meth:`TBTBudget.prefill_tokens` prices it with
+    ``step_time_s`` and searches by bisection."""
+
+    model: AnalyticLatencyModel
+    name: str = "searched"
+
+    def step_time_s(self, prefill: Sequence[tuple[int, int]], num_decode: int, context_tokens: int) -> float:
+        return self.model.step_time_s(prefill, num_decode, context_tokens)
+
+    def decode_times_s(self, num_decode: int, decode_context_tokens: int, num_steps: int) -> Any:
+        return self.model.decode_times_s(num_decode, decode_context_tokens, num_steps)
+
+    def swap_time_s(self, num_tokens: int) -> float:
+        return self.model.swap_time_s(num_tokens)
+
+
+def test_prefill_tokens_names_a_negative_count() -> None:
+    budget = TBTBudget(load_profile(DEFAULT_PROFILE), None, 100.0)
+    with pytest.raises(ValueError, match="prefill chunk"):
+        budget.prefill_tokens(0.05, 2, 100, -1, 50)
+    with pytest.raises(ValueError, match="decode_context_tokens must be 0"):
+        budget.prefill_tokens(0.05, 0, 100, 0, 50)
