@@ -79,6 +79,21 @@ def test_sim_throughput_smoke(tmp_path: Path) -> None:
     assert results[1]["ratio_to_reference"] == adjacent / results[1]["fast_forward"]["wall_s"]
 
 
+def test_policy_hooks_times_the_hooks_a_scheduler_calls(tmp_path: Path) -> None:
+    payload = run_script(
+        "policy_hooks.py", "--policies", "sarathi-fcfs,fcfs", "--num-requests", "200",
+        json_path=tmp_path / "hooks.json",
+    )
+    policies = payload["policies"]
+    assert isinstance(policies, dict) and list(policies) == ["sarathi-fcfs", "fcfs"]
+    sarathi, fcfs = policies["sarathi-fcfs"], policies["fcfs"]
+    # sarathi's step budget is asked at every step; fcfs keeps the base one, which no scheduler calls
+    assert sarathi["calls"]["step_budget"] > 0 and fcfs["calls"]["step_budget"] == 0
+    assert sarathi["calls"]["on_arrival"] == fcfs["calls"]["on_arrival"] == 200
+    for run in (sarathi, fcfs):
+        assert 0.0 <= sum(run["hooks_s"].values()) <= run["run_s"]
+
+
 @pytest.mark.data
 def test_long_context_smoke(tmp_path: Path) -> None:
     payload = run_script(
