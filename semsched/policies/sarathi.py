@@ -240,6 +240,10 @@ class SarathiFCFS(Policy):
         #: step_budget's split of the running requests, for the running_order of the same step:
         #: (now_s, the running requests as step_budget saw them, decodes, prompts), each group in key order
         self._split: tuple[float, list[Request], list[Request], list[Request]] | None = None
+        #: per group (decodes, prompts): the last list sorted and its sorted copy, while the sort key is one that
+        #: never changes (arrival, priority): the same requests in the same order sort the same way again
+        self._sorted: list[tuple[list[Request], list[Request]] | None] = [None, None]
+        self._static_sort_key = isinstance(self._sort_key, operator.attrgetter)
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.arrival_time_s,)
@@ -271,11 +275,20 @@ class SarathiFCFS(Policy):
         else:
             decodes, prompts, _, _ = self._split_running(running)
         # (a stable sort of each group keeps the order a sort of the whole list gives it)
-        decodes, prompts = sorted(decodes, key=self._sort_key), sorted(prompts, key=self._sort_key)
+        decodes, prompts = self._in_key_order(decodes, 0), self._in_key_order(prompts, 1)
         if not prompts and decodes == running:  # (a list compares its items by identity first)
             return running
-        decodes += prompts
-        return decodes
+        return decodes + prompts
+
+    def _in_key_order(self, group: list[Request], which: int) -> list[Request]:
+        """``group`` sorted by the running order's key (a list this policy keeps: not to be changed)."""
+        last = self._sorted[which]
+        if last is not None and last[0] == group:  # (Request compares by identity)
+            return last[1]
+        ordered = sorted(group, key=self._sort_key)
+        if self._static_sort_key:
+            self._sorted[which] = (group, ordered)
+        return ordered
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """The decodes plus the largest prefill priced within the TBT SLO (at least one token)."""
