@@ -68,7 +68,13 @@ class TBTBudget:
         if self.tbt_slo_ms is not None:
             return self.tbt_slo_ms / 1000.0
         targets = [r.tpot_slo_s for r in running if r.tpot_slo_s is not None]
-        return min(targets) if targets else self.default_tbt_slo_ms / 1000.0
+        return self.slo_for(min(targets) if targets else None)
+
+    def slo_for(self, tightest_tpot_slo_s: float | None) -> float:
+        """:meth:`slo_s` from the tightest TPOT SLO among the running requests (None: none has one)."""
+        if self.tbt_slo_ms is not None:
+            return self.tbt_slo_ms / 1000.0
+        return tightest_tpot_slo_s if tightest_tpot_slo_s is not None else self.default_tbt_slo_ms / 1000.0
 
     def prefill_tokens(self, slo_s: float, num_decode: int, context_tokens: int, cached_tokens: int,
                        most: int) -> int:
@@ -273,7 +279,7 @@ class SarathiFCFS(Policy):
                 and all(map(operator.is_, split[1], running)):
             decodes, prompts = split[2], split[3]
         else:
-            decodes, prompts, _, _ = self._split_running(running)
+            decodes, prompts, _, _, _ = self._split_running(running)
         # (a stable sort of each group keeps the order a sort of the whole list gives it)
         decodes, prompts = self._in_key_order(decodes, 0), self._in_key_order(prompts, 1)
         if not prompts and decodes == running:  # (a list compares its items by identity first)
@@ -294,23 +300,27 @@ class SarathiFCFS(Policy):
         """The decodes plus the largest prefill priced within the TBT SLO (at least one token)."""
         running = view.running_requests()
         engine = view.budget
-        decodes, prompts, context, cached = self._split_running(running)
+        decodes, prompts, context, cached, tightest_s = self._split_running(running)
         self._split = (now_s, list(running), decodes, prompts)  # (for this step's running_order)
         num_decode = len(decodes)
         most = engine.max_num_batched_tokens - num_decode
         if most <= 0:
             return None
         cached = max(cached, self._swapped_context())
-        prefill = self.budget.prefill_tokens(self.budget.slo_s(running), num_decode, context, cached, most)
+        prefill = self.budget.prefill_tokens(self.budget.slo_for(tightest_s), num_decode, context, cached, most)
         return StepBudget(num_decode + prefill, engine.max_num_seqs)
 
     @staticmethod
-    def _split_running(running: Sequence[Request]) -> tuple[list[Request], list[Request], int, int]:
+    def _split_running(
+        running: Sequence[Request],
+    ) -> tuple[list[Request], list[Request], int, int, float | None]:
         """One pass over the running requests: the decodes and those still in their prompt (each in ``running``'s
-        order), the decodes' summed context and the largest running prompt's context."""
+        order), the decodes' summed context, the largest running prompt's context and the tightest TPOT SLO
+        (:meth:`TBTBudget.slo_s`'s; None: none has one)."""
         decodes: list[Request] = []
         prompts: list[Request] = []
         context = cached = 0
+        tightest_s: float | None = None
         for r in running:
             computed, prompt = r.num_computed_tokens, r.prompt_tokens
             if computed < prompt or prompt + r.num_output_tokens - computed > 1:  # (in_prompt, inline)
@@ -320,7 +330,10 @@ class SarathiFCFS(Policy):
             else:
                 decodes.append(r)
                 context += computed
-        return decodes, prompts, context, cached
+            slo_s = r.tpot_slo_s
+            if slo_s is not None and (tightest_s is None or slo_s < tightest_s):  # (min, keeping the first)
+                tightest_s = slo_s
+        return decodes, prompts, context, cached, tightest_s
 
     def _swapped_context(self) -> int:
         """Largest cached context a prefill chunk may sit on among the swapped-out requests waiting to come back

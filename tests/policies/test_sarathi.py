@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semsched.core.plan import BatchPlan, StepResult
+from semsched.core.policy import StepBudget
 from semsched.core.request import Request
 from semsched.core.scheduler import Scheduler
 from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
@@ -231,3 +232,37 @@ def test_prefill_tokens_names_a_negative_count() -> None:
         budget.prefill_tokens(0.05, 2, 100, -1, 50)
     with pytest.raises(ValueError, match="decode_context_tokens must be 0"):
         budget.prefill_tokens(0.05, 0, 100, 0, 50)
+
+
+def test_the_step_budget_prices_the_tightest_running_tpot_slo() -> None:
+    """Without ``tbt_slo_ms``, each step budget: the decodes plus the prefill priced within the tightest TPOT SLO
+    among the running requests (:meth:`TBTBudget.slo_s`), step by step over a run where the requests carry
+    different SLOs (some none)."""
+    scheduler = make_scheduler("sarathi-fcfs", block_size=16, num_gpu_blocks=800, max_num_batched_tokens=1024,
+                               max_num_seqs=12, watermark=0.0)
+    policy = scheduler.policy
+    budget: TBTBudget = policy.budget  # type: ignore[attr-defined]
+    requests = random_requests(5, 50, rate=40.0, max_prompt=1200, max_output=30)
+    for index, request in enumerate(requests):
+        request.tpot_slo_s = (None, 0.004, 0.03, 0.012)[index % 4]
+    checked = 0
+    step_budget = policy.step_budget
+
+    def budget_of(view: Scheduler, now_s: float) -> object:
+        nonlocal checked
+        running = view.running_requests()
+        decodes = [r for r in running if not in_prompt(r)]
+        most = view.budget.max_num_batched_tokens - len(decodes)
+        got = step_budget(view, now_s)
+        if most > 0:
+            cached = max([r.num_computed_tokens for r in running if in_prompt(r)] + [0])
+            cached = max(cached, policy._swapped_context())  # type: ignore[attr-defined]
+            prefill = budget.prefill_tokens(budget.slo_s(running), len(decodes),
+                                            sum(r.num_computed_tokens for r in decodes), cached, most)
+            assert got == StepBudget(len(decodes) + prefill, view.budget.max_num_seqs)
+            checked += len({r.tpot_slo_s for r in running}) > 2  # (several SLOs, or none, side by side)
+        return got
+
+    scheduler._step_budget = budget_of  # type: ignore[attr-defined]
+    _plans(scheduler, requests)
+    assert checked > 20 and len(scheduler.finished) == len(requests)
