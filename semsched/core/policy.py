@@ -153,8 +153,9 @@ class Policy:
 
     def uses_hook(self, hook: str) -> bool:
         """Whether this policy needs ``hook`` (a method name above) called. Schedulers skip a hook it does not
-        use on their hot paths (``on_tokens`` after every step, ``step_budget`` before each). By default: the
-        hooks its class overrides; a policy whose config turns a mechanism off may say so here."""
+        use on their hot paths (``on_tokens`` after every step, ``step_budget`` and ``running_order`` at each). By
+        default: the hooks its class overrides; a policy whose config turns a mechanism off may say so here (the
+        hook must then answer as the base one would: None for ``running_order``)."""
         return getattr(type(self), hook) is not getattr(Policy, hook)
 
     @property

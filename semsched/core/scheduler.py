@@ -177,7 +177,7 @@ class Scheduler:
         self._step_budget = policy.step_budget if policy.uses_hook("step_budget") else None
         self._on_step = policy.on_step if policy.uses_hook("on_step") else None
         self._waiting_order = policy.waiting_order if policy.uses_hook("waiting_order") else None
-        self._orders_running = overrides(policy, "running_order")  # (the base class's is None: not asked)
+        self._orders_running = policy.uses_hook("running_order")  # (the base one answers None: not asked)
         self._next_rekey_s = -math.inf
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
@@ -732,7 +732,7 @@ class Scheduler:
         if len(requests) != len(self._running):
             return 1  # a running request left out of this step (held back, out of budget) may run in the next
         if accepted is not None:
-            if self.policy.uses_hook("running_order"):
+            if self._orders_running:
                 return 1  # its order of each round is its own (update_steady replays the default one)
             return self._steady_rounds(requests, accepted[:limit])
 
@@ -882,12 +882,6 @@ class Scheduler:
                 finished.append(request)
             emitted += count
         return emitted
-
-
-def overrides(policy: Policy, hook: str) -> bool:
-    """Whether ``policy`` has a ``hook`` of its own (its class's, or one set on the instance), not the base
-    class's: a scheduler need not call a base hook whose answer it knows."""
-    return getattr(type(policy), hook) is not getattr(Policy, hook) or hook in getattr(policy, "__dict__", ())
 
 
 def static_victim_order(policy: Policy) -> bool:

@@ -66,7 +66,7 @@ class TBTBudget:
         """The TBT SLO of this step: the configured one, else the tightest TPOT SLO among ``running``, else
         the default."""
         if self.tbt_slo_ms is not None:
-            return self.tbt_slo_ms / 1000.0
+            return self.slo_for(None)  # (the running requests' SLOs are not read)
         targets = [r.tpot_slo_s for r in running if r.tpot_slo_s is not None]
         return self.slo_for(min(targets) if targets else None)
 
@@ -244,7 +244,7 @@ class SarathiFCFS(Policy):
         self._swapped: dict[str, Request] = {}
         self._sort_key = self._running_sort_key()
         #: step_budget's split of the running requests, for the running_order of the same step:
-        #: (now_s, the running requests as step_budget saw them, decodes, prompts), each group in key order
+        #: (now_s, the running requests as step_budget saw them, decodes, prompts), each group in their order
         self._split: tuple[float, list[Request], list[Request], list[Request]] | None = None
         #: per group (decodes, prompts): the last list sorted and its sorted copy, while the sort key is one that
         #: never changes (arrival, priority): the same requests in the same order sort the same way again
