@@ -11,6 +11,8 @@ Hook summary (all times are arguments; a policy never reads a clock):
                        again for every waiting request each ``rekey_interval_s`` if the policy sets it
 ``waiting_order``      optional: the waiting requests in admission order, made afresh at each step (replaces
                        the core's keyed queue for a policy whose order is a per-step plan)
+``aging_class``        optional, with ``rekey_interval_s``: classes whose order a re-key never changes (aging
+                       at one rate per tier), so a re-key keys one request per class, not the whole queue
 ``admit``              accept or reject an arriving request (explicit rejection, never a silent drop)
 ``victims_for``        which running requests a waiting request may displace when it does not fit
 ``victim_key``         victim order under KV-memory pressure (largest key is preempted first)
@@ -180,6 +182,14 @@ class Policy:
         a walk over the queue); it stops at the first that does not fit, so a lazy iterator suffices. A policy
         that overrides it returns an iterable every time. ``None`` (the default): the keyed queue's order."""
         return None
+
+    def aging_class(self, request: Request) -> int:
+        """For a policy with ``rekey_interval_s`` whose re-key never reorders some requests among themselves: the
+        class of ``request``, such that at any one time ``waiting_key`` is non-decreasing in arrival time within
+        a class, and a request's class and arrival never change while it waits (aging at one rate per tier).
+        The core's queue then keys only each class's first request at a re-key, not every waiting one (the
+        order it pops is the same). Used only where :meth:`uses_hook` says so; the base one is never asked."""
+        raise NotImplementedError(f"{self.name}: no aging classes")
 
     # ---- admission and preemption ------------------------------------------------------------------------
     def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:

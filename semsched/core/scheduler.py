@@ -138,6 +138,96 @@ class _WaitingQueue:
             self._removed.discard(heapq.heappop(heap)[1])
 
 
+class _ClassedWaitingQueue(_WaitingQueue):
+    """The same queue, popping in the same order, for a policy with aging classes (``Policy.aging_class``):
+    within a class a re-key never changes the order, which is arrival then enqueue order. Each class is a heap
+    on (arrival, enqueue sequence); at a re-key only its first live request is keyed and stands in the main
+    heap for the class, beside the requests enqueued since (keyed when enqueued, as in :class:`_WaitingQueue`).
+    When a class's first request leaves the main heap the next one is keyed with the last re-key's key and
+    takes its place. A re-key costs the requests enqueued since the last one and one key per class, not a walk
+    over the queue."""
+
+    def __init__(self, class_of: Callable[[Request], int]) -> None:
+        super().__init__()
+        self._class_of = class_of
+        self._classes: dict[int, list[tuple[float, int, Request]]] = {}
+        self._heads: dict[int, int] = {}  # sequence of a class's entry in the main heap -> its class
+        self._key: Callable[[Request], tuple[float, ...]] | None = None  # the last re-key's
+
+    def pop(self) -> Request:
+        self._drop_removed()
+        _, seq, request = heapq.heappop(self._heap)
+        del self._ids[request.request_id]
+        self._advance(seq)
+        return request
+
+    def __iter__(self) -> Iterator[Request]:
+        removed, heads = self._removed, self._heads
+        yield from (r for _, s, r in self._heap if s not in removed)
+        for entries in self._classes.values():
+            yield from (r for _, s, r in entries if s not in removed and s not in heads)
+
+    def rekey(self, key: Callable[[Request], tuple[float, ...]]) -> None:
+        """Move the requests enqueued since the last re-key into their classes, then key each class's first."""
+        self._key = key
+        removed, heads, classes, class_of = self._removed, self._heads, self._classes, self._class_of
+        for _, seq, request in self._heap:
+            if seq in heads:
+                continue  # (already in its class)
+            if seq in removed:
+                removed.discard(seq)
+                continue
+            entries = classes.get(class_of(request))
+            if entries is None:
+                entries = classes[class_of(request)] = []
+            heapq.heappush(entries, (request.arrival_time_s, seq, request))
+        heads.clear()
+        self._heap = []
+        for cls in classes:
+            self._expose(cls)
+
+    def _advance(self, seq: int) -> None:
+        """Entry ``seq`` left the main heap: if it stood for its class, the class's next request replaces it."""
+        cls = self._heads.pop(seq, None)
+        if cls is not None:
+            heapq.heappop(self._classes[cls])  # (its first: a class changes only at a re-key)
+            self._expose(cls)
+
+    def _expose(self, cls: int) -> None:
+        entries, removed = self._classes[cls], self._removed
+        while entries and entries[0][1] in removed:
+            removed.discard(heapq.heappop(entries)[1])
+        if entries:
+            key = self._key
+            assert key is not None  # (classes are filled at a re-key)
+            _, seq, request = entries[0]
+            heapq.heappush(self._heap, (key(request), seq, request))
+            self._heads[seq] = cls
+
+    def _compact(self) -> None:
+        removed, heads = self._removed, self._heads
+        gone = [seq for seq in heads if seq in removed]
+        classes = [heads.pop(seq) for seq in gone]
+        self._heap = [entry for entry in self._heap if entry[1] not in removed]
+        heapq.heapify(self._heap)
+        for entries in self._classes.values():
+            entries[:] = [entry for entry in entries if entry[1] not in removed]
+            heapq.heapify(entries)
+        removed.clear()
+        for cls in classes:
+            self._expose(cls)
+
+    def _drop_removed(self) -> None:
+        heap, removed = self._heap, self._removed
+        while heap and heap[0][1] in removed:
+            seq = heapq.heappop(heap)[1]
+            removed.discard(seq)
+            cls = self._heads.pop(seq, None)
+            if cls is not None:
+                heapq.heappop(self._classes[cls])
+                self._expose(cls)
+
+
 class Scheduler:
     """Owns waiting and running requests and the KV accounting for one engine instance.
 
@@ -159,7 +249,8 @@ class Scheduler:
             enable_prefix_caching=config.enable_prefix_caching,
         )
         self.timeline = TokenTimeline()
-        self._waiting = _WaitingQueue()
+        aged = policy.rekey_interval_s is not None and policy.uses_hook("aging_class")
+        self._waiting = _ClassedWaitingQueue(policy.aging_class) if aged else _WaitingQueue()
         self._running: list[Request] = []
         self._running_sorted = True  # in ascending victim_key order (removals keep it; a late joiner clears it)
         self._static_victim_order = static_victim_order(policy)

@@ -256,6 +256,8 @@ class Tiered(Policy):
             return self._guard is not None or self.config.protect_tpot
         if hook == "admit":
             return self._guard is not None
+        if hook == "aging_class":  # (a class short of its fair share is known only at a re-key's time)
+            return self._shares is None
         return super().uses_hook(hook)
 
     # ---- admission: the SLO guard (shedding, queue limits, hopeless requests) ----------------------------
@@ -326,6 +328,13 @@ class Tiered(Policy):
         if self._shares is not None and request.priority in self._shares.short(now_s):
             effective -= SHORT_OF_SHARE_BOOST
         return (effective, request.arrival_time_s)
+
+    def aging_class(self, request: Request) -> int:
+        """Tier and promotion: within one, :meth:`waiting_key` at any one time is non-decreasing in arrival time
+        (every request ages at the same rate to the same cap, and a promoted one's clamp is one bound), and
+        neither changes while a request waits. Without fair shares only (a class short of its share is known
+        only at a re-key's time)."""
+        return 2 * request.priority + (request.num_preemptions >= self.config.preemption_limit)
 
     def victim_key(self, request: Request) -> SortKey:
         """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest."""

@@ -1,5 +1,6 @@
 """The hooks later policies rely on: time-dependent re-keying, partial swap, running order."""
 
+import functools
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -9,8 +10,9 @@ import pytest
 from semsched.core.plan import PreemptionMode, StepResult
 from semsched.core.policy import Policy, SchedulerView, SortKey
 from semsched.core.request import Request, RequestState
-from semsched.core.scheduler import Scheduler, SchedulerConfig
+from semsched.core.scheduler import Scheduler, SchedulerConfig, _ClassedWaitingQueue, _WaitingQueue
 from semsched.latency import load_profile
+from semsched.policies import make_policy
 from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.sim.engine import Instance, Simulation
 from semsched.sim.router import make_router
@@ -30,6 +32,88 @@ class Aging(Policy):
 class AgingWithoutRekey(Aging):
     name: ClassVar[str] = "test-aging-frozen"
     rekey_interval_s: ClassVar[float | None] = None
+
+
+class AgingByClass(Aging):
+    """The same order, keyed one request per class (priority) at each re-key."""
+
+    name: ClassVar[str] = "test-aging-classes"
+
+    def aging_class(self, request: Request) -> int:
+        return request.priority
+
+
+def _key_at(policy: Policy, now_s: float, request: Request) -> SortKey:
+    return policy.waiting_key(request, now_s)
+
+
+def _queue_ops(seed: int, policy: Policy, queues: Sequence[_WaitingQueue]) -> list[str]:
+    """Random pushes, removals, pops, peeks, re-keys and compactions applied to each of ``queues`` alike, with
+    ``policy``'s keys at a clock that moves forward; arrivals on a coarse grid, so that keys tie. Returns what
+    the first queue popped and peeked, after checking every queue answered the same."""
+    rng = np.random.default_rng(seed)
+    now, serial, live, seen = 0.0, 0, [], []
+    for _ in range(1500):
+        op = rng.random()
+        if op < 0.45 or not live:
+            request = make_request(f"r{serial}", arrival=max(0.0, now - float(rng.integers(0, 40)) / 4),
+                                   priority=int(rng.integers(0, 4)), num_preemptions=int(rng.integers(0, 3)))
+            serial += 1
+            key = policy.waiting_key(request, now)
+            for queue in queues:
+                queue.push(key, request)
+            live.append(request.request_id)
+        elif op < 0.75:
+            request_id = live.pop(int(rng.integers(0, len(live))))
+            assert all(queue.remove(request_id) for queue in queues)
+        elif op < 0.85:
+            popped = {queue.pop().request_id for queue in queues}
+            assert len(popped) == 1
+            request_id = popped.pop()
+            live.remove(request_id)
+            seen.append(f"pop {request_id}")
+        elif op < 0.95:
+            now += float(rng.exponential(1.0))
+            key_at = functools.partial(_key_at, policy, now)  # (the classed queue keeps it for later heads)
+            for queue in queues:
+                queue.rekey(key_at)
+        elif op < 0.97:
+            for queue in queues:
+                queue._compact()
+        else:
+            peeked = {None if (r := queue.peek()) is None else r.request_id for queue in queues}
+            assert len(peeked) == 1
+            seen.append(f"peek {peeked.pop()}")
+        assert {len(queue) for queue in queues} == {len(live)}
+        assert all(sorted(r.request_id for r in queue) == sorted(live) for queue in queues)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_aging_classes_pop_what_a_full_rekey_would(seed: int) -> None:
+    # tiered's aging (0.1 a second to a cap of 1.5, promotion after the preemption limit) keyed the full way and
+    # one request per class at each re-key: the same pops and peeks, whatever was pushed, removed or compacted
+    tiered = make_policy("tiered:preemption_limit=2")
+    assert tiered.uses_hook("aging_class")
+    seen = _queue_ops(seed, tiered, [_WaitingQueue(), _ClassedWaitingQueue(tiered.aging_class)])
+    assert len(seen) > 100
+
+
+def test_aging_classes_are_asked_only_where_the_policy_has_them() -> None:
+    assert not make_policy("tiered:fair_shares=0.5/0.3/0.2").uses_hook("aging_class")  # (known at a re-key)
+    assert isinstance(Scheduler(SchedulerConfig(), AgingByClass())._waiting, _ClassedWaitingQueue)
+    assert not isinstance(Scheduler(SchedulerConfig(), Aging())._waiting, _ClassedWaitingQueue)
+    assert not isinstance(Scheduler(SchedulerConfig(), Policy())._waiting, _ClassedWaitingQueue)
+
+
+def test_aging_classes_schedule_as_the_full_rekey_does() -> None:
+    runs = []
+    for policy in (Aging(), AgingByClass()):
+        scheduler = Scheduler(SchedulerConfig(num_gpu_blocks=64, max_num_seqs=4), policy)
+        requests = random_requests(3, 300, rate=40.0, num_priorities=4)
+        run_checked(scheduler, requests)
+        runs.append([(r.request_id, r.first_scheduled_time_s, r.finish_time_s) for r in requests])
+    assert runs[0] == runs[1]
 
 
 def _first_admitted_after_wait(policy: Policy) -> str:
