@@ -474,7 +474,12 @@ class Tiered(Policy):
         blocks heads the queue while BACKGROUND prompts fill the slots: a KV deadlock, nothing preempted)."""
         if not self.config.protect_tpot or not self._pending_prompt_tokens(running, view, now_s):
             return None
-        served = [r for r in sorted(running, key=self.victim_key) if self._protected(r) or not _in_prompt(r)]
+        # protected (promoted inline) or decoding (not _in_prompt), in victim_key order (filtered, then sorted:
+        # the same list, as the sort is stable; this runs every step while protected prompts are pending)
+        protected, limit = self.config.protected_priority, self.config.preemption_limit
+        served = [r for r in running if r.priority <= protected or r.num_preemptions >= limit
+                  or r.num_computed_tokens + 1 >= r.prompt_tokens + r.num_output_tokens]
+        served.sort(key=self.victim_key)
         if not served and not self._protected_may_start(view):
             return None
         return served
