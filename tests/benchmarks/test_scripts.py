@@ -95,6 +95,19 @@ def test_policy_hooks_times_the_hooks_a_scheduler_calls(tmp_path: Path) -> None:
 
 
 @pytest.mark.data
+def test_aging_classes_compares_the_classed_queue_with_the_full_rekey(tmp_path: Path) -> None:
+    payload = run_script(
+        "aging_classes.py", "--cases", "azure-code-trace@8", "--seeds", "0", "--num-requests", "300",
+        "--policies", "tiered,tiered:aging_per_s=1;rekey_s=0.25", json_path=tmp_path / "aging.json",
+    )
+    cases = payload["cases"]
+    assert isinstance(cases, list)
+    assert [case["policy"] for case in cases] == ["tiered", "tiered:aging_per_s=1;rekey_s=0.25"]
+    assert payload["differing"] == 0 and all(case["identical"] for case in cases)
+    assert all(sum(case["states"].values()) == 300 for case in cases)
+
+
+@pytest.mark.data
 def test_long_context_smoke(tmp_path: Path) -> None:
     payload = run_script(
         "long_context.py", "--policies", "fcfs,slide-batching", "--rates", "0.05", "--seeds", "0",
