@@ -177,9 +177,10 @@ class _ClassedWaitingQueue(_WaitingQueue):
             if seq in removed:
                 removed.discard(seq)
                 continue
-            entries = classes.get(class_of(request))
+            cls = class_of(request)
+            entries = classes.get(cls)
             if entries is None:
-                entries = classes[class_of(request)] = []
+                entries = classes[cls] = []
             heapq.heappush(entries, (request.arrival_time_s, seq, request))
         heads.clear()
         self._heap = []
@@ -222,10 +223,7 @@ class _ClassedWaitingQueue(_WaitingQueue):
         while heap and heap[0][1] in removed:
             seq = heapq.heappop(heap)[1]
             removed.discard(seq)
-            cls = self._heads.pop(seq, None)
-            if cls is not None:
-                heapq.heappop(self._classes[cls])
-                self._expose(cls)
+            self._advance(seq)
 
 
 class Scheduler:

@@ -183,12 +183,6 @@ class TieredConfig(PolicyConfig):
         )
 
 
-def _in_prompt(request: Request) -> bool:
-    """Whether ``request`` has more than its next token to compute: its prompt, or a recompute of its prompt
-    and generated tokens after a preemption."""
-    return request.num_computed_tokens + 1 < request.prompt_tokens + request.num_output_tokens
-
-
 def _waiting_now(request: Request) -> bool:
     """Whether ``request`` is still waiting (neither running nor ended)."""
     return request.state is not RequestState.RUNNING and not request.state.is_terminal
@@ -474,8 +468,9 @@ class Tiered(Policy):
         blocks heads the queue while BACKGROUND prompts fill the slots: a KV deadlock, nothing preempted)."""
         if not self.config.protect_tpot or not self._pending_prompt_tokens(running, view, now_s):
             return None
-        # protected (promoted inline) or decoding (not _in_prompt), in victim_key order (filtered, then sorted:
-        # the same list, as the sort is stable; this runs every step while protected prompts are pending)
+        # protected (promoted inline) or with no more than its next token to compute (not in its prompt, nor in a
+        # recompute of prompt and output after a preemption), in victim_key order (filtered, then sorted: the same
+        # list, as the sort is stable; this runs every step while protected prompts are pending)
         protected, limit = self.config.protected_priority, self.config.preemption_limit
         served = [r for r in running if r.priority <= protected or r.num_preemptions >= limit
                   or r.num_computed_tokens + 1 >= r.prompt_tokens + r.num_output_tokens]

@@ -504,7 +504,7 @@ def test_tpot_protection_serves_protected_prompts_first_and_finishes_everything(
         nonlocal started
         if any(c.request.priority <= PREMIUM for c in plan.prefill if c.context_tokens == 0):
             started += 1
-            # a prompt's last token alone costs what a decode does: the policy lets it run (``_in_prompt``)
+            # a prompt's last token alone costs what a decode does: the policy lets it run (``running_order``)
             continuing = [c.request for c in plan.prefill if c.context_tokens > 0 and c.num_tokens > 1]
             assert all(r.priority <= PREMIUM or r.num_preemptions >= 3 for r in continuing), continuing
 
