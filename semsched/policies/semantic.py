@@ -64,6 +64,8 @@ _VERSION_KEY = "semantic.version"
 _RUNNING = RequestState.RUNNING
 #: keys cached within one step at most (a bound for configurations that never call step_budget, which clears them)
 _MAX_CACHED_KEYS = 4096
+#: full scans that build no certificate after one goes unused, at most (see Semantic._certify)
+_MAX_CERTIFICATE_BACKOFF = 63
 
 
 #: below every key (the first comparison of a scan)
@@ -83,6 +85,33 @@ class _Scan:
         """Whether ``running`` is the list scanned (this step's, if step_budget was asked in it), request by
         request."""
         return len(running) == len(self.running) and all(map(operator.is_, running, self.running))
+
+
+@dataclass(frozen=True, slots=True)
+class _Certificate:
+    """What a full scan of a running list proved about the steps after it: the list was in key order, each of its
+    requests a running decode whose key has the closed form (the true remaining output, or no prediction attached),
+    and it stays in key order while each emits ``k < limit`` more tokens, the same ``k`` for all, or more for the
+    first of two neighbours of a level than for the second (its remaining time only falls faster). A later step
+    that finds this so knows the list is in key order, with no prompt in it, and its smallest key the first
+    request's, with no other key to compute.
+
+    Why a stretch of decodes can be priced without computing their keys: a decode's remaining time is the sum
+    over the ``r`` tokens it has left of ``g1 * (context + i) + g2``, so one more token takes
+    ``g1 * (context + 1) + g2`` off it. After ``k`` tokens each, the gap between two neighbours of one level moves
+    by ``k * g1`` times their context difference; ``limit`` is where the first gap could close, less a margin far
+    above the keys' rounding (and no later than a request's last token, where the sum runs out)."""
+
+    running: tuple[Request, ...]
+    #: each request's output when the scan priced it, and whether it follows a request of its level
+    outputs: tuple[int, ...]
+    chained: tuple[bool, ...]
+    limit: float
+
+
+#: of two neighbours' remaining times, the share kept clear of rounding when a certificate prices their gap (each
+#: key is a handful of float operations: its error is a few 1e-16 of it)
+_CERTIFICATE_MARGIN = 1e-9
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -158,6 +187,12 @@ class Semantic(Policy):
         self._view: SchedulerView | None = None
         #: what the step's scan found (step_budget's)
         self._scanned = _Scan((), True, -math.inf)
+        #: what the last full scan proved about the steps after it (see :class:`_Certificate`), whether a step has
+        #: used it, and (backing off while certificates go unused) how many full scans build none
+        self._certificate: _Certificate | None = None
+        self._certificate_used = False
+        self._certificate_backoff = 0
+        self._certificate_wait = 0
 
     @property
     def static_victim_key(self) -> bool:  # type: ignore[override]
@@ -408,6 +443,72 @@ class Semantic(Policy):
             self._scanned = _Scan(running, in_order, prompt_level)
         return best, best_decoding, extra
 
+    def _certify(self, running: Sequence[Request]) -> _Certificate | None:
+        """The certificate for ``running``, just scanned (its keys kept) and found in key order; None where none
+        holds: a request not running, a decode whose key has no closed form, or neighbours too close to price
+        (step_budget asks only for lists without prompts).
+
+        Building one costs about a full scan more: it pays where a batch of decodes stays put for steps on end,
+        not where requests come and go every few steps. So after a certificate no step used (or none held), the
+        next 1, 3, 7 ... (up to 63) such full scans build none."""
+        if self._certificate_used:  # the one it replaces was used: no backing off
+            self._certificate_backoff = 0
+        else:  # (or there was none)
+            self._certificate_backoff = min(2 * self._certificate_backoff + 1, _MAX_CERTIFICATE_BACKOFF)
+            self._certificate_wait = self._certificate_backoff
+        self._certificate, self._certificate_used = None, False
+        keys, g1, oracle = self._keys, self._g1, self._oracle
+        limit = math.inf
+        outputs: list[int] = []
+        chained: list[bool] = []
+        last: SortKey = _FIRST
+        last_total, last_remaining = -1, 0.0
+        for request in running:
+            entry = keys.get(request)
+            if entry is None or entry[2] is not _RUNNING or not (oracle or request.predicted_output is None):
+                return None
+            output, key = entry[1], entry[3]
+            total = request.prompt_tokens + output
+            if total - entry[0] > 1:
+                return None  # a prompt
+            remaining = float(request.target_output_tokens - output)
+            if remaining < 0.0:
+                remaining = 0.0
+            if remaining + 1.0 < limit:
+                limit = remaining + 1.0
+            chain = key[0] == last[0]
+            if chain and (total != last_total or remaining != last_remaining):
+                room = key[1] - last[1] - _CERTIFICATE_MARGIN * (key[1] + last[1])
+                slope = g1 * (total - last_total)
+                if slope > 0.0:  # the gap closes by slope a token
+                    limit = min(limit, room / (slope * (1.0 + _CERTIFICATE_MARGIN)))
+                elif room - slope <= 0.0:  # it opens (or holds), but is not clear of rounding after one token
+                    return None
+            if limit <= 1.0:
+                return None
+            outputs.append(output)
+            chained.append(chain)
+            last, last_total, last_remaining = key, total, remaining
+        return _Certificate(tuple(running), tuple(outputs), tuple(chained), limit)
+
+    def _certified_scan(self, running: Sequence[Request], certificate: _Certificate) -> SortKey | None:
+        """The smallest key of ``running`` when ``certificate`` covers it (the same requests, each still a running
+        decode, having emitted fewer tokens since than the limit, and no more than the request before it at its
+        level): the first request's; None when it does not."""
+        if not all(map(operator.is_, running, certificate.running)):
+            return None
+        limit, previous = certificate.limit, 0
+        for request, output, chained in zip(running, certificate.outputs, certificate.chained, strict=True):
+            now = request.num_output_tokens  # (a loop, not all(): this runs every step)
+            advance = now - output
+            if not 0 <= advance < limit or chained and advance > previous \
+                    or request.prompt_tokens + now - request.num_computed_tokens > 1 \
+                    or request.state is not _RUNNING:
+                return None
+            previous = advance
+        self._certificate_used = True
+        return self._key(running[0])
+
     def _cap_for(self, best: SortKey | None, best_decoding: bool, view: SchedulerView) -> int | None:
         if best is None or not best_decoding:
             return None
@@ -456,9 +557,22 @@ class Semantic(Policy):
         self._keys.clear()
         self._view = view
         running = view.running_requests()
-        best, best_decoding, extra = self._scan_running(running, fresh=True)
-        if not self._scanned.in_order:
-            self.victim_key_changes += 1  # (see static_victim_key)
+        certificate = self._certificate
+        best = (self._certified_scan(running, certificate)
+                if certificate is not None and len(certificate.running) == len(running) else None)
+        if best is not None:  # in key order, every request a decode
+            best_decoding, extra = True, 0
+            self._scanned = _Scan(running, True, -math.inf)
+        else:
+            best, best_decoding, extra = self._scan_running(running, fresh=True)
+            if not self._scanned.in_order:
+                self.victim_key_changes += 1  # (see static_victim_key)
+            elif self._scanned.prompt_level > -math.inf or not running:
+                pass  # (a prompt: no certificate)
+            elif self._certificate_wait > 0:  # (backing off: see _certify)
+                self._certificate_wait -= 1
+            elif len(self._keys) == len(running):  # (every key kept: see _MAX_CACHED_KEYS)
+                self._certificate = self._certify(running)
         cap = self._cap_for(best, best_decoding, view)
         if cap is None:
             return None

@@ -338,3 +338,114 @@ def test_the_steps_scan_keeps_each_running_requests_key(length: str) -> None:
             policy._scan_running(running, fresh=True)
             assert policy._scanned.in_order
 
+
+
+def _decoding(rng: np.random.Generator, name: str, levels: int) -> Request:
+    """A running decode: contexts spread wide and remaining outputs close, so that neighbours in key order cross
+    within tens of tokens (a larger context loses time faster)."""
+    prompt, output = int(rng.choice([8, 64, 512, 2000, 6000])), int(rng.integers(20, 90))
+    request = make_request(name, prompt=prompt, output=output, priority=int(rng.integers(0, levels)),
+                           arrival=float(rng.integers(0, 3)))
+    request.state = RequestState.RUNNING
+    request.num_output_tokens = int(rng.integers(1, output // 2))
+    request.num_computed_tokens = request.num_tokens - 1
+    return request
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("context_heavy", [False, True])
+def test_a_certificate_covers_only_steps_whose_list_is_still_in_key_order(
+    tmp_path: Path, seed: int, context_heavy: bool
+) -> None:
+    """Where a certificate says a later step's decodes are still in key order, the full scan finds them so, with
+    the same smallest key. Steps: uniform advances (a token or several each), advances that fall along the list
+    (a token budget below the batch), out-of-step advances and a prompt (a recompute) among them; with exact
+    ties, and on a profile where the context prices a decode as much as its length (neighbours cross within
+    tens of tokens: where the certificate's limit is what turns a step away)."""
+    rng = np.random.default_rng(seed)
+    profile = _profile(tmp_path, gamma1=3.7e-5, gamma2=0.0119) if context_heavy else "a100-qwen1.5-4b"
+    covered = refused = 0
+    crossed = [0, 0, 0, 0]  # by kind of step
+    for trial in range(150):
+        length = "oracle" if trial % 2 else "predicted"
+        policy = make_policy(f"semantic:length={length};profile={profile}")
+        assert isinstance(policy, Semantic)
+        running = [_decoding(rng, f"r{i}", levels=1 + trial % 3) for i in range(int(rng.integers(2, 25)))]
+        for twin in running[: int(rng.integers(0, 3))]:  # exact ties: the same costs at every step
+            copy = make_request(f"{twin.request_id}-twin", prompt=twin.prompt_tokens,
+                                output=twin.target_output_tokens, priority=twin.priority,
+                                arrival=twin.arrival_time_s + 1.0)
+            copy.state, copy.num_output_tokens = RequestState.RUNNING, twin.num_output_tokens
+            copy.num_computed_tokens = twin.num_computed_tokens
+            running.append(copy)
+        running.sort(key=policy.victim_key)
+        policy._keys.clear()
+        policy._scan_running(running, fresh=True)
+        certificate = policy._certify(running)
+        if certificate is None:  # neighbours that cross at the next token (never on the default profile)
+            assert context_heavy
+            continue
+        for _ in range(int(rng.integers(1, 40))):
+            kind = int(rng.choice(4, p=[0.45, 0.35, 0.1, 0.1]))
+            if kind == 0:  # the same tokens each
+                advances = [int(rng.integers(1, 4))] * len(running)
+            elif kind == 1:  # the first few get a token (a token budget below the batch)
+                served = int(rng.integers(0, len(running) + 1))
+                advances = [1 if i < served else 0 for i in range(len(running))]
+            elif kind == 2:  # out of step: any request may get any count
+                advances = [int(a) for a in rng.integers(0, 3, len(running))]
+            else:  # a prompt (a recompute) among them
+                advances = [0] * len(running)
+                running[int(rng.integers(0, len(running)))].num_computed_tokens = 0
+            for request, advance in zip(running, advances, strict=True):
+                request.num_output_tokens += advance
+                request.num_computed_tokens += advance
+            policy._keys.clear()
+            certified = policy._certified_scan(running, certificate)
+            policy._keys.clear()
+            best, best_decoding, extra = policy._scan_running(running, fresh=True)
+            in_order = policy._scanned.in_order
+            if certified is not None:
+                covered += 1
+                assert in_order and (certified, best_decoding, extra) == (best, True, 0)
+                assert policy._scanned.prompt_level == -np.inf
+            else:
+                refused += 1
+            if not in_order:
+                crossed[kind] += 1
+                break
+    # (each outcome common, so the test can fail either way: a certificate covering a crossed list, or none)
+    assert covered > 300 and refused > 100, (covered, refused)
+    if context_heavy:  # crossed by steps the certificate turned away on its limit alone
+        assert crossed[0] > 10 and crossed[1] > 0, crossed
+
+
+def test_steps_priced_by_certificate_run_as_steps_that_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulation whose batches stay put for stretches of decodes runs the same, request by request, with the
+    certificates as with every step scanning its running list, at each stage-aware mode; the certificates are
+    used."""
+    used = 0
+    certified_scan = Semantic._certified_scan
+
+    def counting(self: Semantic, running: list[Request], certificate: object) -> object:
+        nonlocal used
+        best = certified_scan(self, running, certificate)  # type: ignore[arg-type]
+        used += best is not None
+        return best
+
+    for stage_aware in ("budget", "level", "off"):
+        outcomes = []
+        for certify in (True, False):
+            with monkeypatch.context() as patch:
+                patch.setattr(Semantic, "_certified_scan", counting)
+                if not certify:
+                    patch.setattr(Semantic, "_certify", lambda self, running: None)
+                requests = random_requests(3, 120, rate=400.0, max_prompt=300, max_output=400, num_priorities=2)
+                for request in requests[::7]:
+                    request.urgency = 0
+                simulate(requests, f"semantic:length=oracle;stage_aware={stage_aware}", fast_forward=False,
+                         max_num_seqs=24, max_num_batched_tokens=64)
+            outcomes.append([(r.state, r.num_preemptions, r.first_scheduled_time_s, r.finish_time_s)
+                             for r in requests])
+        assert outcomes[0] == outcomes[1]
+    assert used > 500
