@@ -420,17 +420,26 @@ def test_a_certificate_covers_only_steps_whose_list_is_still_in_key_order(
         assert crossed[0] > 10 and crossed[1] > 0, crossed
 
 
-def test_steps_priced_by_certificate_run_as_steps_that_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("context_heavy", [False, True])
+def test_steps_priced_by_certificate_run_as_steps_that_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context_heavy: bool
+) -> None:
     """A simulation whose batches stay put for stretches of decodes runs the same, request by request, with the
-    certificates as with every step scanning its running list, at each stage-aware mode; the certificates are
-    used."""
+    certificates as with every step scanning its running list, at each stage-aware mode, and what each certified
+    step finds is what the scan finds; the certificates are used. Also on a profile where the context prices a
+    decode as much as its length (decodes overtake one another within tens of tokens)."""
+    profile = (_profile(tmp_path, alpha2=1e-4, gamma1=3.7e-4, gamma2=0.0119, beta=1e-5) if context_heavy
+               else "a100-qwen1.5-4b")
     used = 0
     certified_scan = Semantic._certified_scan
 
     def counting(self: Semantic, running: list[Request], certificate: object) -> object:
         nonlocal used
         best = certified_scan(self, running, certificate)  # type: ignore[arg-type]
-        used += best is not None
+        if best is not None:  # what a scan of every request finds (it keeps the same keys and notes)
+            used += 1
+            scanned = self._scan_running(running, fresh=True)
+            assert self._scanned.in_order and scanned == (best, True, 0)
         return best
 
     for stage_aware in ("budget", "level", "off"):
@@ -443,8 +452,8 @@ def test_steps_priced_by_certificate_run_as_steps_that_scan(monkeypatch: pytest.
                 requests = random_requests(3, 120, rate=400.0, max_prompt=300, max_output=400, num_priorities=2)
                 for request in requests[::7]:
                     request.urgency = 0
-                simulate(requests, f"semantic:length=oracle;stage_aware={stage_aware}", fast_forward=False,
-                         max_num_seqs=24, max_num_batched_tokens=64)
+                simulate(requests, f"semantic:length=oracle;stage_aware={stage_aware};profile={profile}",
+                         fast_forward=False, max_num_seqs=24, max_num_batched_tokens=64)
             outcomes.append([(r.state, r.num_preemptions, r.first_scheduled_time_s, r.finish_time_s)
                              for r in requests])
         assert outcomes[0] == outcomes[1]

@@ -395,6 +395,52 @@ def test_semantic_orders_by_the_urgency_in_vllm_xargs(tiny_model_dir: Path) -> N
 
 
 @SCHEDULING
+def test_semantic_certificates_change_no_vllm_step(
+    tiny_model_dir: Path, tmp_path: Path, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside vLLM, what semantic's steps priced by a certificate (a batch of decodes that stays put) find is
+    what a scan of every running request finds, and they schedule what steps that scan schedule: the same tokens
+    for the same requests at every step, the same preemptions, the same finishes; the certificates are used. On a
+    profile where the context prices a decode as much as its length, so that decodes overtake one another within
+    tens of tokens."""
+    from semsched.policies.semantic import Semantic
+
+    profile = tmp_path / "context-heavy.yaml"
+    profile.write_text("kind: analytic\nname: context-heavy\ncoefficients:\n  alpha1: 0.0\n  alpha2: 1.0e-4\n"
+                       "  gamma1: 3.7e-4\n  gamma2: 0.0119\n  beta: 1.0e-5\n")
+
+    used = 0
+    certified_scan = Semantic._certified_scan
+
+    def counting(self: Semantic, running: Any, certificate: Any) -> Any:
+        nonlocal used
+        best = certified_scan(self, running, certificate)
+        if best is not None:  # what a scan of every request finds (it keeps the same keys and notes)
+            used += 1
+            scanned = self._scan_running(running, fresh=True)
+            assert self._scanned.in_order and scanned == (best, True, 0)
+        return best
+
+    monkeypatch.setattr(Semantic, "_certified_scan", counting)
+    schedules = []
+    for certify in (True, False):
+        with monkeypatch.context() as patch:
+            if not certify:
+                patch.setattr(Semantic, "_certify", lambda self, running: None)
+            rng = random.Random(11)
+            h = _harness(tiny_model_dir, f"semantic:profile={profile}", max_num_seqs=8, num_blocks=48,
+                         async_scheduling=async_scheduling)
+            for i in range(24):  # short and long contexts, close lengths, two levels; a few urgent ones
+                h.add(f"r{i}", _prompt(rng, rng.choice([8, 16, 200, 300])), rng.randrange(100, 200),
+                      arrival_time=1000.0 + i, extra_args={"urgency": 0 if i % 7 == 6 else rng.randrange(1, 3)})
+            records = h.run()
+        schedules.append([(r.num_scheduled_tokens, sorted(r.preempted), sorted(f.request_id for f in r.finished))
+                          for r in records])
+    assert schedules[0] == schedules[1]
+    assert used > 20
+
+
+@SCHEDULING
 def test_invalid_xargs_abort_only_that_request(tiny_model_dir: Path, async_scheduling: bool) -> None:
     h = _harness(tiny_model_dir, "priority-preempt", async_scheduling=async_scheduling)
     rng = random.Random(2)
