@@ -64,8 +64,10 @@ _VERSION_KEY = "semantic.version"
 _RUNNING = RequestState.RUNNING
 #: keys cached within one step at most (a bound for configurations that never call step_budget, which clears them)
 _MAX_CACHED_KEYS = 4096
-#: full scans that build no certificate after one goes unused, at most (see Semantic._certify)
+#: full scans that build no certificate after one that did not pay, at most, and the steps a certificate must
+#: cover to pay for itself (see Semantic._certify)
 _MAX_CERTIFICATE_BACKOFF = 63
+_CERTIFICATE_PAYS = 3
 
 
 #: below every key (the first comparison of a scan)
@@ -187,12 +189,14 @@ class Semantic(Policy):
         self._view: SchedulerView | None = None
         #: what the step's scan found (step_budget's)
         self._scanned = _Scan((), True, -math.inf)
-        #: what the last full scan proved about the steps after it (see :class:`_Certificate`), whether a step has
-        #: used it, and (backing off while certificates go unused) how many full scans build none
+        #: what the last full scan proved about the steps after it (see :class:`_Certificate`), how many steps have
+        #: used it, and (backing off while certificates do not pay) how many full scans build none
         self._certificate: _Certificate | None = None
-        self._certificate_used = False
+        self._certificate_uses = 0
         self._certificate_backoff = 0
         self._certificate_wait = 0
+        #: the step's smallest running key and whether its request decodes, with the step's time (step_budget's)
+        self._step_best: tuple[float, SortKey | None, bool] = (math.nan, None, False)
 
     @property
     def static_victim_key(self) -> bool:  # type: ignore[override]
@@ -291,7 +295,7 @@ class Semantic(Policy):
     ) -> Sequence[Request]:
         if not self.config.preempt:
             return ()
-        if candidate.in_prefill and self.config.stage_aware != "off" and self._holds_back(candidate, view):
+        if candidate.in_prefill and self.config.stage_aware != "off" and self._holds_back(candidate, view, now_s):
             return ()  # stage-aware: held back this step (asked afresh: vLLM plans admissions first)
         level = urgency_level(candidate)
         lower = [r for r in running if urgency_level(r) > level]
@@ -387,11 +391,16 @@ class Semantic(Policy):
         return blocks_for(head.num_computed_tokens + 1, view.block_size) > view.available_blocks(head,
                                                                                                  admission=True)
 
-    def _admission_cap(self, view: SchedulerView) -> int | None:
+    def _admission_cap(self, view: SchedulerView, now_s: float) -> int | None:
         """Alg. 2: while the most important request (running, or at the head of the queue) decodes, the most
         sequences this step may run: those running, plus (``level``) the waiting requests of its own level,
-        which the queue holds first; None when nothing is held back."""
-        best, best_decoding, _ = self._scan_running(view.running_requests())
+        which the queue holds first; None when nothing is held back. What step_budget found, while the running
+        list is the one it scanned in this step (both engines ask it first in every step, and nothing runs
+        before the step's admissions)."""
+        running = view.running_requests()
+        step_s, best, best_decoding = self._step_best
+        if step_s != now_s or not self._scanned.describes(running):
+            best, best_decoding, _ = self._scan_running(running)
         return self._cap_for(best, best_decoding, view)
 
     def _scan_running(
@@ -448,15 +457,16 @@ class Semantic(Policy):
         holds: a request not running, a decode whose key has no closed form, or neighbours too close to price
         (step_budget asks only for lists without prompts).
 
-        Building one costs about a full scan more: it pays where a batch of decodes stays put for steps on end,
-        not where requests come and go every few steps. So after a certificate no step used (or none held), the
-        next 1, 3, 7 ... (up to 63) such full scans build none."""
-        if self._certificate_used:  # the one it replaces was used: no backing off
+        Building one costs about two full scans, and a step it covers saves most of one: it pays where a batch of
+        decodes stays put for steps on end, not where requests come and go every few steps. So after a
+        certificate fewer than ``_CERTIFICATE_PAYS`` steps used (or none held), the next 1, 3, 7 ... (up to 63)
+        such full scans build none."""
+        if self._certificate_uses >= _CERTIFICATE_PAYS:  # the one it replaces paid: no backing off
             self._certificate_backoff = 0
         else:  # (or there was none)
             self._certificate_backoff = min(2 * self._certificate_backoff + 1, _MAX_CERTIFICATE_BACKOFF)
             self._certificate_wait = self._certificate_backoff
-        self._certificate, self._certificate_used = None, False
+        self._certificate, self._certificate_uses = None, 0
         keys, g1, oracle = self._keys, self._g1, self._oracle
         limit = math.inf
         outputs: list[int] = []
@@ -506,7 +516,7 @@ class Semantic(Policy):
                     or request.state is not _RUNNING:
                 return None
             previous = advance
-        self._certificate_used = True
+        self._certificate_uses += 1
         return self._key(running[0])
 
     def _cap_for(self, best: SortKey | None, best_decoding: bool, view: SchedulerView) -> int | None:
@@ -540,10 +550,10 @@ class Semantic(Policy):
         for request in entries:
             self._add_waiting(request)
 
-    def _holds_back(self, candidate: Request, view: SchedulerView) -> bool:
+    def _holds_back(self, candidate: Request, view: SchedulerView, now_s: float) -> bool:
         if self.config.stage_aware == "budget":
             return False  # less urgent prompts are slowed by the step's token budget, never stopped
-        cap = self._admission_cap(view)
+        cap = self._admission_cap(view, now_s)
         if cap is None:
             return False
         if self.config.stage_aware == "strict" or cap == view.num_running:
@@ -573,6 +583,7 @@ class Semantic(Policy):
                 self._certificate_wait -= 1
             elif len(self._keys) == len(running):  # (every key kept: see _MAX_CACHED_KEYS)
                 self._certificate = self._certify(running)
+        self._step_best = (now_s, best, best_decoding)
         cap = self._cap_for(best, best_decoding, view)
         if cap is None:
             return None

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from semsched.core.plan import PreemptionMode, StepResult
+from semsched.core.policy import SchedulerView, StepBudget
 from semsched.core.request import LengthDistribution, Request, RequestState
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency import load_profile
@@ -427,7 +428,8 @@ def test_steps_priced_by_certificate_run_as_steps_that_scan(
     """A simulation whose batches stay put for stretches of decodes runs the same, request by request, with the
     certificates as with every step scanning its running list, at each stage-aware mode, and what each certified
     step finds is what the scan finds; the certificates are used. Also on a profile where the context prices a
-    decode as much as its length (decodes overtake one another within tens of tokens)."""
+    decode as much as its length (decodes overtake one another within tens of tokens). And the admission cap
+    that a displacement asks for (level, strict) is step_budget's, as scanning the running list again finds."""
     profile = (_profile(tmp_path, alpha2=1e-4, gamma1=3.7e-4, gamma2=0.0119, beta=1e-5) if context_heavy
                else "a100-qwen1.5-4b")
     used = 0
@@ -442,13 +444,19 @@ def test_steps_priced_by_certificate_run_as_steps_that_scan(
             assert self._scanned.in_order and scanned == (best, True, 0)
         return best
 
-    for stage_aware in ("budget", "level", "off"):
+    def rescanning_cap(self: Semantic, view: SchedulerView, now_s: float) -> int | None:
+        best, best_decoding, _ = self._scan_running(view.running_requests())
+        return self._cap_for(best, best_decoding, view)
+
+    for stage_aware in ("budget", "level", "strict", "off"):
         outcomes = []
-        for certify in (True, False):
+        for certify, reuse in ((True, True), (False, True), (False, False)):
             with monkeypatch.context() as patch:
                 patch.setattr(Semantic, "_certified_scan", counting)
                 if not certify:
                     patch.setattr(Semantic, "_certify", lambda self, running: None)
+                if not reuse:
+                    patch.setattr(Semantic, "_admission_cap", rescanning_cap)
                 requests = random_requests(3, 120, rate=400.0, max_prompt=300, max_output=400, num_priorities=2)
                 for request in requests[::7]:
                     request.urgency = 0
@@ -456,5 +464,58 @@ def test_steps_priced_by_certificate_run_as_steps_that_scan(
                          fast_forward=False, max_num_seqs=24, max_num_batched_tokens=64)
             outcomes.append([(r.state, r.num_preemptions, r.first_scheduled_time_s, r.finish_time_s)
                              for r in requests])
-        assert outcomes[0] == outcomes[1]
+        assert outcomes[0] == outcomes[1] == outcomes[2]
     assert used > 500
+
+
+class _CapView:
+    """What semantic's admission cap reads of an engine: its running requests, waiting count and budget."""
+
+    def __init__(self, running: list[Request], num_waiting: int) -> None:
+        self.running, self.num_waiting, self.block_size = running, num_waiting, 16
+        self.budget = StepBudget(2048, 256)
+
+    def running_requests(self) -> list[Request]:
+        return self.running
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+
+def _rescanned_cap(policy: Semantic, view: _CapView) -> int | None:
+    best, best_decoding, _ = policy._scan_running(view.running_requests())
+    return policy._cap_for(best, best_decoding, view)  # type: ignore[arg-type]
+
+
+def test_the_admission_cap_is_the_steps_only_for_the_steps_running_list() -> None:
+    """A displacement's admission cap (stage_aware=level) reuses step_budget's smallest key while the running list
+    is the one it scanned at that time. At a later time with no step_budget asked (an engine that did not ask it
+    first), or after a displacement took a request out, it is what scanning the list again finds: here, each time
+    not what the step found."""
+    policy = make_policy("semantic:length=oracle;stage_aware=level")
+    assert isinstance(policy, Semantic)
+    head = make_request("head", prompt=16, output=50, priority=1, arrival=5.0)
+    policy.on_arrival(head, 5.0)
+    first = make_request("first", prompt=16, output=200, priority=1)
+    other = make_request("other", prompt=16, output=200, priority=2)
+    for request in (first, other):
+        request.state, request.num_output_tokens = RequestState.RUNNING, 100
+        request.num_computed_tokens = request.num_tokens - 1
+    view = _CapView([first, other], num_waiting=1)
+
+    def cap(now_s: float) -> int | None:
+        return policy._admission_cap(view, now_s)  # type: ignore[arg-type]
+
+    policy.step_budget(view, 10.0)  # type: ignore[arg-type]
+    assert cap(10.0) == _rescanned_cap(policy, view) is None  # the head ranks first: nothing held back
+    # later, no step_budget asked: "first" has nearly finished and now ranks before the head (its level's
+    # waiting request may join)
+    first.num_output_tokens, first.num_computed_tokens = 190, first.num_computed_tokens + 90
+    assert cap(11.0) == _rescanned_cap(policy, view) == 3
+    policy.step_budget(view, 12.0)  # type: ignore[arg-type]
+    assert cap(12.0) == 3
+    # a displacement takes "first" out: the smallest key is a less urgent level's, and the head ranks first
+    first.state = RequestState.PREEMPTED_RECOMPUTE
+    view.running = [other]
+    assert cap(12.0) == _rescanned_cap(policy, view) is None
