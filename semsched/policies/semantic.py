@@ -68,6 +68,8 @@ _MAX_CACHED_KEYS = 4096
 #: cover to pay for itself (see Semantic._certify)
 _MAX_CERTIFICATE_BACKOFF = 63
 _CERTIFICATE_PAYS = 3
+#: the fewest running requests a certificate is built for: a shorter list's scan costs about what checking one does
+_MIN_CERTIFIED_RUNNING = 16
 
 
 #: below every key (the first comparison of a scan)
@@ -577,8 +579,8 @@ class Semantic(Policy):
             best, best_decoding, extra = self._scan_running(running, fresh=True)
             if not self._scanned.in_order:
                 self.victim_key_changes += 1  # (see static_victim_key)
-            elif self._scanned.prompt_level > -math.inf or not running:
-                pass  # (a prompt: no certificate)
+            elif self._scanned.prompt_level > -math.inf or len(running) < _MIN_CERTIFIED_RUNNING:
+                pass  # (a prompt, or a list too short to pay for one: no certificate)
             elif self._certificate_wait > 0:  # (backing off: see _certify)
                 self._certificate_wait -= 1
             elif len(self._keys) == len(running):  # (every key kept: see _MAX_CACHED_KEYS)

@@ -95,6 +95,20 @@ def test_policy_hooks_times_the_hooks_a_scheduler_calls(tmp_path: Path) -> None:
 
 
 @pytest.mark.data
+def test_semantic_certificates_compares_certified_steps_with_scans(tmp_path: Path) -> None:
+    payload = run_script(
+        "semantic_certificates.py", "--cases", "azure-code-trace@8", "--seeds", "0", "--num-requests", "300",
+        "--policies", "semantic,semantic:stage_aware=level", json_path=tmp_path / "certificates.json",
+    )
+    cases = payload["cases"]
+    assert isinstance(cases, list)
+    assert [case["policy"] for case in cases] == ["semantic", "semantic:stage_aware=level"]
+    assert payload["differing"] == 0 and all(case["identical"] for case in cases)
+    assert all(sum(case["states"].values()) == 300 for case in cases)
+    assert all(isinstance(case["uses"], int) and case["uses"] >= 0 for case in cases)
+
+
+@pytest.mark.data
 def test_aging_classes_compares_the_classed_queue_with_the_full_rekey(tmp_path: Path) -> None:
     payload = run_script(
         "aging_classes.py", "--cases", "azure-code-trace@8", "--seeds", "0", "--num-requests", "300",

@@ -14,6 +14,7 @@ from semsched.core.request import LengthDistribution, Request, RequestState
 from semsched.core.scheduler import Scheduler, SchedulerConfig
 from semsched.latency import load_profile
 from semsched.policies import make_policy
+from semsched.policies import semantic as semantic_module
 from semsched.policies.semantic import Semantic, SemanticConfig, urgency_level
 from tests.policies.factories import displaced_by, service_order
 from tests.support import make_request, random_requests, run_checked, simulate
@@ -448,6 +449,10 @@ def test_steps_priced_by_certificate_run_as_steps_that_scan(
         best, best_decoding, _ = self._scan_running(view.running_requests())
         return self._cap_for(best, best_decoding, view)
 
+    # a certificate at every scan that may build one, however short the list or its use (what they cost is not
+    # what is checked here)
+    monkeypatch.setattr(semantic_module, "_CERTIFICATE_PAYS", 0)
+    monkeypatch.setattr(semantic_module, "_MIN_CERTIFIED_RUNNING", 1)
     for stage_aware in ("budget", "level", "strict", "off"):
         outcomes = []
         for certify, reuse in ((True, True), (False, True), (False, False)):

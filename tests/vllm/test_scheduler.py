@@ -403,6 +403,7 @@ def test_semantic_certificates_change_no_vllm_step(
     for the same requests at every step, the same preemptions, the same finishes; the certificates are used. On a
     profile where the context prices a decode as much as its length, so that decodes overtake one another within
     tens of tokens."""
+    from semsched.policies import semantic as semantic_module
     from semsched.policies.semantic import Semantic
 
     profile = tmp_path / "context-heavy.yaml"
@@ -422,15 +423,17 @@ def test_semantic_certificates_change_no_vllm_step(
         return best
 
     monkeypatch.setattr(Semantic, "_certified_scan", counting)
+    # a certificate at every scan that may build one, however short its use (what they cost is not checked here)
+    monkeypatch.setattr(semantic_module, "_CERTIFICATE_PAYS", 0)
     schedules = []
     for certify in (True, False):
         with monkeypatch.context() as patch:
             if not certify:
                 patch.setattr(Semantic, "_certify", lambda self, running: None)
             rng = random.Random(11)
-            h = _harness(tiny_model_dir, f"semantic:profile={profile}", max_num_seqs=8, num_blocks=48,
+            h = _harness(tiny_model_dir, f"semantic:profile={profile}", max_num_seqs=20, num_blocks=150,
                          async_scheduling=async_scheduling)
-            for i in range(24):  # short and long contexts, close lengths, two levels; a few urgent ones
+            for i in range(48):  # short and long contexts, close lengths, two levels; a few urgent ones
                 h.add(f"r{i}", _prompt(rng, rng.choice([8, 16, 200, 300])), rng.randrange(100, 200),
                       arrival_time=1000.0 + i, extra_args={"urgency": 0 if i % 7 == 6 else rng.randrange(1, 3)})
             records = h.run()

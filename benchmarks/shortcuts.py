@@ -1,0 +1,129 @@
+"""Exact shortcuts against the long way round, on traffic nobody tuned them for.
+
+A speed path that must not change a run (the core's aging classes, semantic's certificates) is checked by running
+each case twice in one process: as shipped, and with the shortcut turned off. Every request's state, first
+scheduled time, finish time and preemptions must match. A case is ``WORKLOAD@RATE`` (a registered workload or a
+trace path, in requests per second), run for each seed and policy spec. What ``aging_classes.py`` and
+``semantic_certificates.py`` share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import ResultTable, dump_json, target_line
+from rich.console import Console
+
+from semsched.core.request import Request
+from semsched.sim.runner import ClusterSpec, build_simulation, prepare_requests
+from semsched.workloads import build_workload
+
+LONG_CONTEXT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "long_context_synthetic.jsonl"
+#: both Azure traces, a three-tier production mix well over saturation, the long-context trace
+DEFAULT_CASES = f"azure-conv-trace@4.2,azure-code-trace@8,production-mix@40,{LONG_CONTEXT}@0.5"
+
+Outcome = tuple[str, str, float | None, float | None, int]
+
+
+def run_case(
+    workload: str, rate: float, seed: int, spec: str, num_requests: int | None
+) -> tuple[list[Outcome], float]:
+    """Every request's outcome of one simulation (fast-forward), and its wall time."""
+    requests: list[Request] = build_workload(workload, rate_per_s=rate, seed=seed,
+                                             num_requests=num_requests).to_requests(None)
+    cluster = ClusterSpec()
+    simulation = build_simulation(spec, cluster, fast_forward=True, prediction=prepare_requests(requests, cluster))
+    started = time.perf_counter()
+    simulation.run(requests)  # (raises on a stranded request)
+    wall_s = time.perf_counter() - started
+    return [(r.request_id, r.state.value, r.first_scheduled_time_s, r.finish_time_s, r.num_preemptions)
+            for r in requests], wall_s
+
+
+def parse_cases(text: str) -> list[tuple[str, float]]:
+    cases = []
+    for item in (part for part in text.split(",") if part):
+        workload, sep, rate = item.rpartition("@")
+        if not sep or not workload:
+            raise SystemExit(f"--cases: {item!r} must look like WORKLOAD@RATE")
+        try:
+            cases.append((workload, float(rate)))
+        except ValueError:
+            raise SystemExit(f"--cases: {item!r}: rate {rate!r} is not a number") from None
+    return cases
+
+
+@dataclass
+class Comparison:
+    table: ResultTable
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    differing: int = 0
+
+
+def compare(
+    title: str,
+    labels: tuple[str, str],
+    long_way: Callable[[str], AbstractContextManager[None]],
+    cases: Sequence[tuple[str, float]],
+    seeds: Sequence[int],
+    specs: Sequence[str],
+    num_requests: int | None,
+    uses: tuple[str, Callable[[], int]] | None = None,
+) -> Comparison:
+    """Each case as shipped (``labels[0]``: the shortcut), then inside ``long_way(spec)`` (``labels[1]``); with
+    ``uses``, a column of how often the shortcut was taken in the shipped run (a running count, read before and
+    after it), so that an identical run is not one the shortcut never touched."""
+    shortcut, long = labels
+    columns = ["workload", "rate/s", "seed", "policy", "outcomes", "preemptions"]
+    columns += [uses[0]] if uses is not None else []
+    columns += ["identical", f"{long} s", f"{shortcut} s", "speed-up"]
+    result = Comparison(ResultTable(title, columns))
+    for workload, rate in cases:
+        for seed in seeds:
+            for spec in specs:
+                before = uses[1]() if uses is not None else 0
+                taken, taken_s = run_case(workload, rate, seed, spec, num_requests)
+                used = uses[1]() - before if uses is not None else None
+                with long_way(spec):
+                    reference, reference_s = run_case(workload, rate, seed, spec, num_requests)
+                same = taken == reference
+                result.differing += not same
+                states = Counter(outcome[1] for outcome in taken)
+                result.rows.append({"workload": workload, "rate_per_s": rate, "seed": seed, "policy": spec,
+                                    "states": dict(states), "identical": same, "uses": used,
+                                    "long_way_s": reference_s, "shortcut_s": taken_s})
+                cells = [Path(workload).name, f"{rate:g}", str(seed), spec,
+                         ", ".join(f"{n} {state}" for state, n in sorted(states.items())),
+                         f"{sum(outcome[4] for outcome in taken):,}"]
+                cells += [f"{used:,}"] if used is not None else []
+                cells += ["yes" if same else "**NO**", f"{reference_s:.2f}", f"{taken_s:.2f}",
+                          f"{reference_s / taken_s:.2f}x"]
+                result.table.add(*cells)
+    return result
+
+
+def case_arguments(parser: argparse.ArgumentParser, policies: str, policies_help: str) -> None:
+    """The options every such script takes: the cases, policy specs, seeds, requests per case and a JSON path."""
+    parser.add_argument("--cases", default=DEFAULT_CASES,
+                        help="comma-separated WORKLOAD@RATE (requests per second)")
+    parser.add_argument("--policies", default=policies, help=policies_help)
+    parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
+    parser.add_argument("--num-requests", type=int, default=3000, help="the first N requests of each workload")
+    parser.add_argument("--json", type=Path, default=None)
+
+
+def report(console: Console, result: Comparison, json_path: Path | None) -> int:
+    """Print the table and the verdict, write the JSON; the exit status: 1 if any case differs."""
+    result.table.print(console)
+    if json_path is not None:
+        dump_json(json_path, {"cases": result.rows, "differing": result.differing})
+    console.print(target_line("cases whose outcomes differ", str(result.differing), "0", result.differing == 0),
+                  markup=False)
+    return 1 if result.differing else 0
