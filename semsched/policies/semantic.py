@@ -459,16 +459,18 @@ class Semantic(Policy):
         holds: a request not running, a decode whose key has no closed form, or neighbours too close to price
         (step_budget asks only for lists without prompts).
 
-        Building one costs about two full scans, and a step it covers saves most of one: it pays where a batch of
-        decodes stays put for steps on end, not where requests come and go every few steps. So after a
-        certificate fewer than ``_CERTIFICATE_PAYS`` steps used (or none held), the next 1, 3, 7 ... (up to 63)
-        such full scans build none."""
+        Building one costs about two scans on top of the scan, and a step it covers saves most of one: it pays
+        where a batch of decodes stays put for steps on end, not where requests come and go every few steps. So
+        after a certificate fewer than ``_CERTIFICATE_PAYS`` steps used (or none held), the next 1, 3, 7 ... (up
+        to 63) such full scans build none."""
         if self._certificate_uses >= _CERTIFICATE_PAYS:  # the one it replaces paid: no backing off
             self._certificate_backoff = 0
         else:  # (or there was none)
             self._certificate_backoff = min(2 * self._certificate_backoff + 1, _MAX_CERTIFICATE_BACKOFF)
             self._certificate_wait = self._certificate_backoff
         self._certificate, self._certificate_uses = None, 0
+        if not running:
+            return None
         keys, g1, oracle = self._keys, self._g1, self._oracle
         limit = math.inf
         outputs: list[int] = []
