@@ -29,7 +29,9 @@ Two measurements, each comparing schedulers on the same workload in the same run
    saturation: vLLM reads the queue at every step, so a policy that re-keys every waiting request there pays for
    the whole queue at every step. Reported: median ms per step at each size, the growth, and how many waiting
    requests were admitted meanwhile (what the few free blocks take, and what a policy that displaces running work
-   admits: its steps then include that work).
+   admits: its steps then include that work). For a policy whose order drifts with time (``rekey_interval_s``),
+   also one periodic re-key of the waiting queues at each size, timed alone: the adapter does it at the first step
+   after each interval, so that step stalls for it, and a median step does not show it.
 
 ``--cpu-time`` times the scheduler-only steps by the thread's CPU time (``time.thread_time``) instead of the wall
 clock: on a machine shared with other work, the time slices it takes otherwise land in whichever steps they hit.
@@ -304,8 +306,10 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
     slos = {"ttft_slo_ms": SLO_TTFT_MS, "tpot_slo_ms": SLO_TPOT_MS} if args.slos else None
     step_ms: dict[str, list[float]] = {}
     admitted: dict[str, list[int]] = {}
+    rekey_ms: dict[str, list[float | None]] = {}
+    intervals: dict[str, float | None] = {}
     for policy in args.policies:
-        step_ms[policy], admitted[policy] = [], []
+        step_ms[policy], admitted[policy], rekey_ms[policy] = [], [], []
         for size in sizes:
             rng = random.Random(args.seed)
             harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
@@ -327,6 +331,8 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
                     started = time.perf_counter()
                     harness.step()
                     samples.append(time.perf_counter() - started)
+                rekey_ms[policy].append(_rekey_ms(harness.scheduler))
+                intervals[policy] = harness.scheduler.semsched_policy.rekey_interval_s
             finally:
                 gc.enable()
             # (what the blocks left take, and what a policy that displaces running work admits)
@@ -335,12 +341,26 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
     table = ResultTable(
         f"KV-bound queues: median step ms ({running} decoding, slots free, no waiting prompt fits)",
         ["policy", *(f"{size:,} waiting" for size in sizes), f"growth {sizes[0]:,} -> {sizes[-1]:,}",
-         "admitted meanwhile"],
+         "admitted meanwhile", *(f"re-key ms at {size:,}" for size in sizes), "re-key every s"],
     )
     for policy, values in step_ms.items():
+        interval = intervals[policy]
         table.add(policy, *(f"{value:.3f}" for value in values), f"{values[-1] / values[0]:.2f}x",
-                  " / ".join(map(str, admitted[policy])))
-    return table, {"sizes": sizes, "step_ms": step_ms, "admitted": admitted}
+                  " / ".join(map(str, admitted[policy])),
+                  *("-" if value is None else f"{value:.2f}" for value in rekey_ms[policy]),
+                  "-" if interval is None else f"{interval:g}")
+    return table, {"sizes": sizes, "step_ms": step_ms, "admitted": admitted, "rekey_ms": rekey_ms}
+
+
+def _rekey_ms(scheduler: Any) -> float | None:
+    """One periodic re-key of the adapter's waiting queues (what ``_maybe_rekey`` does once per
+    ``rekey_interval_s``), in ms; None for a policy that never re-keys."""
+    if scheduler.semsched_policy.rekey_interval_s is None:
+        return None
+    started = time.perf_counter()
+    scheduler.waiting.rekey()
+    scheduler.kv_holding_waiting.rekey()
+    return (time.perf_counter() - started) * 1e3
 
 
 def print_growth(console: Any, what: str, sizes: list[int], per_policy: dict[str, list[float]],

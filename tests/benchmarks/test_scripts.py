@@ -157,25 +157,31 @@ def test_batch_size_cost_smoke(tmp_path: Path) -> None:
 def test_vllm_overhead_scheduler_only_counts_the_steps_a_policy_spends_displacing(tmp_path: Path) -> None:
     """srpt ranks the queued short requests before the running ones, so some of its steps preempt and admit (work
     vLLM's own scheduler never does in this state); fcfs's and vLLM's steps are all steady. With ``--arrivals``
-    and ``--kv-queues``, each policy's bursts and KV-bound steps are timed at each size."""
+    and ``--kv-queues``, each policy's bursts and KV-bound steps are timed at each size, and the periodic re-key
+    of a policy that has one (tiered)."""
     payload = run_engine_script(
-        "vllm_overhead.py", "--scheduler-only", "--policies", "fcfs,srpt", "--running", "16", "--waiting", "40",
-        "--scheduler-steps", "30", "--scheduler-rounds", "2", "--arrivals", "--burst-sizes", "10,40",
-        "--kv-queues", "--kv-queue-sizes", "40,80", json_path=tmp_path / "overhead.json", table="| steady steps |",
+        "vllm_overhead.py", "--scheduler-only", "--policies", "fcfs,srpt,tiered", "--running", "16",
+        "--waiting", "40", "--scheduler-steps", "30", "--scheduler-rounds", "2", "--arrivals",
+        "--burst-sizes", "10,40", "--kv-queues", "--kv-queue-sizes", "40,80", json_path=tmp_path / "overhead.json",
+        table="| steady steps |",
     )
     for mode in ("sync", "async"):
         busy = payload["scheduler"][mode]["busy"]
-        assert {policy: len(flags) for policy, flags in busy.items()} == {"vllm": 30, "fcfs": 30, "srpt": 30}
+        assert {policy: len(flags) for policy, flags in busy.items()} == {"vllm": 30, "fcfs": 30, "srpt": 30,
+                                                                             "tiered": 30}
         assert not any(busy["vllm"]) and not any(busy["fcfs"])
         assert any(busy["srpt"])
     arrivals = payload["arrivals"]
     costs = arrivals["seconds_per_request"]
     assert arrivals["sizes"] == [10, 40]
-    assert {policy: len(per_size) for policy, per_size in costs.items()} == {"fcfs": 2, "srpt": 2}
+    assert {policy: len(per_size) for policy, per_size in costs.items()} == {"fcfs": 2, "srpt": 2, "tiered": 2}
     assert all(cost > 0 for per_size in costs.values() for cost in per_size)
     queues = payload["kv_queues"]
-    assert queues["sizes"] == [40, 80] and set(queues["step_ms"]) == {"fcfs", "srpt"}
+    assert queues["sizes"] == [40, 80] and set(queues["step_ms"]) == {"fcfs", "srpt", "tiered"}
     assert all(len(per_size) == 2 and min(per_size) > 0 for per_size in queues["step_ms"].values())
+    rekeys = queues["rekey_ms"]
+    assert rekeys["fcfs"] == rekeys["srpt"] == [None, None]  # (their order does not drift: no re-key)
+    assert len(rekeys["tiered"]) == 2 and all(ms > 0 for ms in rekeys["tiered"])
 
 
 @pytest.mark.vllm
