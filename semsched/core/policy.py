@@ -13,6 +13,8 @@ Hook summary (all times are arguments; a policy never reads a clock):
                        the core's keyed queue for a policy whose order is a per-step plan)
 ``aging_class``        optional, with ``rekey_interval_s``: classes whose order a re-key never changes (aging
                        at one rate per tier), so a re-key keys one request per class, not the whole queue
+``waiting_key_until``  optional, with ``rekey_interval_s``: until when a waiting request's key holds (keys that
+                       change at known times: starvation, a deadline), so a re-key keys only those due
 ``admit``              accept or reject an arriving request (explicit rejection, never a silent drop)
 ``victims_for``        which running requests a waiting request may displace when it does not fit
 ``victim_key``         victim order under KV-memory pressure (largest key is preempted first)
@@ -97,6 +99,13 @@ class PolicyConfig:
             if allowed and value not in allowed:
                 choices = " or ".join(repr(a) for a in allowed)
                 raise ValueError(f"{item.name} must be {choices}, got {value!r}")
+
+
+def key_holds_before(threshold_s: float) -> float:
+    """For :meth:`Policy.waiting_key_until`: a time a few float steps before ``threshold_s``, the instant a
+    condition such as ``now_s - entered_s >= wait_s`` turns (``entered_s + wait_s`` rounds either way, the
+    subtraction too), so that the answer is never late; ``math.inf`` stays."""
+    return threshold_s - 4.0 * math.ulp(threshold_s) if math.isfinite(threshold_s) else threshold_s
 
 
 def next_rekey_s(now_s: float, interval_s: float) -> float:
@@ -190,6 +199,16 @@ class Policy:
         The core's queue then keys only each class's first request at a re-key, not every waiting one (the
         order it pops is the same). Used only where :meth:`uses_hook` says so; the base one is never asked."""
         raise NotImplementedError(f"{self.name}: no aging classes")
+
+    def waiting_key_until(self, request: Request, now_s: float) -> float:
+        """For a policy with ``rekey_interval_s`` whose waiting keys change only at times known in advance (a
+        starvation threshold, a deadline): a time no later than the first after ``now_s`` at which
+        :meth:`waiting_key` of ``request`` may answer otherwise than at ``now_s``, while nothing happens to the
+        request and no other hook runs for it (``math.inf``: never). Asked right after ``waiting_key(request,
+        now_s)``. A keyed queue then re-keys, at each re-key, only the requests whose time has come (the order
+        is the same as re-keying all: an earlier answer costs a key, a later one changes the order). Used only
+        where :meth:`uses_hook` says so; the base one is never asked."""
+        raise NotImplementedError(f"{self.name}: no waiting_key_until")
 
     # ---- admission and preemption ------------------------------------------------------------------------
     def admit(self, request: Request, view: SchedulerView, now_s: float) -> Admission:

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, key_holds_before
 from semsched.core.request import LengthDistribution, Request
 from semsched.policies.cost_model import (
     CostDistribution,
@@ -285,6 +285,17 @@ class CostIndexPolicy(Policy):
         if self._slo_at_risk(request, now_s):
             return (0.0, request.ttft_deadline_s, request.arrival_time_s)
         return (1.0, self.index(request), request.arrival_time_s)
+
+    def waiting_key_until(self, request: Request, now_s: float) -> float:
+        """With ``slo_slack``, a protected request not yet started changes key when (1 - slo_slack) of its TTFT
+        SLO has passed and when all of it has; any other keeps its key while it waits."""
+        slack, slo = self.config.slo_slack, request.ttft_slo_s
+        if slack is None or slo is None or request.num_output_tokens > 0 \
+                or request.priority > self.config.protect_priority:
+            return math.inf
+        waited = now_s - request.arrival_time_s
+        turns = [edge for edge in ((1.0 - slack) * slo, slo) if waited < edge]
+        return key_holds_before(request.arrival_time_s + min(turns)) if turns else math.inf
 
     def _slo_at_risk(self, request: Request, now_s: float) -> bool:
         """Whether protected ``request`` has not started and has used (1 - slo_slack) of its TTFT SLO by

@@ -39,7 +39,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
+from semsched.core.policy import (
+    Policy,
+    PolicyConfig,
+    SchedulerView,
+    SortKey,
+    StepBudget,
+    key_holds_before,
+    next_rekey_s,
+)
 from semsched.core.request import Request
 from semsched.latency import load_profile
 from semsched.policies.kept_keys import KeptVictimKeys
@@ -276,6 +284,15 @@ class FastServe(Policy):
             self._promote(request, now_s)
             level = 0
         return (level, request.arrival_time_s)
+
+    def waiting_key_until(self, request: Request, now_s: float) -> float:
+        """A request below the top level is promoted when it has starved (``starve_s`` since it entered the
+        queue); one at the top, or any without starvation, keeps its key while it waits."""
+        state, starve_s = request.policy_state, self.config.starve_s
+        entered = state.get(_QUEUED)
+        if starve_s <= 0 or entered is None or self.level(request) == 0:
+            return math.inf
+        return key_holds_before(entered + starve_s)
 
     @property
     def victim_key(self) -> Callable[[Request], SortKey]:

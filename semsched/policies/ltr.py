@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, next_rekey_s
+from semsched.core.policy import (
+    Policy,
+    PolicyConfig,
+    SchedulerView,
+    SortKey,
+    StepBudget,
+    key_holds_before,
+    next_rekey_s,
+)
 from semsched.core.request import Request
 from semsched.policies.kept_keys import KeptVictimKeys
 from semsched.policies.registry import register_policy
@@ -258,6 +266,15 @@ class LTR(Policy):
             state[_QUEUED] = now_s
             self._count_quantum_from(request)
         return (*self.rank(request), request.arrival_time_s)
+
+    def waiting_key_until(self, request: Request, now_s: float) -> float:
+        """An unpromoted request's key changes when it has starved (``starve_s`` since it entered the queue);
+        a promoted one's, or any without starvation, holds while it waits."""
+        state, starve_s = request.policy_state, self.config.starve_s
+        entered = state.get(_QUEUED)
+        if starve_s <= 0 or entered is None or state.get(_LEFT, 0.0) > 0:
+            return math.inf
+        return key_holds_before(entered + starve_s)
 
     @property
     def victim_key(self) -> Callable[[Request], SortKey]:

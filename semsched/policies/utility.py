@@ -116,7 +116,7 @@ from functools import cached_property
 from typing import ClassVar, Literal
 
 from semsched.core.plan import Admission, PreemptionMode
-from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
+from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget, key_holds_before
 from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import load_profile
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
@@ -371,6 +371,23 @@ class Utility(Policy):
             return (_AT_RISK, self._tier(request), request.ttft_deadline_s, request.arrival_time_s)
         key = self._static_key(request)
         return (_LATE, *key[1:]) if key[0] == _BY_INDEX and self.late(request, now_s) else key
+
+    def waiting_key_until(self, request: Request, now_s: float) -> float:
+        """The key changes only where one of its conditions turns: starving (for good), the TTFT risk window
+        opening or closing, the TTFT or E2E deadline passing. The first of those still ahead (a starving
+        request's key never changes)."""
+        if self._starving(request, now_s):
+            return math.inf
+        starve_s = self.config.starve_s
+        turns = [request.policy_state[_QUEUED] + starve_s] if starve_s > 0 else []
+        window = self._risk_window(request)
+        if window is not None:
+            turns.extend(edge for edge in window if now_s < edge)
+        if request.num_output_tokens == 0 and now_s < request.ttft_deadline_s:
+            turns.append(request.ttft_deadline_s)
+        if now_s < request.e2e_deadline_s:
+            turns.append(request.e2e_deadline_s)
+        return key_holds_before(min(turns, default=math.inf))
 
     # ---- the waiting heaps ------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:

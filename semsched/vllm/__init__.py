@@ -8,13 +8,17 @@ Never imports the simulator, workloads, metrics, the calibration lab or the expe
 (``tests/test_layout.py``). User guide: docs/vllm.md.
 
 * ``scheduler``: ``Scheduler`` (and ``AsyncScheduler``), a subclass of vLLM's v1 scheduler that keeps vLLM's
-  KV manager and batch builder and steers them through the policy hooks: ``PolicyQueue`` (waiting order by
-  ``waiting_key``), displacement of every victim a step needs by the rules of
+  KV manager and batch builder and steers them through the policy hooks: the waiting queues of ``queues``,
+  displacement of every victim a step needs by the rules of
   :mod:`semsched.core.displacement`, ``running`` ordered by ``victim_key`` so that vLLM's FCFS-mode victim is
   the policy's (re-sorted only where its order can matter), ``step_budget``, the callbacks; admission
   rejections end as ``abort`` outputs with the reason in ``stop_reason``; hooks a policy does not override are
   not called; the active policy is logged once. Preemption is recompute only. Its module docstring is the
   full contract.
+* ``queues``: vLLM's waiting-queue interface in a policy's order: ``PolicyQueue`` (by ``waiting_key``; for keys
+  that drift, a re-key keys only the requests whose ``waiting_key_until`` has come), ``ClassedPolicyQueue``
+  (tiered's aging classes: one key per class at a re-key), ``PlanQueue`` (a fixed ``waiting_order``, read
+  lazily).
 * ``xargs``: per-request inputs (``priority``, ``vllm_xargs``: tier, SLOs, urgency, predicted lengths) and their
   validation (``parse_request_options``: sizes checked before conversion, near misses of semsched's keys
   refused with the key meant).

@@ -7,9 +7,10 @@ Use it with ``vllm serve MODEL --scheduler-cls semsched.vllm.Scheduler`` (or ``L
 vLLM keeps its KV-cache manager and its batch builder (``Scheduler.schedule``); the adapter never forks them.
 It steers them through the state they read, around each call:
 
-* **waiting order**: the waiting queues are :class:`PolicyQueue` objects ordered by ``waiting_key`` (re-keyed
-  every ``rekey_interval_s`` for time-dependent policies), or for a policy whose planned order is fixed when
-  made, :class:`PlanQueue` objects read lazily from its ``waiting_order``;
+* **waiting order**: the waiting queues (:mod:`semsched.vllm.queues`) are ordered by ``waiting_key`` (re-keyed
+  every ``rekey_interval_s`` for time-dependent policies: only the requests whose ``waiting_key_until`` has come,
+  or one per ``aging_class``, where the policy says), or for a policy whose planned order is fixed when made,
+  read lazily from its ``waiting_order``;
 * **waiting displaces running** (vLLM never does, vllm issue #40004): before vLLM builds the batch, the head of
   the waiting queue is checked against free KV blocks, sequence slots and token budget; if it cannot run, the
   policy's ``victims_for`` names running requests to preempt, and they are preempted only if together they make
@@ -37,21 +38,20 @@ Displacement and class gating follow :mod:`semsched.core.displacement`, the rule
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
 import operator
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as _VllmAsyncScheduler
-from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request as VllmRequest
@@ -83,6 +83,7 @@ from semsched.vllm.metrics import (
     tier_label,
     unexported_metrics_note,
 )
+from semsched.vllm.queues import ClassedPolicyQueue, PlanQueue, PolicyQueue
 from semsched.vllm.xargs import INVALID_REQUEST_PREFIX, REJECTED_PREFIX, parse_request_options
 
 # a child of vLLM's logger, so its lines reach vLLM's log handler and format in every vLLM process
@@ -107,246 +108,6 @@ def check_vllm_version(version: str) -> None:
 
 
 check_vllm_version(vllm.__version__)
-
-
-class _AdapterQueue(RequestQueue):
-    """What the adapter's waiting queues share: vLLM's prepends (preempted and skipped requests) go where the
-    policy puts them, and removal is by request id."""
-
-    def prepend_request(self, request: VllmRequest) -> None:
-        self.add_request(request)
-
-    def prepend_requests(self, requests: Iterable[VllmRequest]) -> None:
-        for request in requests:
-            self.add_request(request)
-
-    def remove_request(self, request: VllmRequest) -> None:
-        if not self._holds(request.request_id):
-            raise ValueError(f"request {request.request_id} is not in the queue")
-        self._discard(request)
-
-    def remove_requests(self, requests: Iterable[VllmRequest]) -> None:
-        for request in requests:
-            if self._holds(request.request_id):
-                self._discard(request)
-
-    def _holds(self, request_id: str) -> bool:
-        raise NotImplementedError
-
-    def _discard(self, request: VllmRequest) -> None:
-        raise NotImplementedError
-
-
-class PolicyQueue(_AdapterQueue):
-    """vLLM's waiting-queue interface, ordered by a policy key (smallest first); removal is lazy.
-
-    ``key`` is evaluated when a request is added (and on :meth:`rekey`); ties keep insertion order.
-    ``priority_counts`` tracks queue depth per vLLM priority in O(1) per operation (for metrics). While ``gate``
-    is set, the queue reads as empty (``bool``) when its head fails the gate, which stops vLLM's admission loop
-    there; the adapter sets it for one ``schedule()`` to keep other classes out under class-exclusive batching.
-    """
-
-    def __init__(self, key: Callable[[VllmRequest], SortKey]) -> None:
-        self._key = key
-        self._heap: list[tuple[SortKey, int, VllmRequest]] = []
-        self._live: dict[str, int] = {}  # request_id -> sequence number of its live heap entry
-        self._seq = itertools.count()
-        self.priority_counts: Counter[int] = Counter()
-        self.gate: Callable[[VllmRequest], bool] | None = None
-
-    def add_request(self, request: VllmRequest) -> None:
-        if request.request_id in self._live:
-            self._discard(request)
-        seq = next(self._seq)
-        self._live[request.request_id] = seq
-        self.priority_counts[request.priority] += 1
-        heapq.heappush(self._heap, (self._key(request), seq, request))
-
-    def pop_request(self) -> VllmRequest:
-        self._drop_dead()
-        if not self._heap:
-            raise IndexError("pop from an empty queue")
-        _, _, request = heapq.heappop(self._heap)
-        del self._live[request.request_id]
-        self.priority_counts[request.priority] -= 1
-        return request
-
-    def peek_request(self) -> VllmRequest:
-        self._drop_dead()
-        if not self._heap:
-            raise IndexError("peek from an empty queue")
-        return self._heap[0][2]
-
-    def bring_forward(self, request: VllmRequest) -> None:
-        """Put a live request ahead of every policy key (after those brought forward before it), for one step;
-        :meth:`rekey_request` puts it back."""
-        if request.request_id in self._live:
-            self._discard(request)
-            seq = next(self._seq)
-            self._live[request.request_id] = seq
-            self.priority_counts[request.priority] += 1
-            heapq.heappush(self._heap, ((-math.inf,), seq, request))
-
-    def rekey_request(self, request: VllmRequest) -> None:
-        """Recompute one live request's key (e.g. once its preemption count has changed); queued last among
-        equal keys, as a request enqueued now would be."""
-        if request.request_id in self._live:
-            self.add_request(request)
-
-    def rekey(self) -> None:
-        """Recompute every live key (O(n)), for policies whose order drifts with time."""
-        live = [(self._key(r), seq, r) for _, seq, r in self._heap if self._live.get(r.request_id) == seq]
-        heapq.heapify(live)
-        self._heap = live
-
-    def __bool__(self) -> bool:
-        if self.gate is None or not self._live:
-            return bool(self._live)
-        self._drop_dead()
-        return self.gate(self._heap[0][2])
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __iter__(self) -> Iterator[VllmRequest]:
-        live = sorted(e for e in self._heap if self._live.get(e[2].request_id) == e[1])
-        return (request for _, _, request in live)
-
-    def in_order(self) -> Generator[VllmRequest, None, None]:
-        """Live requests in queue order, lazily: O(log n) per request taken (use with
-        ``contextlib.closing``; the queue is restored when the iterator is closed or exhausted)."""
-        taken: list[tuple[SortKey, int, VllmRequest]] = []
-        try:
-            while True:
-                self._drop_dead()
-                if not self._heap:
-                    return
-                entry = heapq.heappop(self._heap)
-                taken.append(entry)
-                yield entry[2]
-        finally:
-            for entry in taken:
-                heapq.heappush(self._heap, entry)
-
-    def _holds(self, request_id: str) -> bool:
-        return request_id in self._live
-
-    def _discard(self, request: VllmRequest) -> None:
-        del self._live[request.request_id]
-        self.priority_counts[request.priority] -= 1
-
-    def _drop_dead(self) -> None:
-        heap, live = self._heap, self._live
-        while heap and live.get(heap[0][2].request_id) != heap[0][1]:
-            heapq.heappop(heap)
-
-
-class PlanQueue(_AdapterQueue):
-    """vLLM's waiting-queue interface, in the order of a policy's ``waiting_order`` (a plan made afresh each step),
-    taken lazily: a step costs what vLLM reads of the queue, not a key for every waiting request.
-
-    ``order`` gives the policy's order (an iterator over requests, made at each call); the queue reads it from
-    the front at its first read after any change (an addition, a re-key), skipping what is not in this queue,
-    and then offers what the order missed, oldest first, so no request is ever stranded. Requests brought forward
-    (:meth:`bring_forward`) come first, for one step. ``priority_counts`` and ``gate`` as in :class:`PolicyQueue`.
-
-    The order is read within one ``schedule()`` of vLLM's, during which the adapter updates no shadow, so it is
-    used for a policy whose order is fixed when made (``Policy.waiting_order_fixed``: vtc, slide-batching).
-    utility's lazy walk, for one, asks the head again after each admission: it keeps the keyed queue.
-    """
-
-    def __init__(self, order: Callable[[], Iterable[VllmRequest]]) -> None:
-        self._order = order
-        self._members: dict[str, VllmRequest] = {}  # in the order they were added
-        self._forward: dict[str, VllmRequest] = {}
-        self._cursor: Iterator[VllmRequest] | None = None
-        self._head: VllmRequest | None = None
-        self.priority_counts: Counter[int] = Counter()
-        self.gate: Callable[[VllmRequest], bool] | None = None
-
-    def add_request(self, request: VllmRequest) -> None:
-        if request.request_id in self._members:
-            self._discard(request)
-        self._members[request.request_id] = request
-        self.priority_counts[request.priority] += 1
-        self.rekey()
-
-    def pop_request(self) -> VllmRequest:
-        request = self._peek()
-        if request is None:
-            raise IndexError("pop from an empty queue")
-        self._discard(request)
-        return request
-
-    def peek_request(self) -> VllmRequest:
-        request = self._peek()
-        if request is None:
-            raise IndexError("peek from an empty queue")
-        return request
-
-    def bring_forward(self, request: VllmRequest) -> None:
-        """Put a queued request ahead of the policy's order (after those brought forward before it), for one step;
-        :meth:`rekey_request` puts it back."""
-        if request.request_id in self._members:
-            self._forward[request.request_id] = request
-            self.rekey()
-
-    def rekey_request(self, request: VllmRequest) -> None:
-        """Back to the policy's order (from :meth:`bring_forward`, or after its progress changed)."""
-        self._forward.pop(request.request_id, None)
-        self.rekey()
-
-    def rekey(self) -> None:
-        """Read the policy's order afresh at the next read."""
-        self._cursor = None
-        self._head = None
-
-    def in_order(self) -> Generator[VllmRequest, None, None]:
-        """The queued requests in order, lazily (a pass of its own: the queue's reads do not move)."""
-        return self._ordered()
-
-    def __bool__(self) -> bool:
-        if self.gate is None or not self._members:
-            return bool(self._members)
-        head = self._peek()
-        return head is not None and self.gate(head)
-
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def __iter__(self) -> Iterator[VllmRequest]:
-        return iter(list(self._ordered()))
-
-    def _peek(self) -> VllmRequest | None:
-        head = self._head
-        if head is not None and head.request_id in self._members:
-            return head
-        if self._cursor is None:
-            self._cursor = self._ordered()
-        self._head = next(self._cursor, None)
-        return self._head
-
-    def _ordered(self) -> Generator[VllmRequest, None, None]:
-        members, seen = self._members, set()
-        for request in itertools.chain(list(self._forward.values()), self._order(), _listed_later(members)):
-            request_id = request.request_id
-            if request_id not in seen and request_id in members:
-                seen.add(request_id)
-                yield request
-
-    def _holds(self, request_id: str) -> bool:
-        return request_id in self._members
-
-    def _discard(self, request: VllmRequest) -> None:
-        held = self._members.pop(request.request_id)
-        self._forward.pop(request.request_id, None)
-        self.priority_counts[held.priority] -= 1
-
-
-def _listed_later(members: dict[str, VllmRequest]) -> Iterator[VllmRequest]:
-    """``members``' requests as they stand once the iteration reaches them (a step that reads only the head of
-    a queue walks none of it)."""
-    yield from list(members.values())
 
 
 @dataclass(slots=True)
@@ -488,8 +249,8 @@ class Scheduler(_VllmScheduler):
             self.waiting: PolicyQueue | PlanQueue = PlanQueue(self._policy_order)
             self.kv_holding_waiting: PolicyQueue | PlanQueue = PlanQueue(self._policy_order)
         else:
-            self.waiting = PolicyQueue(self._waiting_key)
-            self.kv_holding_waiting = PolicyQueue(self._waiting_key)
+            self.waiting = self._keyed_queue()
+            self.kv_holding_waiting = self._keyed_queue()
         self.metrics: AdapterMetrics = adapter_metrics()
         self._view = _EngineView(self)
         self._custom_running_order = policy.uses_hook("running_order")
@@ -669,13 +430,45 @@ class Scheduler(_VllmScheduler):
             if entry is not None:
                 yield entry.request
 
-    def _waiting_key(self, request: VllmRequest) -> SortKey:
+    def _keyed_queue(self) -> PolicyQueue:
+        """A waiting queue in ``waiting_key`` order; for a policy whose keys drift, one whose re-key keys only
+        what may have changed where the policy says what that is (aging classes, or when each key may change)."""
+        policy, clock = self.semsched_policy, self._clock
+        if policy.rekey_interval_s is not None:
+            if policy.uses_hook("aging_class"):
+                return ClassedPolicyQueue(self._waiting_key, clock, class_of=self._aging_class)
+            if policy.uses_hook("waiting_key_until"):
+                return PolicyQueue(self._waiting_key, clock, until=self._waiting_key_until)
+        return PolicyQueue(self._waiting_key, clock)
+
+    def _clock(self) -> float:
+        """The engine's time at this call (the keyed queues key at it)."""
+        return self._now_s
+
+    def _waiting_shadow(self, request: VllmRequest) -> Request | None:
         entry = self._tracked.get(request.request_id)
         if entry is None:  # not admitted through add_request (cannot happen via the engine): FCFS
-            return (float(request.arrival_time),)
+            return None
         shadow = self._refresh(entry)
         shadow.state = RequestState.WAITING if shadow.num_preemptions == 0 else RequestState.PREEMPTED_RECOMPUTE
-        return self.semsched_policy.waiting_key(shadow, self._now_s)
+        return shadow
+
+    def _waiting_key(self, request: VllmRequest, now: float) -> SortKey:
+        shadow = self._waiting_shadow(request)
+        if shadow is None:
+            return (float(request.arrival_time),)
+        return self.semsched_policy.waiting_key(shadow, now)
+
+    def _waiting_key_until(self, request: VllmRequest, now: float) -> float:
+        shadow = self._waiting_shadow(request)
+        return math.inf if shadow is None else self.semsched_policy.waiting_key_until(shadow, now)
+
+    def _aging_class(self, request: VllmRequest) -> tuple[int, float]:
+        """(aging class, arrival) of a waiting request; one the adapter does not track has a class of its own."""
+        shadow = self._waiting_shadow(request)
+        if shadow is None:
+            return (-1, float(request.arrival_time))  # (never reached: every queued request is tracked)
+        return (self.semsched_policy.aging_class(shadow), shadow.arrival_time_s)
 
     # ---- admission ---------------------------------------------------------------------------------------
     def add_request(self, request: VllmRequest) -> None:

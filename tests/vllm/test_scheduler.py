@@ -28,7 +28,8 @@ from semsched.policies import POLICIES, make_policy, register_policy
 from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.vllm.config import AdapterConfigError
 from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
-from semsched.vllm.scheduler import PlanQueue, PolicyQueue, UnsupportedVllmError, check_vllm_version
+from semsched.vllm.queues import PlanQueue, PolicyQueue
+from semsched.vllm.scheduler import UnsupportedVllmError, check_vllm_version
 from tests.support import CallCounter
 
 ADAPTER = "semsched.vllm.Scheduler"
@@ -443,6 +444,62 @@ def test_semantic_certificates_change_no_vllm_step(
     assert used > 20
 
 
+class _SteppingClock:
+    """``time`` for the adapter's module with a ``time()`` that moves 50 ms at each call, so that a run of a few
+    hundred steps spans several re-key intervals, the same in every run."""
+
+    monotonic = staticmethod(time.monotonic)
+    perf_counter = staticmethod(time.perf_counter)
+
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def time(self) -> float:
+        self.now += 0.05
+        return self.now
+
+
+@SCHEDULING
+@pytest.mark.parametrize("policy", ["tiered:aging_per_s=1.0", "ltr:starve_s=2", "fastserve:starve_s=2",
+                                    "utility:starve_s=4;risk_slack=0.6"])
+def test_a_rekey_of_only_what_may_have_changed_schedules_what_a_full_rekey_does(
+    tiny_model_dir: Path, async_scheduling: bool, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside vLLM, the queue that re-keys only what may have changed (tiered: one request per aging class;
+    ltr, fastserve, utility: the requests whose key's time has come) schedules, step by step, what re-keying every
+    waiting request schedules; and the re-keys matter here (without them the schedule differs)."""
+    from semsched.vllm import scheduler as adapter
+
+    def full_walk(self: Any) -> PolicyQueue:
+        return PolicyQueue(self._waiting_key, self._clock)
+
+    schedules, queues = [], []
+    for mode in ("full", "incremental", "never"):
+        with monkeypatch.context() as patch:
+            clock = _SteppingClock()
+            patch.setattr(adapter, "time", clock)
+            if mode == "full":
+                patch.setattr(adapter.Scheduler, "_keyed_queue", full_walk)
+            if mode == "never":
+                patch.setattr(adapter.Scheduler, "_maybe_rekey", lambda self, now: None)
+            h = _harness(tiny_model_dir, policy, max_num_seqs=4, num_blocks=40, async_scheduling=async_scheduling)
+            queues.append(type(h.scheduler.waiting).__name__)
+            rng = random.Random(3)
+            records, added = [], 0
+            while added < 40 or h.has_work():
+                if added < 40 and rng.random() < 0.5:  # arrivals over the first ~80 steps; a few with a TTFT SLO
+                    slo = {"ttft_slo_ms": 3000} if added % 4 == 0 else None
+                    h.add(f"r{added}", _prompt(rng, rng.choice([16, 40, 120])), rng.randrange(4, 60),
+                          priority=rng.randrange(3), arrival_time=clock.now, extra_args=slo)
+                    added += 1
+                records.append(h.step())
+        schedules.append([(r.num_scheduled_tokens, sorted(r.preempted), sorted(f.request_id for f in r.finished))
+                          for r in records])
+    assert queues[1] == ("ClassedPolicyQueue" if policy.startswith("tiered") else "PolicyQueue")
+    assert schedules[0] == schedules[1]
+    assert schedules[2] != schedules[1]
+
+
 @SCHEDULING
 def test_invalid_xargs_abort_only_that_request(tiny_model_dir: Path, async_scheduling: bool) -> None:
     h = _harness(tiny_model_dir, "priority-preempt", async_scheduling=async_scheduling)
@@ -611,7 +668,7 @@ class _FakeRequest:
 
 
 def test_policy_queue_orders_by_key_and_removes_lazily() -> None:
-    queue = PolicyQueue(lambda r: (r.priority, r.arrival_time))
+    queue = PolicyQueue(lambda r, now: (r.priority, r.arrival_time), clock=lambda: 0.0)
     requests = [_FakeRequest(f"r{i}", priority=i % 3, arrival_time=float(10 - i)) for i in range(9)]
     for request in requests:
         queue.add_request(request)  # type: ignore[arg-type]
