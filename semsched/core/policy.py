@@ -108,6 +108,19 @@ def key_holds_before(threshold_s: float) -> float:
     return threshold_s - 4.0 * math.ulp(threshold_s) if math.isfinite(threshold_s) else threshold_s
 
 
+def describes_waiting_keys(policy: Policy, hook: str) -> bool:
+    """Whether a queue may rely on what ``hook`` (``aging_class`` or ``waiting_key_until``) says of ``policy``'s
+    waiting keys: the policy uses it, and it was written with the ``waiting_key`` the policy has (defined by the
+    same class or a subclass of it). A subclass that redefines ``waiting_key`` alone is re-keyed in full, not
+    ordered by what its parent says of another key."""
+    if not policy.uses_hook(hook):
+        return False
+    mro = type(policy).__mro__
+    defines_hook = next(cls for cls in mro if hook in vars(cls))
+    defines_key = next(cls for cls in mro if "waiting_key" in vars(cls))
+    return issubclass(defines_hook, defines_key)
+
+
 def next_rekey_s(now_s: float, interval_s: float) -> float:
     """When the waiting queue is next re-keyed after a re-key at ``now_s``: the next multiple of ``interval_s``.
     A fixed grid rather than ``now_s + interval_s``, so the re-key times do not depend on which instants the
@@ -197,7 +210,8 @@ class Policy:
         class of ``request``, such that at any one time ``waiting_key`` is non-decreasing in arrival time within
         a class, and a request's class and arrival never change while it waits (aging at one rate per tier).
         The core's queue then keys only each class's first request at a re-key, not every waiting one (the
-        order it pops is the same). Used only where :meth:`uses_hook` says so; the base one is never asked."""
+        order it pops is the same). Used only where :meth:`uses_hook` says so, and only with the ``waiting_key``
+        it was written for (:func:`describes_waiting_keys`); the base one is never asked."""
         raise NotImplementedError(f"{self.name}: no aging classes")
 
     def waiting_key_until(self, request: Request, now_s: float) -> float:
@@ -207,7 +221,8 @@ class Policy:
         request and no other hook runs for it (``math.inf``: never). Asked right after ``waiting_key(request,
         now_s)``. A keyed queue then re-keys, at each re-key, only the requests whose time has come (the order
         is the same as re-keying all: an earlier answer costs a key, a later one changes the order). Used only
-        where :meth:`uses_hook` says so; the base one is never asked."""
+        where :meth:`uses_hook` says so, and only with the ``waiting_key`` it was written for
+        (:func:`describes_waiting_keys`); the base one is never asked."""
         raise NotImplementedError(f"{self.name}: no waiting_key_until")
 
     # ---- admission and preemption ------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from semsched.core.plan import (
     ScheduledChunk,
     StepResult,
 )
-from semsched.core.policy import Policy, StepBudget, next_rekey_s
+from semsched.core.policy import Policy, StepBudget, describes_waiting_keys, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState, TokenTimeline
 
 
@@ -247,7 +247,7 @@ class Scheduler:
             enable_prefix_caching=config.enable_prefix_caching,
         )
         self.timeline = TokenTimeline()
-        aged = policy.rekey_interval_s is not None and policy.uses_hook("aging_class")
+        aged = policy.rekey_interval_s is not None and describes_waiting_keys(policy, "aging_class")
         self._waiting = _ClassedWaitingQueue(policy.aging_class) if aged else _WaitingQueue()
         self._running: list[Request] = []
         self._running_sorted = True  # in ascending victim_key order (removals keep it; a late joiner clears it)

@@ -70,7 +70,7 @@ from semsched.core.displacement import (
 )
 from semsched.core.kv import Reservation, blocks_for
 from semsched.core.plan import PreemptionMode, PreemptionReason
-from semsched.core.policy import Policy, SortKey, StepBudget, next_rekey_s
+from semsched.core.policy import Policy, SortKey, StepBudget, describes_waiting_keys, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
 from semsched.core.scheduler import charge_service, drop_reason, static_victim_order
 from semsched.core.tiers import DEFAULT_TIERS
@@ -435,9 +435,9 @@ class Scheduler(_VllmScheduler):
         what may have changed where the policy says what that is (aging classes, or when each key may change)."""
         policy, clock = self.semsched_policy, self._clock
         if policy.rekey_interval_s is not None:
-            if policy.uses_hook("aging_class"):
+            if describes_waiting_keys(policy, "aging_class"):
                 return ClassedPolicyQueue(self._waiting_key, clock, class_of=self._aging_class)
-            if policy.uses_hook("waiting_key_until"):
+            if describes_waiting_keys(policy, "waiting_key_until"):
                 return PolicyQueue(self._waiting_key, clock, until=self._waiting_key_until)
         return PolicyQueue(self._waiting_key, clock)
 

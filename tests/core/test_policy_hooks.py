@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from semsched.core.plan import PreemptionMode, StepResult
-from semsched.core.policy import Policy, SchedulerView, SortKey
+from semsched.core.policy import Policy, SchedulerView, SortKey, describes_waiting_keys
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler, SchedulerConfig, _ClassedWaitingQueue, _WaitingQueue
 from semsched.latency import load_profile
@@ -104,6 +104,43 @@ def test_aging_classes_are_asked_only_where_the_policy_has_them() -> None:
     assert isinstance(Scheduler(SchedulerConfig(), AgingByClass())._waiting, _ClassedWaitingQueue)
     assert not isinstance(Scheduler(SchedulerConfig(), Aging())._waiting, _ClassedWaitingQueue)
     assert not isinstance(Scheduler(SchedulerConfig(), Policy())._waiting, _ClassedWaitingQueue)
+
+
+class FasterAgingByClass(AgingByClass):
+    """A subclass that changes the key and not the classes: its parent's classes do not describe it."""
+
+    name: ClassVar[str] = "test-aging-classes-faster"
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        waited = now_s - request.arrival_time_s
+        return (request.priority - 2.0 * waited * request.priority, request.arrival_time_s)
+
+
+class FasterAgingByItsClass(FasterAgingByClass):
+    name: ClassVar[str] = "test-aging-classes-faster-own"
+
+    def aging_class(self, request: Request) -> int:
+        return request.priority
+
+
+def test_a_subclass_that_redefines_the_key_alone_is_rekeyed_in_full() -> None:
+    """``aging_class`` (and ``waiting_key_until``) describe the ``waiting_key`` they were written with: a subclass
+    that redefines the key alone gets the full re-key, in the core and inside vLLM; one that redefines both keeps
+    its classes."""
+    assert describes_waiting_keys(AgingByClass(), "aging_class")
+    assert not describes_waiting_keys(FasterAgingByClass(), "aging_class")
+    assert describes_waiting_keys(FasterAgingByItsClass(), "aging_class")
+    assert not isinstance(Scheduler(SchedulerConfig(), FasterAgingByClass())._waiting, _ClassedWaitingQueue)
+    assert isinstance(Scheduler(SchedulerConfig(), FasterAgingByItsClass())._waiting, _ClassedWaitingQueue)
+    ltr = make_policy("ltr:starve_s=5")
+
+    class OwnLtr(type(ltr)):  # type: ignore[misc]
+        def waiting_key(self, request: Request, now_s: float) -> SortKey:
+            return (now_s - request.arrival_time_s,)
+
+    assert describes_waiting_keys(ltr, "waiting_key_until")
+    assert not describes_waiting_keys(OwnLtr(ltr.config), "waiting_key_until")
+    assert not describes_waiting_keys(Aging(), "waiting_key_until")  # (not defined: never asked)
 
 
 def test_aging_classes_schedule_as_the_full_rekey_does() -> None:

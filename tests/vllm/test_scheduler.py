@@ -25,6 +25,7 @@ from semsched.core.request import Request as CoreRequest
 from semsched.core.scheduler import Scheduler as CoreScheduler
 from semsched.core.scheduler import SchedulerConfig as CoreSchedulerConfig
 from semsched.policies import POLICIES, make_policy, register_policy
+from semsched.policies.ltr import LTR
 from semsched.policies.priority_preempt import PriorityPreempt
 from semsched.vllm.config import AdapterConfigError
 from semsched.vllm.harness import Finished, HarnessConfig, SchedulerHarness
@@ -126,10 +127,20 @@ class _CountsTokens(PriorityPreempt):
         return super().victims_for(candidate, running, view, now_s)
 
 
+class _OwnKeyLtr(LTR):
+    """ltr with a key of its own that drifts otherwise: what ltr says of its keys' times does not describe it."""
+
+    name: ClassVar[str] = "test-own-key-ltr"
+
+    def waiting_key(self, request: Request, now_s: float) -> tuple[float, ...]:
+        return (-(now_s - request.arrival_time_s) * request.priority, request.arrival_time_s)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _test_policies() -> Iterator[None]:
     """Registered only while this module runs, so no other test sees them in ``semsched policies``."""
-    classes = (_RejectLong, _SmallSteps, _OnlyPriority, _LatestFirst, _LatestFirstOnlyOrders, _CountsTokens)
+    classes = (_RejectLong, _SmallSteps, _OnlyPriority, _LatestFirst, _LatestFirstOnlyOrders, _CountsTokens,
+               _OwnKeyLtr)
     for cls in classes:
         register_policy(cls)
     yield
@@ -724,6 +735,20 @@ def test_a_plan_queue_serves_only_a_policy_whose_order_is_fixed_when_made(tiny_m
         h = _harness(tiny_model_dir, policy, num_blocks=64, max_num_seqs=4)
         assert type(h.scheduler.waiting) is queue_class, policy
         assert type(h.scheduler.kv_holding_waiting) is queue_class, policy
+
+def test_a_rekey_keys_only_what_may_have_changed_where_the_policy_says_so(tiny_model_dir: Path) -> None:
+    """The keyed queue's re-key follows what the policy says of its keys: ltr's times, tiered's aging classes;
+    a subclass with a key of its own (and tiered with fair shares, whose short class is known only at a re-key)
+    is re-keyed in full."""
+    expected = {"ltr:starve_s=2": ("PolicyQueue", True), "tiered": ("ClassedPolicyQueue", False),
+                "test-own-key-ltr:starve_s=2": ("PolicyQueue", False),
+                "tiered:fair_shares=0.5/0.3/0.2": ("PolicyQueue", False)}
+    for policy, (queue_class, timed) in expected.items():
+        h = _harness(tiny_model_dir, policy, num_blocks=64, max_num_seqs=4)
+        for queue in (h.scheduler.waiting, h.scheduler.kv_holding_waiting):
+            assert type(queue).__name__ == queue_class, policy
+            assert (queue._until is not None) == timed, policy
+
 
 def test_a_burst_of_arrivals_costs_slide_batching_one_plan_not_one_each(tiny_model_dir: Path) -> None:
     """vLLM keys each request added to its queue; slide-batching's key is a rank in a plan over every request, made
