@@ -110,6 +110,8 @@ class PolicyQueue(_AdapterQueue):
         request = entry[3]
         del self._live[request.request_id]
         self.priority_counts[request.priority] -= 1
+        if self._until is not None:
+            self._stale += 1  # (its time stays in the second heap)
         self._left(entry)
         return request
 

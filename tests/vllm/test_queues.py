@@ -178,3 +178,32 @@ def test_a_rekey_costs_what_may_have_changed_not_the_queue() -> None:
     assert _costs(classed, _aged_key, clock, 3000) == 3
     due = PolicyQueue(_stepped_key, clock, until=lambda r, now: min(t for t in r.turns if t > now))  # type: ignore
     assert _costs(due, _stepped_key, clock, 3000) == 0
+
+
+@pytest.mark.parametrize("churn", [False, True])
+def test_the_heaps_stay_within_a_bound_of_the_queue(churn: bool) -> None:
+    """A server's queue sees every request once: requests that pass through (popped; with ``churn`` also removed,
+    re-keyed, brought forward) leave no more than a bounded number of stale entries behind, whatever their
+    number."""
+    clock = _Clock()
+    queues = [PolicyQueue(_stepped_key, clock, until=lambda r, now: math.inf),  # type: ignore[arg-type]
+              ClassedPolicyQueue(_aged_key, clock, class_of=lambda r: (r.priority, r.arrival_time))]  # type: ignore
+    for queue in queues:
+        rng = random.Random(4)
+        for i in range(20_000):
+            request = _FakeRequest(f"r{i}", i % 3, clock.now)
+            queue.add_request(request)  # type: ignore[arg-type]
+            if churn and i % 7 == 0:
+                queue.bring_forward(request)  # type: ignore[arg-type]
+            if churn and i % 5 == 0:
+                queue.rekey_request(request)  # type: ignore[arg-type]
+            if i % 100 == 0:
+                clock.now += 1.0
+                queue.rekey()
+            while len(queue) > 50:
+                if not churn or rng.random() < 0.5:
+                    queue.pop_request()
+                else:
+                    queue.remove_request(queue.peek_request())
+        members = sum(len(m) for m in getattr(queue, "_classes", {}).values())
+        assert len(queue._heap) + len(queue._due) + members <= 4 * (len(queue) + 64)
