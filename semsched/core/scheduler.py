@@ -119,8 +119,8 @@ class _WaitingQueue:
     def __iter__(self) -> Iterator[Request]:
         return (r for _, s, r in self._heap if s not in self._removed)
 
-    def rekey(self, key: Callable[[Request], tuple[float, ...]]) -> None:
-        """Recompute every live entry's key (O(n)); enqueue order still breaks ties."""
+    def rekey(self, key: Callable[[Request], tuple[float, ...]], now_s: float) -> None:
+        """Recompute every live entry's key at ``now_s`` (``key``; O(n)); enqueue order still breaks ties."""
         live = [(key(r), seq, r) for _, seq, r in self._heap if seq not in self._removed]
         heapq.heapify(live)
         self._heap = live
@@ -167,7 +167,7 @@ class _ClassedWaitingQueue(_WaitingQueue):
         for entries in self._classes.values():
             yield from (r for _, s, r in entries if s not in removed and s not in heads)
 
-    def rekey(self, key: Callable[[Request], tuple[float, ...]]) -> None:
+    def rekey(self, key: Callable[[Request], tuple[float, ...]], now_s: float) -> None:
         """Move the requests enqueued since the last re-key into their classes, then key each class's first."""
         self._key = key
         removed, heads, classes, class_of = self._removed, self._heads, self._classes, self._class_of
@@ -226,6 +226,91 @@ class _ClassedWaitingQueue(_WaitingQueue):
             self._advance(seq)
 
 
+class _TimedWaitingQueue(_WaitingQueue):
+    """The same queue, popping in the same order, for a policy that says until when each waiting key holds
+    (``Policy.waiting_key_until``: keys that change at known times). A re-key keys the requests enqueued since the
+    last one (as the full re-key does) and those whose time has come, not every waiting one; a second heap holds
+    each request's time. Entries are (key, enqueue sequence, version, request): a re-key keeps the sequence, which
+    breaks ties as in :class:`_WaitingQueue`, and gives a new version, which tells the live entry from stale ones
+    (``_ids`` maps a request to its live entry's version). The base class's heap stays empty."""
+
+    def __init__(self, until: Callable[[Request, float], float]) -> None:
+        super().__init__()
+        self._until = until
+        self._entries: list[tuple[tuple[float, ...], int, int, Request]] = []
+        #: (time its key may change, version, entry), for the entries keyed at a re-key
+        self._due: list[tuple[float, int, tuple[tuple[float, ...], int, int, Request]]] = []
+        self._fresh: list[tuple[tuple[float, ...], int, int, Request]] = []  # enqueued since the last re-key
+        self._versions = itertools.count()
+        self._stale = 0  # entries made stale since the heaps were last rebuilt (an upper bound)
+
+    def push(self, key: tuple[float, ...], request: Request) -> None:
+        version = next(self._versions)
+        entry = (key, next(self._seq), version, request)
+        self._ids[request.request_id] = version
+        heapq.heappush(self._entries, entry)
+        self._fresh.append(entry)
+
+    def peek(self) -> Request | None:
+        self._drop_removed()
+        return self._entries[0][3] if self._entries else None
+
+    def pop(self) -> Request:
+        self._drop_removed()
+        request = heapq.heappop(self._entries)[3]
+        del self._ids[request.request_id]
+        self._stale += 1  # (its time, if it has one, stays in the second heap)
+        return request
+
+    def remove(self, request_id: str) -> bool:
+        if self._ids.pop(request_id, None) is None:
+            return False
+        self._stale += 1
+        if self._stale > 64 + len(self._ids):
+            self._compact()
+        return True
+
+    def __iter__(self) -> Iterator[Request]:
+        ids = self._ids
+        return (e[3] for e in self._entries if ids.get(e[3].request_id) == e[2])
+
+    def rekey(self, key: Callable[[Request], tuple[float, ...]], now_s: float) -> None:
+        """Key the requests enqueued since the last re-key and those whose time has come, at ``now_s``."""
+        ids, due = self._ids, self._due
+        todo = [e for e in self._fresh if ids.get(e[3].request_id) == e[2]]
+        self._fresh = []
+        while due and due[0][0] <= now_s:
+            _, version, entry = heapq.heappop(due)
+            if ids.get(entry[3].request_id) == version:
+                todo.append(entry)
+        for entry in todo:  # (timed after the pops: a time given early is asked again at the next re-key)
+            request = entry[3]
+            fresh = key(request)
+            if fresh != entry[0]:
+                version = next(self._versions)
+                entry = (fresh, entry[1], version, request)
+                ids[request.request_id] = version
+                heapq.heappush(self._entries, entry)
+                self._stale += 1
+            heapq.heappush(due, (self._until(request, now_s), entry[2], entry))
+        if self._stale > 64 + len(ids):
+            self._compact()
+
+    def _compact(self) -> None:
+        ids = self._ids
+        self._entries = [e for e in self._entries if ids.get(e[3].request_id) == e[2]]
+        heapq.heapify(self._entries)
+        self._due = [d for d in self._due if ids.get(d[2][3].request_id) == d[1]]
+        heapq.heapify(self._due)
+        self._fresh = [e for e in self._fresh if ids.get(e[3].request_id) == e[2]]
+        self._stale = 0
+
+    def _drop_removed(self) -> None:
+        entries, ids = self._entries, self._ids
+        while entries and ids.get(entries[0][3].request_id) != entries[0][2]:
+            heapq.heappop(entries)
+
+
 class Scheduler:
     """Owns waiting and running requests and the KV accounting for one engine instance.
 
@@ -247,8 +332,13 @@ class Scheduler:
             enable_prefix_caching=config.enable_prefix_caching,
         )
         self.timeline = TokenTimeline()
-        aged = policy.rekey_interval_s is not None and describes_waiting_keys(policy, "aging_class")
-        self._waiting = _ClassedWaitingQueue(policy.aging_class) if aged else _WaitingQueue()
+        rekeys = policy.rekey_interval_s is not None and not policy.uses_hook("waiting_order")
+        if rekeys and describes_waiting_keys(policy, "aging_class"):
+            self._waiting: _WaitingQueue = _ClassedWaitingQueue(policy.aging_class)
+        elif rekeys and describes_waiting_keys(policy, "waiting_key_until"):
+            self._waiting = _TimedWaitingQueue(policy.waiting_key_until)
+        else:
+            self._waiting = _WaitingQueue()
         self._running: list[Request] = []
         self._running_sorted = True  # in ascending victim_key order (removals keep it; a late joiner clears it)
         self._static_victim_order = static_victim_order(policy)
@@ -664,7 +754,7 @@ class Scheduler:
         if interval is None or self._waiting_order is not None or now_s < self._next_rekey_s:
             return
         self._next_rekey_s = next_rekey_s(now_s, interval)
-        self._waiting.rekey(lambda request: self.policy.waiting_key(request, now_s))
+        self._waiting.rekey(lambda request: self.policy.waiting_key(request, now_s), now_s)
 
     def _enforce_exclusive(self, plan: BatchPlan, step: _StepState, now_s: float) -> None:
         """Class-exclusive batching: preempt running requests of a less important class than the best

@@ -1,6 +1,7 @@
 """The hooks later policies rely on: time-dependent re-keying, partial swap, running order."""
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -10,7 +11,13 @@ import pytest
 from semsched.core.plan import PreemptionMode, StepResult
 from semsched.core.policy import Policy, SchedulerView, SortKey, describes_waiting_keys
 from semsched.core.request import Request, RequestState
-from semsched.core.scheduler import Scheduler, SchedulerConfig, _ClassedWaitingQueue, _WaitingQueue
+from semsched.core.scheduler import (
+    Scheduler,
+    SchedulerConfig,
+    _ClassedWaitingQueue,
+    _TimedWaitingQueue,
+    _WaitingQueue,
+)
 from semsched.latency import load_profile
 from semsched.policies import make_policy
 from semsched.policies.priority_preempt import PriorityPreempt
@@ -47,7 +54,7 @@ def _key_at(policy: Policy, now_s: float, request: Request) -> SortKey:
     return policy.waiting_key(request, now_s)
 
 
-def _queue_ops(seed: int, policy: Policy, queues: Sequence[_WaitingQueue]) -> list[str]:
+def _queue_ops(seed: int, policy: Policy, queues: Sequence[_WaitingQueue], **fields: object) -> list[str]:
     """Random pushes, removals, pops, peeks, re-keys and compactions applied to each of ``queues`` alike, with
     ``policy``'s keys at a clock that moves forward; arrivals on a coarse grid, so that keys tie. Returns what
     the first queue popped and peeked, after checking every queue answered the same."""
@@ -57,7 +64,8 @@ def _queue_ops(seed: int, policy: Policy, queues: Sequence[_WaitingQueue]) -> li
         op = rng.random()
         if op < 0.45 or not live:
             request = make_request(f"r{serial}", arrival=max(0.0, now - float(rng.integers(0, 40)) / 4),
-                                   priority=int(rng.integers(0, 4)), num_preemptions=int(rng.integers(0, 3)))
+                                   priority=int(rng.integers(0, 4)), num_preemptions=int(rng.integers(0, 3)),
+                                   **fields)
             serial += 1
             key = policy.waiting_key(request, now)
             for queue in queues:
@@ -76,7 +84,7 @@ def _queue_ops(seed: int, policy: Policy, queues: Sequence[_WaitingQueue]) -> li
             now += float(rng.exponential(1.0))
             key_at = functools.partial(_key_at, policy, now)  # (the classed queue keeps it for later heads)
             for queue in queues:
-                queue.rekey(key_at)
+                queue.rekey(key_at, now)
         elif op < 0.97:
             for queue in queues:
                 queue._compact()
@@ -87,6 +95,25 @@ def _queue_ops(seed: int, policy: Policy, queues: Sequence[_WaitingQueue]) -> li
         assert {len(queue) for queue in queues} == {len(live)}
         assert all(sorted(r.request_id for r in queue) == sorted(live) for queue in queues)
     return seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("spec", ["gittins:slo_slack=0.5;protect_priority=2",
+                                  "mean:slo_slack=0.2;protect_priority=1"])
+def test_a_queue_that_keys_only_what_is_due_pops_what_a_full_rekey_would(seed: int, spec: str) -> None:
+    """A cost-index policy with ``slo_slack`` says when a waiting key changes (its TTFT deadline at risk, then
+    passed): keyed at each re-key only where that time has come (and where enqueued since), the queue pops and
+    peeks what the full re-key gives, whatever was pushed, removed or compacted."""
+    policy = make_policy(spec)
+    assert describes_waiting_keys(policy, "waiting_key_until") and not policy.uses_hook("waiting_order")
+    asked: list[float] = []
+
+    def until(request: Request, now_s: float) -> float:
+        asked.append(now_s)
+        return policy.waiting_key_until(request, now_s)
+
+    seen = _queue_ops(seed, policy, [_WaitingQueue(), _TimedWaitingQueue(until)], ttft_slo_s=3.0)
+    assert len(seen) > 100 and asked
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -141,6 +168,25 @@ def test_a_subclass_that_redefines_the_key_alone_is_rekeyed_in_full() -> None:
     assert describes_waiting_keys(ltr, "waiting_key_until")
     assert not describes_waiting_keys(OwnLtr(ltr.config), "waiting_key_until")
     assert not describes_waiting_keys(Aging(), "waiting_key_until")  # (not defined: never asked)
+
+
+def test_keys_due_schedule_as_the_full_rekey_does() -> None:
+    """The scheduler keys a cost-index policy with ``slo_slack`` by what is due, and schedules what the full re-key
+    schedules; the re-keys matter in this run (without them it differs)."""
+    runs = []
+    for mode in ("full", "due", "never"):
+        scheduler = Scheduler(SchedulerConfig(num_gpu_blocks=64, max_num_seqs=4),
+                              make_policy("gittins:slo_slack=0.5;protect_priority=2"))
+        assert isinstance(scheduler._waiting, _TimedWaitingQueue)
+        if mode == "full":
+            scheduler._waiting = _WaitingQueue()
+        if mode == "never":
+            scheduler._next_rekey_s = math.inf
+        requests = random_requests(3, 300, rate=40.0, num_priorities=4, with_slos=True)
+        run_checked(scheduler, requests)
+        runs.append([(r.request_id, r.first_scheduled_time_s, r.finish_time_s) for r in requests])
+    assert runs[0] == runs[1]
+    assert runs[2] != runs[1]
 
 
 def test_aging_classes_schedule_as_the_full_rekey_does() -> None:
