@@ -35,9 +35,9 @@ from semsched.sim.runner import ClusterSpec, build_simulation, prepare_requests
 
 #: the hooks a scheduler may call on its policy (``semsched.core.policy.Policy``'s methods)
 HOOKS = (
-    "waiting_key", "victim_key", "waiting_order", "admit", "victims_for", "preemption_mode", "swap_tokens",
-    "running_order", "exclusive_class", "step_budget", "on_arrival", "on_preempt", "on_finish", "on_leave",
-    "on_tokens", "on_step",
+    "waiting_key", "waiting_key_until", "aging_class", "victim_key", "waiting_order", "admit", "victims_for",
+    "preemption_mode", "swap_tokens", "running_order", "exclusive_class", "step_budget", "on_arrival",
+    "on_preempt", "on_finish", "on_leave", "on_tokens", "on_step",
 )
 CALIBRATION_CALLS = 200_000
 

@@ -51,10 +51,14 @@ EXTRA_POLICIES = ("priority-preempt:exclusive=true",)
 #: policies that order by attained service displace a running request once it has been served a quantum, so a
 #: saturated batch never stays put; under ``all`` they run with a quantum longer than the measurement (every
 #: step then does a saturated engine's work: the running loop, the waiting head inspected, no victim given)
+#: ltr promotes a request that has waited ``starve_s`` (10 s) above every unpromoted running one, which preempts
+#: them: the measurement spans about 12 simulated seconds from the queue's arrival, so under ``all`` it runs with
+#: 60 s (its starvation check still runs at every ``check_s``; nothing is due within the measurement)
 SETTLED_SPECS = {
     "fastserve": "fastserve:base_quantum_tokens=1000000",
     "las": "las:quantum_s=1000000",
     "laps-sd": "laps-sd:s1_s=1000000",
+    "ltr": "ltr:starve_s=60",
 }
 
 

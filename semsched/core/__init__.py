@@ -61,7 +61,8 @@ Contracts:
   ``rekey_interval_s`` the whole queue is re-keyed at the multiples of the interval, ``next_rekey_s``, so the
   times do not depend on when the scheduler happened to be called; a policy whose ``aging_class`` groups
   requests a re-key never reorders among themselves, arrival order within a class, has one request per class
-  keyed at a re-key, in the same pop order); ``waiting_order(view, now_s)`` (optional:
+  keyed at a re-key, and one whose ``waiting_key_until`` says when each key may change has only those due and
+  those enqueued since, in the same pop order); ``waiting_order(view, now_s)`` (optional:
   a lazy admission order made afresh each step, for a policy whose waiting order is a per-step plan; the core
   then keys and re-keys nothing); ``admit`` (explicit rejection); ``victims_for`` (a waiting request displaces
   running ones only if the whole list makes room); ``victim_key`` (KV pressure: largest first);
