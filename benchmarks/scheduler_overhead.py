@@ -10,7 +10,9 @@ as in a saturated engine; the KV cache is sized so that the running batch grows 
 without a preemption.
 
 One repetition = ``Scheduler.schedule(now)`` then ``Scheduler.update(plan, StepResult(now + dt))``; both
-columns come from the same loop. The median over ``--repeats`` repetitions after ``--warmup`` is reported;
+columns come from the same loop. The median over ``--repeats`` repetitions after ``--warmup`` is reported, and
+the 90th and 99th percentiles (a periodic re-key or re-plan of the whole queue hides behind the median: the
+targets hold the 99th to the same 1 ms at 10k waiting);
 the state is checked after every repetition (same running batch, all decoding, queue still full). A policy with
 a time budget per step (slide-batching) may serve only part of the running batch in a step: the step is steady
 when it decodes only running requests and nothing is admitted, preempted or finished; the served count is
@@ -88,6 +90,10 @@ class Measurement:
     @property
     def step_p90_ms(self) -> float:
         return float(np.percentile(self.step_ms, 90))
+
+    @property
+    def step_p99_ms(self) -> float:
+        return float(np.percentile(self.step_ms, 99))
 
 
 def parse_args() -> argparse.Namespace:
@@ -285,6 +291,7 @@ def results_table(results: list[Measurement], sizes: list[int]) -> ResultTable:
             "schedule ms",
             "schedule+update ms",
             "p90 schedule+update ms",
+            "p99 schedule+update ms",
             "schedule / smaller queue",
             "schedule+update / smaller queue",
             "decodes served (min)",
@@ -305,6 +312,7 @@ def results_table(results: list[Measurement], sizes: list[int]) -> ResultTable:
             f"{m.schedule_median_ms:.3f}",
             f"{m.step_median_ms:.3f}",
             f"{m.step_p90_ms:.3f}",
+            f"{m.step_p99_ms:.3f}",
             sched_ratio,
             step_ratio,
             f"{m.served_min} of {m.num_running}",
@@ -323,6 +331,18 @@ def print_targets(results: list[Measurement], sizes: list[int], console: Console
                 f"{worst.step_median_ms:.3f} ms ({worst.policy})",
                 f"<= {TARGET_MS_AT_10K:g} ms",
                 worst.step_median_ms <= TARGET_MS_AT_10K,
+            ),
+            highlight=False,
+        )
+        # a step that re-keys or re-plans the whole queue now and then (once a simulated second: 2 % of the
+        # steps here) hides behind the median; the 99th percentile shows it
+        worst = max((by_key[(p, 10_000)] for p in policies), key=lambda m: m.step_p99_ms)
+        console.print(
+            target_line(
+                "schedule+update p99 at 10k waiting (slowest policy)",
+                f"{worst.step_p99_ms:.3f} ms ({worst.policy})",
+                f"<= {TARGET_MS_AT_10K:g} ms",
+                worst.step_p99_ms <= TARGET_MS_AT_10K,
             ),
             highlight=False,
         )
