@@ -33,7 +33,8 @@ Two measurements, each comparing schedulers on the same workload in the same run
    also one periodic re-key of the waiting queues at each size, timed alone: the adapter does it at the first step
    after each interval, so a queue that re-keys every request stalls that step for it, and a median step does not
    show it (the queues that key only what may have changed, by aging class or by when each key changes, pay per
-   class and per key due).
+   class and per key due). Then 1,000 more requests arrive and the re-key after them is timed: tiered files them
+   into its classes there; the others paid at each arrival.
 
 ``--cpu-time`` times the scheduler-only steps by the thread's CPU time (``time.thread_time``) instead of the wall
 clock: on a machine shared with other work, the time slices it takes otherwise land in whichever steps they hit.
@@ -294,6 +295,10 @@ def arrival_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable
     return table, {"sizes": sizes, "seconds_per_request": per_request}
 
 
+#: requests added before the re-key timed after the periodic one (``--kv-queues``)
+REKEY_BURST = 1_000
+
+
 def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTable, dict[str, Any]]:
     """Median step per policy and queue size under KV-bound saturation (the module docstring's 4)."""
     import gc
@@ -309,9 +314,10 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
     step_ms: dict[str, list[float]] = {}
     admitted: dict[str, list[int]] = {}
     rekey_ms: dict[str, list[float | None]] = {}
+    burst_rekey_ms: dict[str, list[float | None]] = {}
     intervals: dict[str, float | None] = {}
     for policy in args.policies:
-        step_ms[policy], admitted[policy], rekey_ms[policy] = [], [], []
+        step_ms[policy], admitted[policy], rekey_ms[policy], burst_rekey_ms[policy] = [], [], [], []
         for size in sizes:
             rng = random.Random(args.seed)
             harness = SchedulerHarness("semsched.vllm.Scheduler", model, config, env={"SEMSCHED_POLICY": policy})
@@ -333,25 +339,34 @@ def kv_queue_benchmark(model: str, args: argparse.Namespace) -> tuple[ResultTabl
                     started = time.perf_counter()
                     harness.step()
                     samples.append(time.perf_counter() - started)
+                # (what the blocks left take, and what a policy that displaces running work admits)
+                admitted[policy].append(size - len(harness.scheduler.waiting))
                 rekey_ms[policy].append(_rekey_ms(harness.scheduler))
                 intervals[policy] = harness.scheduler.semsched_policy.rekey_interval_s
+                # a burst arrives before the next re-key: the re-key that files it (a queue that keys only what
+                # may have changed pays for each addition once, there or at the addition)
+                for i in range(REKEY_BURST):
+                    harness.add(f"burst{i}", [rng.randrange(100, 31000) for _ in range(400)], 8, priority=3,
+                                extra_args=slos, arrival_time=None if slos else 20_000.0 + i)
+                burst_rekey_ms[policy].append(_timed_rekey(harness.scheduler))
             finally:
                 gc.enable()
-            # (what the blocks left take, and what a policy that displaces running work admits)
-            admitted[policy].append(size - len(harness.scheduler.waiting))
             step_ms[policy].append(statistics.median(samples) * 1e3)
     table = ResultTable(
         f"KV-bound queues: median step ms ({running} decoding, slots free, no waiting prompt fits)",
         ["policy", *(f"{size:,} waiting" for size in sizes), f"growth {sizes[0]:,} -> {sizes[-1]:,}",
-         "admitted meanwhile", *(f"re-key ms at {size:,}" for size in sizes), "re-key every s"],
+         "admitted meanwhile", *(f"re-key ms at {size:,}" for size in sizes),
+         *(f"after {REKEY_BURST:,} more at {size:,}" for size in sizes), "re-key every s"],
     )
     for policy, values in step_ms.items():
         interval = intervals[policy]
         table.add(policy, *(f"{value:.3f}" for value in values), f"{values[-1] / values[0]:.2f}x",
                   " / ".join(map(str, admitted[policy])),
                   *("-" if value is None else f"{value:.3f}" for value in rekey_ms[policy]),
+                  *("-" if value is None else f"{value:.3f}" for value in burst_rekey_ms[policy]),
                   "-" if interval is None else f"{interval:g}")
-    return table, {"sizes": sizes, "step_ms": step_ms, "admitted": admitted, "rekey_ms": rekey_ms}
+    return table, {"sizes": sizes, "step_ms": step_ms, "admitted": admitted, "rekey_ms": rekey_ms,
+                   "burst_rekey_ms": burst_rekey_ms, "rekey_burst": REKEY_BURST}
 
 
 def _rekey_ms(scheduler: Any) -> float | None:
@@ -361,8 +376,14 @@ def _rekey_ms(scheduler: Any) -> float | None:
     once, there; a re-key of every request pays for the whole queue at each)."""
     if scheduler.semsched_policy.rekey_interval_s is None:
         return None
-    scheduler.waiting.rekey()
-    scheduler.kv_holding_waiting.rekey()
+    _timed_rekey(scheduler)
+    return _timed_rekey(scheduler)
+
+
+def _timed_rekey(scheduler: Any) -> float | None:
+    """One re-key of the adapter's waiting queues, in ms; None for a policy that never re-keys."""
+    if scheduler.semsched_policy.rekey_interval_s is None:
+        return None
     started = time.perf_counter()
     scheduler.waiting.rekey()
     scheduler.kv_holding_waiting.rekey()

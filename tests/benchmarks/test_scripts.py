@@ -198,6 +198,8 @@ def test_vllm_overhead_scheduler_only_counts_the_steps_a_policy_spends_displacin
     rekeys = queues["rekey_ms"]
     assert rekeys["fcfs"] == rekeys["srpt"] == [None, None]  # (their order does not drift: no re-key)
     assert len(rekeys["tiered"]) == 2 and all(ms > 0 for ms in rekeys["tiered"])
+    bursts = queues["burst_rekey_ms"]  # (the re-key after a burst: tiered files it into its classes there)
+    assert bursts["fcfs"] == [None, None] and len(bursts["tiered"]) == 2 and all(ms > 0 for ms in bursts["tiered"])
 
 
 @pytest.mark.vllm
