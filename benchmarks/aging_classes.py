@@ -15,33 +15,16 @@ Run: ``.venv/bin/python benchmarks/aging_classes.py`` (about 2 minutes; ``--num-
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from common import make_console
-from shortcuts import case_arguments, compare, parse_cases, report
+from shortcuts import case_arguments, compare, hook_turned_off, parse_cases, report
 
 from semsched.policies import make_policy
 
 DEFAULT_POLICIES = ",".join(("tiered", "tiered:aging_per_s=1;max_age_boost=3;rekey_s=0.25",
                              "tiered:preemption_limit=1;on_limit=promote"))
-
-
-@contextmanager
-def full_rekey(spec: str) -> Iterator[None]:
-    """While it lasts, ``spec``'s policy class says it has no aging classes: the core re-keys every waiting one."""
-    cls = type(make_policy(spec))
-    shipped = cls.uses_hook
-
-    def uses_hook(self: object, hook: str) -> bool:
-        return False if hook == "aging_class" else shipped(self, hook)  # type: ignore[arg-type]
-
-    cls.uses_hook = uses_hook  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls.uses_hook = shipped  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         if not make_policy(spec).uses_hook("aging_class"):
             raise SystemExit(f"--policies: {spec!r} has no aging classes (nothing to compare)")
     result = compare("Aging classes against the full re-key (same runs, one process)", ("classes", "full re-key"),
-                     full_rekey, parse_cases(args.cases), seeds, specs, args.num_requests)
+                     functools.partial(hook_turned_off, hook="aging_class"), parse_cases(args.cases), seeds, specs,
+                     args.num_requests)
     return report(make_console(), result, args.json)
 
 

@@ -3,8 +3,8 @@
 A speed path that must not change a run (the core's aging classes, semantic's certificates) is checked by running
 each case twice in one process: as shipped, and with the shortcut turned off. Every request's state, first
 scheduled time, finish time and preemptions must match. A case is ``WORKLOAD@RATE`` (a registered workload or a
-trace path, in requests per second), run for each seed and policy spec. What ``aging_classes.py`` and
-``semantic_certificates.py`` share.
+trace path, in requests per second), run for each seed and policy spec. What ``aging_classes.py``,
+``timed_rekey.py`` and ``semantic_certificates.py`` share.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from common import ResultTable, dump_json, target_line
 from rich.console import Console
 
 from semsched.core.request import Request
+from semsched.policies import make_policy
 from semsched.sim.runner import ClusterSpec, build_simulation, prepare_requests
 from semsched.workloads import build_workload
 
@@ -30,6 +31,23 @@ LONG_CONTEXT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / 
 DEFAULT_CASES = f"azure-conv-trace@4.2,azure-code-trace@8,production-mix@40,{LONG_CONTEXT}@0.5"
 
 Outcome = tuple[str, str, float | None, float | None, int]
+
+
+@contextmanager
+def hook_turned_off(spec: str, hook: str) -> Iterator[None]:
+    """While it lasts, ``spec``'s policy class says it does not use ``hook`` (``aging_class``,
+    ``waiting_key_until``): the core's queue re-keys every waiting request, the long way."""
+    cls = type(make_policy(spec))
+    shipped = cls.uses_hook
+
+    def uses_hook(self: object, name: str) -> bool:
+        return False if name == hook else shipped(self, name)  # type: ignore[arg-type]
+
+    cls.uses_hook = uses_hook  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        cls.uses_hook = shipped  # type: ignore[method-assign]
 
 
 def run_case(

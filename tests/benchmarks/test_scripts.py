@@ -114,6 +114,7 @@ def test_policy_hooks_times_the_hooks_a_scheduler_calls(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("script", "policies"), [
     ("aging_classes.py", ["tiered", "tiered:aging_per_s=1;rekey_s=0.25"]),
     ("semantic_certificates.py", ["semantic", "semantic:stage_aware=level"]),
+    ("timed_rekey.py", ["gittins:slo_slack=0.5", "mean:slo_slack=0.8;protect_priority=2"]),
 ])
 def test_shortcut_scripts_compare_the_shortcut_with_the_long_way(
     tmp_path: Path, script: str, policies: list[str]
@@ -125,8 +126,11 @@ def test_shortcut_scripts_compare_the_shortcut_with_the_long_way(
     assert [case["policy"] for case in cases] == policies
     assert payload["differing"] == 0 and all(case["identical"] for case in cases)
     assert all(sum(case["states"].values()) == 300 for case in cases)
-    # (how often the shortcut was taken: counted for semantic's certificates)
-    assert all(isinstance(case["uses"], int) == (script == "semantic_certificates.py") for case in cases)
+    # (how often the shortcut was taken: counted for semantic's certificates and the keys' times)
+    counted = script in ("semantic_certificates.py", "timed_rekey.py")
+    assert all(isinstance(case["uses"], int) == counted for case in cases)
+    if script == "timed_rekey.py":
+        assert all(case["uses"] > 0 for case in cases)
 
 
 @pytest.mark.data
