@@ -460,8 +460,9 @@ class Scheduler(_VllmScheduler):
         return self.semsched_policy.waiting_key(shadow, now)
 
     def _waiting_key_until(self, request: VllmRequest, now: float) -> float:
-        shadow = self._waiting_shadow(request)
-        return math.inf if shadow is None else self.semsched_policy.waiting_key_until(shadow, now)
+        # (asked right after _waiting_key, which refreshed the shadow)
+        entry = self._tracked.get(request.request_id)
+        return math.inf if entry is None else self.semsched_policy.waiting_key_until(entry.shadow, now)
 
     def _aging_class(self, request: VllmRequest) -> tuple[int, float]:
         """(aging class, arrival) of a waiting request; one the adapter does not track has a class of its own."""
