@@ -49,6 +49,8 @@ _RATE = "laps.rate"  # A_i, the stable acceptance rate
 _RATES = "laps.rates"  # the last gamma cumulative rates, packed (see _push_rate)
 _SEEN_ROUNDS = "laps.seen_rounds"  # Request.service_rounds at its last on_tokens (the rounds of an emission)
 _SEEN_S = "laps.seen_s"  # Request.round_service_s at its last on_tokens (order=predicted: the engine's means)
+#: arrivals between two sweeps of the settled set (its requests that ended without ``on_finish``: dropped)
+_SWEEP_ARRIVALS = 1024
 
 
 def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_s: float, t_llm_s: float) -> float:
@@ -146,6 +148,12 @@ class LapsSD(ServicePolicy):
         if cfg.t_ssm_s is not None and cfg.t_llm_s is not None:
             self._profiled = (cfg.t_ssm_s, cfg.t_llm_s)
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
+        #: requests ``victims_for`` never names but by tier: perceptible, and past the round they became so
+        #: (with ``order=predicted``, from that round). Perceptibility is never lost, so a request stays settled;
+        #: one not (yet) in the set is checked in full. The schedulers ask for victims every step while a
+        #: request waits and no slot is free: this keeps the walk over the running list in C (a set lookup)
+        self._settled: set[Request] = set()
+        self._arrivals = 0
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -208,6 +216,8 @@ class LapsSD(ServicePolicy):
         # (the scheduler has charged the emission's service and rounds: Request.service_rounds and the rest)
         state = request.policy_state
         state[_FRESH] = 0.0
+        if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+            self._settled.add(request)
         if state.get(_PERCEPTIBLE, 0.0) == 1.0 and not self._predicted:
             # nothing changes for it any more: its rate is fixed, it is no longer fresh (order=predicted keeps
             # hearing of it, for the engine's mean round)
@@ -236,11 +246,27 @@ class LapsSD(ServicePolicy):
             if is_stable(window, gamma, self.config.delta):
                 state[_PERCEPTIBLE] = 1.0
                 state[_FRESH] = 1.0
+                if self._predicted:  # (its freshness matters to order=fcfs only)
+                    self._settled.add(request)
                 state[_RATE] = math.fsum(window) / len(window)
                 return
 
+    def on_arrival(self, request: Request, now_s: float) -> None:
+        self._arrivals += 1
+        if self._arrivals % _SWEEP_ARRIVALS == 0:  # (those that ended without on_finish)
+            self._settled = {r for r in self._settled if not r.state.is_terminal}
+
     def on_preempt(self, request: Request, now_s: float) -> None:
-        request.policy_state[_FRESH] = 0.0
+        state = request.policy_state
+        state[_FRESH] = 0.0
+        if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+            self._settled.add(request)
+
+    def on_finish(self, request: Request, now_s: float) -> None:
+        self._settled.discard(request)
+
+    def on_leave(self, request: Request) -> None:
+        self._settled.discard(request)
 
     def _laps_key(self, request: Request) -> tuple[float, ...]:
         if self.config.order == "predicted":
@@ -295,6 +321,12 @@ class LapsSD(ServicePolicy):
     ) -> Sequence[Request]:
         mine = self._laps_key(candidate)
         queue, tiers, fcfs = mine[0], self._tiers, not self._predicted
+        settled = self._settled
+        if tiers:  # (a less important tier is named whatever its state; a more important one never)
+            least = candidate.priority
+            running = [r for r in running if r.priority > least or (r.priority == least and r not in settled)]
+        elif settled:
+            running = [r for r in running if r not in settled]
         victims = []
         for request in running:
             state = request.policy_state

@@ -4,17 +4,23 @@ displaced."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import pytest
 
 from semsched.core.plan import PreemptionMode
-from semsched.core.request import LengthDistribution, Request
+from semsched.core.policy import SchedulerView
+from semsched.core.request import LengthDistribution, Request, RequestState
 from semsched.core.scheduler import Scheduler, SchedulerConfig, charge_service
-from semsched.policies import make_policy
+from semsched.policies import POLICIES, make_policy
 from semsched.policies.attained import attained_s, mean_round_s, rounds
 from semsched.policies.laps_sd import LapsSD, estimated_time_s, is_stable, queue_bounds_s, queue_of
 from semsched.policies.las import LAS
+from semsched.policies.registry import register_policy
+from semsched.sim.runner import build_simulation
 from tests.policies.factories import service_order
+from tests.sim.test_stress import SCENARIOS
 
 
 def _request(rid: str, output: int = 100, *, arrival: float = 0.0, priority: int = 0,
@@ -288,3 +294,47 @@ def test_laps_victims_match_the_comparison_of_whole_keys(spec: str) -> None:
         candidate = served("c")
         expected = _victims_by_full_keys(policy, candidate, running)
         assert policy.victims_for(candidate, running, scheduler, 0.0) == expected, trial
+
+
+class _CheckedLapsSD(LapsSD):
+    """``laps-sd`` whose every ``victims_for`` is held to :func:`_victims_by_full_keys` (the settled set left out),
+    counting the calls in which that set passed over a running request."""
+
+    name: ClassVar[str] = "test-laps-checked"
+    calls: ClassVar[list[int]] = [0, 0]  # (calls, calls in which a settled request was passed over)
+
+    def victims_for(
+        self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
+    ) -> Sequence[Request]:
+        named = list(super().victims_for(candidate, running, view, now_s))
+        assert named == _victims_by_full_keys(self, candidate, list(running)), (candidate.request_id, now_s)
+        _CheckedLapsSD.calls[0] += 1
+        _CheckedLapsSD.calls[1] += any(r in self._settled for r in running)
+        return named
+
+
+@pytest.fixture(scope="module")
+def _checked_laps() -> Iterator[None]:
+    register_policy(_CheckedLapsSD)
+    yield
+    POLICIES.unregister(_CheckedLapsSD.name)
+
+
+@pytest.mark.usefixtures("_checked_laps")
+@pytest.mark.parametrize("options", ["", ":tiers=true", ":order=predicted", ":order=predicted;tiers=true"])
+def test_the_settled_requests_victims_for_passes_over_are_those_the_whole_keys_never_name(options: str) -> None:
+    """``victims_for`` skips the running requests it has seen settle (perceptible, past their first round as
+    such): through preemptions (swap and recompute), speculative rounds and fast-forwarded stretches, what it
+    names is what comparing every request's whole key names, and nothing it keeps outlives its request."""
+    _CheckedLapsSD.calls[:] = [0, 0]
+    scenarios = [s for s in SCENARIOS if s.name in ("speculative", "kv-exhaustion", "kv-exhaustion-swap")]
+    for scenario in scenarios:
+        simulation = build_simulation(f"{_CheckedLapsSD.name}{options}", scenario.cluster)
+        requests = scenario.requests()
+        simulation.run(requests)
+        for instance in simulation.instances:
+            policy = instance.scheduler.policy
+            assert isinstance(policy, LapsSD)
+            assert not any(r.state is RequestState.FINISHED for r in policy._settled)
+    calls, passed_over = _CheckedLapsSD.calls
+    assert calls and passed_over, (calls, passed_over)  # (the set was used, so the comparison tested it)
