@@ -7,6 +7,7 @@ APIs they drive change.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from semsched.compiled import status as compiled_status
 from semsched.policies import POLICIES
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -131,6 +133,42 @@ def test_shortcut_scripts_compare_the_shortcut_with_the_long_way(
     assert all(isinstance(case["uses"], int) == counted for case in cases)
     if script == "timed_rekey.py":
         assert all(case["uses"] > 0 for case in cases)
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("builds", [False, True], ids=["one build", "both builds"])
+def test_fast_forward_script_compares_both_modes_on_other_traffic(tmp_path: Path, builds: bool) -> None:
+    """``fast_forward.py``: each case with fast-forward and per iteration (a speculative case among them); with
+    ``--both-builds``, the fast-forward runs again on the Python sources in a child process."""
+    if builds and not compiled_status().in_use:
+        pytest.skip(f"--both-builds needs the compiled core ({compiled_status().reason})")
+    policies = ["sjf", "laps-sd"]
+    payload = run_script("fast_forward.py", "--cases", "azure-code-trace@8,mbpp-spec@45+eagle", "--seeds", "0",
+                         "--num-requests", "150", "--policies", ",".join(policies),
+                         *(["--both-builds"] if builds else []), json_path=tmp_path / "ff.json")
+    cases = payload["cases"]
+    assert isinstance(cases, list)
+    assert [(case["speculation"], case["policy"]) for case in cases] == [
+        (None, "sjf"), (None, "laps-sd"), ("eagle", "sjf"), ("eagle", "laps-sd")]
+    assert payload["differing"] == 0 and all(case["identical"] for case in cases)
+    assert all(sum(case["states"].values()) == 150 for case in cases)
+    # (the digests tell the runs apart: a comparison of them can fail)
+    assert len({case["digest"] for case in cases}) == len(cases)
+
+
+def test_shortcut_cases_name_their_speculation_and_refuse_bad_ones() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from shortcuts import Case, parse_cases
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert parse_cases("azure-code-trace@8,spec-bench:log=eagle@14+eagle,x.csv@1.5+sps-68m:fitted") == [
+        Case("azure-code-trace", 8.0), Case("spec-bench:log=eagle", 14.0, "eagle"),
+        Case("x.csv", 1.5, "sps-68m:fitted")]
+    for bad, says in (("azure-code-trace", "WORKLOAD@RATE"), ("azure-code-trace@8+", "WORKLOAD@RATE+PRESET"),
+                      ("azure-code-trace@fast", "is not a number"), ("azure-code-trace@8+nope", "nope")):
+        with pytest.raises(SystemExit, match=re.escape(says)):
+            parse_cases(bad)
 
 
 @pytest.mark.data
