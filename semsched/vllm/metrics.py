@@ -22,8 +22,10 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics import MetricWrapperBase
 
 from semsched.core.tiers import DEFAULT_TIERS, TierSpec
 from semsched.vllm.xargs import NO_TIER, RequestOptions
@@ -53,6 +55,7 @@ def unexported_metrics_note(environ: Mapping[str, str] | None = None) -> str | N
     return (f"the semsched_* metrics are not on vLLM's /metrics: {MULTIPROC_ENV} is not set. To export them, "
             f"start the server with {MULTIPROC_ENV} set to an empty directory, or set metrics_port in "
             "SEMSCHED_CONFIG for an endpoint of their own")
+_Family = TypeVar("_Family", bound=MetricWrapperBase)
 _LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -72,6 +75,8 @@ class AdapterMetrics:
     before the first event."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        #: each (family, label values)'s child, once looked up (see :meth:`child`)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.preemptions = Counter(
             "semsched_preemptions",
             "Requests preempted by the semsched scheduler, by reason and mode (recompute; drop: it ended)",
@@ -116,6 +121,17 @@ class AdapterMetrics:
             "semsched_e2e_seconds", "Engine-side end-to-end latency, per priority class and tier",
             ["priority", "tier"], buckets=_LATENCY_BUCKETS_S, registry=registry,
         )
+
+    def child(self, family: _Family, *labels: str) -> _Family:
+        """``family.labels(*labels)``, the series of those label values, kept once looked up: prometheus-client
+        checks the values and takes a lock at every ``labels`` call (a microsecond, several times per finished
+        request on the scheduler's step), while the series it returns stays the same for the process's life
+        (nothing here removes one)."""
+        key = (id(family), labels)
+        series = self._children.get(key)
+        if series is None:
+            series = self._children[key] = family.labels(*labels)
+        return series
 
 
 _lock = threading.Lock()

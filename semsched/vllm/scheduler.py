@@ -499,7 +499,7 @@ class Scheduler(_VllmScheduler):
 
     def _reject(self, request: VllmRequest, reason: str, message: str) -> None:
         logger.warning("%s: %s", request.request_id, message)
-        self.metrics.rejections.labels(reason).inc()
+        self.metrics.child(self.metrics.rejections, reason).inc()
         self._rejections.append(_Rejection(request.client_index, request.request_id, reason, message))
 
     def has_requests(self) -> bool:
@@ -799,7 +799,7 @@ class Scheduler(_VllmScheduler):
         policy, shadow = self.semsched_policy, self._refresh(entry)
         if self._drops and policy.preemption_mode(shadow, self._view) is PreemptionMode.DROP:
             message = f"semsched: {drop_reason(policy.name, shadow, reason)}"
-            self.metrics.preemptions.labels(label, "drop").inc()
+            self.metrics.child(self.metrics.preemptions, label, "drop").inc()
             self._reject(entry.request, "dropped", message)
             self.finish_requests(entry.request.request_id, RequestStatus.FINISHED_ABORTED)
             return
@@ -807,7 +807,7 @@ class Scheduler(_VllmScheduler):
         shadow.state = RequestState.PREEMPTED_RECOMPUTE
         # vLLM queued it before the count changed, and the policy's key may depend on the count
         self.waiting.rekey_request(entry.request)
-        self.metrics.preemptions.labels(label, "recompute").inc()  # vLLM has no swap space
+        self.metrics.child(self.metrics.preemptions, label, "recompute").inc()  # vLLM has no swap space
         policy.on_preempt(shadow, now)
 
     def _stable(self) -> bool:
@@ -836,13 +836,14 @@ class Scheduler(_VllmScheduler):
             depth.update(queue.priority_counts)
         running = Counter(r.priority for r in self.running)
         labels: set[tuple[str, str]] = set()
+        metrics = self.metrics
         for kind, counts in (("waiting", depth), ("running", running)):
-            gauge = self.metrics.queue_depth if kind == "waiting" else self.metrics.running
+            gauge = metrics.queue_depth if kind == "waiting" else metrics.running
             for priority, count in counts.items():
-                gauge.labels(str(priority)).set(count)
+                metrics.child(gauge, str(priority)).set(count)
                 labels.add((kind, str(priority)))
         for kind, label in self._gauge_labels - labels:
-            (self.metrics.queue_depth if kind == "waiting" else self.metrics.running).labels(label).set(0)
+            metrics.child(metrics.queue_depth if kind == "waiting" else metrics.running, label).set(0)
         self._gauge_labels = labels
 
     # ---- results -------------------------------------------------------------------------------------------
@@ -1014,26 +1015,27 @@ class Scheduler(_VllmScheduler):
             self._class_counts[cls] -= 1
         self.semsched_policy.on_finish(shadow, now)
         if shadow.num_output_tokens:
-            self.metrics.output_tokens.labels(str(shadow.priority), entry.tier_label).inc(shadow.num_output_tokens)
+            self.metrics.child(self.metrics.output_tokens, str(shadow.priority), entry.tier_label).inc(
+                shadow.num_output_tokens)
         if completed:
             self._record_finish(entry, now)
 
     def _record_finish(self, entry: _Tracked, now: float) -> None:
         shadow, metrics = entry.shadow, self.metrics
         labels = (str(shadow.priority), entry.tier_label)
-        metrics.finished.labels(*labels).inc()
+        metrics.child(metrics.finished, *labels).inc()
         e2e_s = now - shadow.arrival_time_s
-        metrics.e2e.labels(*labels).observe(e2e_s)
+        metrics.child(metrics.e2e, *labels).observe(e2e_s)
         ttft_s = None if entry.first_token_s is None else entry.first_token_s - shadow.arrival_time_s
         if ttft_s is not None:
-            metrics.ttft.labels(*labels).observe(ttft_s)
+            metrics.child(metrics.ttft, *labels).observe(ttft_s)
         tpot_s = None
         if entry.first_token_s is not None and shadow.num_output_tokens > 1:
             tpot_s = (now - entry.first_token_s) / (shadow.num_output_tokens - 1)
         for slo, target, value in (("ttft", shadow.ttft_slo_s, ttft_s), ("tpot", shadow.tpot_slo_s, tpot_s),
                                    ("e2e", shadow.e2e_slo_s, e2e_s)):
             if target is not None and value is not None:
-                metrics.slo.labels(*labels, slo, "met" if value <= target else "missed").inc()
+                metrics.child(metrics.slo, *labels, slo, "met" if value <= target else "missed").inc()
 
     def _flush_rejections(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         for rejection in self._rejections:
