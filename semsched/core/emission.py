@@ -1,6 +1,7 @@
 """A request's token emission record: the ranges of step indices (into its engine's ``TokenTimeline``) at which it
 emitted tokens. Compiled with the core (:mod:`semsched.compiled`): the scheduler records every emitting request
-after every step through :func:`record_tokens`, a native call, and ``Request.record_tokens`` is this function."""
+after every step through :func:`record_tokens` (a speculative round through :func:`record_round`), native calls;
+``Request.record_tokens`` and ``Request.record_round`` are these functions."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def record_tokens(request: Request, timeline: TokenTimeline, first_step: int, co
             last[1] = first_step + count
             return
     ranges.append([first_step, first_step + count])
+
+
+def record_round(request: Request, timeline: TokenTimeline, step: int, count: int) -> None:
+    """Record that ``request`` emitted ``count`` tokens together at ``step`` of ``timeline`` (a speculative
+    round): what ``count`` calls of ``record_tokens(request, timeline, step, 1)`` record (the first may grow the
+    last range; each other token is a range ``[step, step + 1)`` of its own), in one call."""
+    if count <= 0:
+        return
+    record_tokens(request, timeline, step, 1)
+    ranges = request.token_step_ranges
+    for _ in range(count - 1):
+        ranges.append([step, step + 1])

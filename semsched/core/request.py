@@ -333,12 +333,7 @@ class Request:
     def record_round(self, timeline: TokenTimeline, step: int, count: int) -> None:
         """Record ``count`` tokens emitted together at ``step`` (a speculative round): what ``count`` calls of
         ``record_tokens(timeline, step, 1)`` record, in one call."""
-        if count <= 0:
-            return
-        self.record_tokens(timeline, step, 1)
-        ranges = self.token_step_ranges
-        for _ in range(count - 1):
-            ranges.append([step, step + 1])
+        emission.record_round(self, timeline, step, count)
 
 
 def _checked_accept_lengths(values: object) -> tuple[int, ...]:

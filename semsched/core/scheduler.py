@@ -22,7 +22,7 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 
 from semsched.core.displacement import Need, Release, Room, best_class, excluded, fits, victims_to_displace
-from semsched.core.emission import record_tokens
+from semsched.core.emission import record_round, record_tokens
 from semsched.core.kv import BlockManager, Reservation, blocks_for
 from semsched.core.plan import (
     Admission,
@@ -850,7 +850,7 @@ class Scheduler:
             if service is not None:
                 charge_service(request, service, count)
             emitted = True
-            request.record_round(self.timeline, step_index, count)
+            record_round(request, self.timeline, step_index, count)  # (a native call)
             if self._on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 self._on_tokens(request, count, result.end_time_s)
             if request.num_output_tokens >= request.target_output_tokens:
@@ -1054,7 +1054,7 @@ class Scheduler:
             request.num_output_tokens += count
             if service is not None:
                 charge_service(request, service, count)
-            request.record_round(timeline, step_index, count)
+            record_round(request, timeline, step_index, count)  # (a native call)
             if on_tokens is not None and request.num_output_tokens >= request.notify_tokens_at:
                 on_tokens(request, count, end_s)
             if count == left:

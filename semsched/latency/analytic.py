@@ -70,7 +70,9 @@ class AnalyticLatencyModel:
     ) -> float:
         """Duration of one step (see :class:`~semsched.latency.base.LatencyModel`). Called for every simulated
         step, so written out: the chunks' times added left to right from 0.0 (``sum``'s order), the decode part
-        as :func:`_decode_step_s` gives it, and every count checked (:func:`validate_step_inputs` raises)."""
+        as :func:`_decode_step_s` gives it, and every count checked (:func:`validate_step_inputs` raises). A chunk
+        equal to the one before it adds the time computed for that one (a speculative round's verification is one
+        ``(drafts, 0)`` chunk per decode)."""
         if num_decode < 0 or decode_context_tokens < 0 or (num_decode == 0 and decode_context_tokens != 0):
             validate_step_inputs(prefill, num_decode, decode_context_tokens)
         config = self.config
@@ -78,11 +80,16 @@ class AnalyticLatencyModel:
             if num_decode == 0:
                 return 0.0
             return float(decode_context_tokens) * config.gamma1 + config.gamma2  # (_decode_step_s)
-        prefill_s = 0.0
-        for lq, lkv in prefill:
-            if lq < 0 or lkv < 0:
-                validate_step_inputs(prefill, num_decode, decode_context_tokens)
-            prefill_s += self.chunk_time_s(lq, lkv)
+        prefill_s = chunk_s = 0.0
+        last = None
+        for chunk in prefill:
+            if chunk != last:
+                lq, lkv = chunk
+                if lq < 0 or lkv < 0:
+                    validate_step_inputs(prefill, num_decode, decode_context_tokens)
+                chunk_s = self.chunk_time_s(lq, lkv)
+                last = chunk
+            prefill_s += chunk_s
         if num_decode == 0:
             return prefill_s
         return prefill_s + _decode_step_s(config.gamma1, config.gamma2, float(decode_context_tokens))
