@@ -200,16 +200,21 @@ class SpeculativeExecutor(ModelExecutor):
         return () if process is None else process.yields[: process.position]
 
     def _draw(self, plan: BatchPlan) -> dict[str, int]:
+        """Each decode's yield this round (its next, capped at ``draft_tokens + 1``), drawn: every step's hot
+        path with speculation, so :meth:`_process` is inlined for a request already known."""
         limit = self.speculation.draft_tokens + 1
+        known = self._rounds
         drawn: dict[str, int] = {}
         for request in plan.decode:
-            process = self._process(request)
-            if process.position < len(process.yields):
-                value = process.yields[process.position]
-            else:  # the log ran out before the request's end (a longer output than logged): no drafts accepted
-                value = 1
-            process.position += 1
-            drawn[request.request_id] = min(value, limit)
+            request_id = request.request_id
+            process = known.get(request_id)
+            if process is None:
+                process = self._process(request)
+            position, yields = process.position, process.yields
+            # (past the end of its log, a longer output than logged: no drafts accepted)
+            value = yields[position] if position < len(yields) else 1
+            process.position = position + 1
+            drawn[request_id] = value if value < limit else limit
         return drawn
 
     # ---- cost --------------------------------------------------------------------------------------------
@@ -259,11 +264,13 @@ class SpeculativeExecutor(ModelExecutor):
 
     # ---- fast-forward ------------------------------------------------------------------------------------
     def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
-        """:class:`ModelExecutor`'s checks, with the target's decode step alone as the early-out (a round costs at
-        least that; pricing the drafts of every decode is left to :meth:`execute_repeated`)."""
+        """:class:`ModelExecutor`'s checks, with the target's decode step alone as the early-out: a round costs at
+        least that, and a stretch is two rounds or more, so two of them must end before ``until_s`` (pricing the
+        drafts of every decode is left to :meth:`execute_repeated`). Declining is always exact (the rounds then run
+        one by one): this only spares reading every decode's rounds ahead where a stretch cannot form."""
         if not self._priced_alike(plan):
             return False
-        return now_s + self.latency.step_time_s([], len(plan.decode), plan.decode_context_tokens) < until_s
+        return now_s + 2.0 * self.latency.step_time_s([], len(plan.decode), plan.decode_context_tokens) < until_s
 
     def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray:
         """The next ``rounds`` yields of each decode of ``plan`` (a column each), as :meth:`execute` would draw
