@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from semsched.core.errors import SemschedError
 
 #: longest ``Request.client`` label
 MAX_CLIENT_CHARS = 256
+#: ``Request.token_times_s`` gathers its times with one index array from this many step ranges on
+_GATHER_FROM_RANGES = 16
 
 
 class RequestState(enum.Enum):
@@ -314,11 +317,26 @@ class Request:
 
     # ---- emitted tokens ----------------------------------------------------------------------------------
     def token_times_s(self) -> np.ndarray:
-        """Emission time of every output token so far, in order."""
-        if self.timeline is None or not self.token_step_ranges:
+        """Emission time of every output token so far, in order. Many ranges (a speculative request records one
+        per token of a round) are gathered with one index array rather than a slice each."""
+        ranges = self.token_step_ranges
+        if self.timeline is None or not ranges:
             return np.empty(0, dtype=np.float64)
         times = self.timeline.as_array()
-        return np.concatenate([times[a:b] for a, b in self.token_step_ranges])
+        if len(ranges) < _GATHER_FROM_RANGES:
+            return np.concatenate([times[a:b] for a, b in ranges])
+        starts, lengths = _starts_and_lengths(ranges)
+        # the index of each token: its range's start plus its place in the range
+        shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        gathered: np.ndarray = times[np.arange(shift.size) + shift]
+        return gathered
+
+    def num_recorded_tokens(self) -> int:
+        """Tokens recorded in ``token_step_ranges`` so far (counted from the ranges, their times not gathered)."""
+        ranges = self.token_step_ranges
+        if len(ranges) < _GATHER_FROM_RANGES:
+            return sum(stop - start for start, stop in ranges)
+        return int(_starts_and_lengths(ranges)[1].sum())
 
     @property
     def first_token_time_s(self) -> float | None:
@@ -334,6 +352,13 @@ class Request:
         """Record ``count`` tokens emitted together at ``step`` (a speculative round): what ``count`` calls of
         ``record_tokens(timeline, step, 1)`` record, in one call."""
         emission.record_round(self, timeline, step, count)
+
+
+def _starts_and_lengths(ranges: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The first step and the length of each of ``ranges`` (``[start, stop)`` each), as arrays read in one pass."""
+    bounds = np.fromiter(itertools.chain.from_iterable(ranges), dtype=np.int64, count=2 * len(ranges))
+    starts = bounds[0::2]
+    return starts, bounds[1::2] - starts
 
 
 def _checked_accept_lengths(values: object) -> tuple[int, ...]:

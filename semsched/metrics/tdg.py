@@ -176,7 +176,7 @@ def _priority_weights(requests: Sequence[Request], weights: TDGWeights) -> np.nd
 
 def _emitted_tokens(req: Request) -> int:
     """Tokens recorded so far, counted from the step ranges without materialising their times."""
-    return sum(stop - start for start, stop in req.token_step_ranges)
+    return req.num_recorded_tokens()
 
 
 def _slo_array(slos_s: Iterable[float | None]) -> np.ndarray:

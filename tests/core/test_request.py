@@ -1,8 +1,9 @@
 import math
 
+import numpy as np
 import pytest
 
-from semsched.core.request import InvalidRequestError, LengthDistribution, RequestState, TokenTimeline
+from semsched.core.request import InvalidRequestError, LengthDistribution, Request, RequestState, TokenTimeline
 from tests.support import make_request
 
 
@@ -99,3 +100,25 @@ def test_client_must_be_a_short_non_empty_string(client: object) -> None:
 def test_client_is_optional() -> None:
     assert make_request("x").client is None
     assert make_request("x", client="x" * 256).client == "x" * 256
+
+
+@pytest.mark.parametrize("num_ranges", [1, 5, 15, 16, 17, 300])
+def test_token_times_are_the_ranges_times_in_order_however_many_ranges(num_ranges: int) -> None:
+    """Few ranges are sliced one by one, many gathered with one index array: the same times either way, as
+    speculative rounds record them (a range per token, repeated steps) and as plain decodes do (long ranges)."""
+    rng = np.random.default_rng(num_ranges)
+    timeline = TokenTimeline()
+    timeline.extend(np.cumsum(rng.random(4 * num_ranges + 8)).tolist())
+    request = Request("r", prompt_tokens=4, max_output_tokens=10_000, arrival_time_s=0.0)
+    step = 0
+    for _ in range(num_ranges):
+        if rng.random() < 0.5:
+            request.record_round(timeline, step, int(rng.integers(1, 4)))
+        else:
+            request.record_tokens(timeline, step, int(rng.integers(1, 3)))
+        step += int(rng.integers(1, 3))
+    ranges = request.token_step_ranges
+    expected = np.concatenate([timeline.as_array()[a:b] for a, b in ranges])
+    times = request.token_times_s()
+    assert times.dtype == np.float64 and np.array_equal(times, expected)
+    assert times.size == request.num_recorded_tokens() == sum(b - a for a, b in ranges) >= num_ranges
