@@ -28,11 +28,13 @@ def record_tokens(request: Request, timeline: TokenTimeline, first_step: int, co
 
 def record_round(request: Request, timeline: TokenTimeline, step: int, count: int) -> None:
     """Record that ``request`` emitted ``count`` tokens together at ``step`` of ``timeline`` (a speculative
-    round): what ``count`` calls of ``record_tokens(request, timeline, step, 1)`` record (the first may grow the
-    last range; each other token is a range ``[step, step + 1)`` of its own), in one call."""
+    round): the first as :func:`record_tokens` records one (it may grow the last range), the others as one entry
+    of ``request.round_extras`` (they share the first's step, so the token times are those of ``count`` calls of
+    ``record_tokens(request, timeline, step, 1)``)."""
     if count <= 0:
         return
     record_tokens(request, timeline, step, 1)
-    ranges = request.token_step_ranges
-    for _ in range(count - 1):
-        ranges.append([step, step + 1])
+    if count > 1:
+        ranges = request.token_step_ranges
+        last = ranges[-1]
+        request.round_extras.append([len(ranges) - 1, last[1] - last[0] - 1, count - 1])

@@ -224,6 +224,10 @@ class Request:
     # token emission record: ranges [start, stop) of step indices into ``timeline``
     timeline: TokenTimeline | None = field(default=None, repr=False)
     token_step_ranges: list[list[int]] = field(default_factory=list, repr=False)
+    #: a speculative round's tokens after its first, which share its step (its emission time): ``[range, offset,
+    #: count]`` for a round whose first token is token ``offset`` of ``token_step_ranges[range]`` and which emitted
+    #: ``count`` more, in order. Its tokens are thus not a range each
+    round_extras: list[list[int]] = field(default_factory=list, repr=False)
     # per-policy scratch space (e.g. attained service, queue level); policies own their keys
     policy_state: dict[str, float] = field(default_factory=dict, repr=False)
     #: how many tokens this request will emit: its true length capped by ``max_output_tokens``
@@ -317,26 +321,38 @@ class Request:
 
     # ---- emitted tokens ----------------------------------------------------------------------------------
     def token_times_s(self) -> np.ndarray:
-        """Emission time of every output token so far, in order. Many ranges (a speculative request records one
-        per token of a round) are gathered with one index array rather than a slice each."""
+        """Emission time of every output token so far, in order: each range's steps, a speculative round's extra
+        tokens (``round_extras``) repeating its first token's time. Many ranges are gathered with one index array
+        rather than a slice each."""
         ranges = self.token_step_ranges
         if self.timeline is None or not ranges:
             return np.empty(0, dtype=np.float64)
         times = self.timeline.as_array()
         if len(ranges) < _GATHER_FROM_RANGES:
-            return np.concatenate([times[a:b] for a, b in ranges])
-        starts, lengths = _starts_and_lengths(ranges)
-        # the index of each token: its range's start plus its place in the range
-        shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        gathered: np.ndarray = times[np.arange(shift.size) + shift]
-        return gathered
+            firsts: np.ndarray = np.concatenate([times[a:b] for a, b in ranges])
+        else:
+            starts, lengths = _starts_and_lengths(ranges)
+            # the index of each token: its range's start plus its place in the range
+            shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+            firsts = times[np.arange(shift.size) + shift]
+        extras = self.round_extras
+        if not extras:
+            return firsts
+        table = np.fromiter(itertools.chain.from_iterable(extras), dtype=np.int64, count=3 * len(extras))
+        lengths = np.fromiter((b - a for a, b in ranges), dtype=np.int64, count=len(ranges))
+        copies = np.ones(firsts.size, dtype=np.int64)
+        copies[(np.cumsum(lengths) - lengths)[table[0::3]] + table[1::3]] += table[2::3]
+        repeated: np.ndarray = np.repeat(firsts, copies)
+        return repeated
 
     def num_recorded_tokens(self) -> int:
-        """Tokens recorded in ``token_step_ranges`` so far (counted from the ranges, their times not gathered)."""
+        """Tokens recorded so far (counted from ``token_step_ranges`` and ``round_extras``, their times not
+        gathered)."""
         ranges = self.token_step_ranges
+        extra = sum(entry[2] for entry in self.round_extras)
         if len(ranges) < _GATHER_FROM_RANGES:
-            return sum(stop - start for start, stop in ranges)
-        return int(_starts_and_lengths(ranges)[1].sum())
+            return sum(stop - start for start, stop in ranges) + extra
+        return int(_starts_and_lengths(ranges)[1].sum()) + extra
 
     @property
     def first_token_time_s(self) -> float | None:

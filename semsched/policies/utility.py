@@ -220,10 +220,10 @@ def tokens_per_round(request: Request) -> float:
     1.0 without speculation or before it has run): its output tokens over the distinct steps of its token
     record."""
     ranges = request.token_step_ranges
-    if len(ranges) < 2:
+    if len(ranges) < 2 and not request.round_extras:
         return 1.0  # one contiguous range holds one token per step
     steps, end = 0, -1
-    for start, stop in ranges:  # in order of emission; a round's extra tokens repeat its step
+    for start, stop in ranges:  # in order of emission; a step may repeat (tokens recorded one call each)
         if stop > end:
             steps += stop - max(start, end)
             end = stop

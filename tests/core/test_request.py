@@ -60,7 +60,9 @@ def test_token_ranges_merge_and_materialise() -> None:
     assert request.first_token_time_s == 0.1
 
 
-def test_a_round_of_tokens_is_recorded_as_as_many_one_token_records() -> None:
+def test_a_round_of_tokens_has_the_times_of_as_many_one_token_records() -> None:
+    """A round's first token is recorded as one token; the others, which share its step, as one entry of
+    ``round_extras``: the times are those of one ``record_tokens`` call per token."""
     timeline = TokenTimeline()
     timeline.extend([0.1, 0.2, 0.3, 0.4])
     by_round, by_token = make_request(output=8), make_request(output=8)
@@ -68,8 +70,11 @@ def test_a_round_of_tokens_is_recorded_as_as_many_one_token_records() -> None:
         by_round.record_round(timeline, step, count)
         for _ in range(count):
             by_token.record_tokens(timeline, step, 1)
-    assert by_round.token_step_ranges == by_token.token_step_ranges == [[0, 2], [1, 2], [1, 4], [3, 4]]
-    assert by_round.token_times_s().tolist() == [0.1, 0.2, 0.2, 0.2, 0.3, 0.4, 0.4]
+    assert by_token.token_step_ranges == [[0, 2], [1, 2], [1, 4], [3, 4]]
+    assert by_round.token_step_ranges == [[0, 4]] and by_round.round_extras == [[0, 1, 2], [0, 3, 1]]
+    assert by_round.token_times_s().tolist() == by_token.token_times_s().tolist() == [
+        0.1, 0.2, 0.2, 0.2, 0.3, 0.4, 0.4]
+    assert by_round.num_recorded_tokens() == by_token.num_recorded_tokens() == 7
 
 
 def test_length_distribution_summaries() -> None:
@@ -104,21 +109,31 @@ def test_client_is_optional() -> None:
 
 @pytest.mark.parametrize("num_ranges", [1, 5, 15, 16, 17, 300])
 def test_token_times_are_the_ranges_times_in_order_however_many_ranges(num_ranges: int) -> None:
-    """Few ranges are sliced one by one, many gathered with one index array: the same times either way, as
-    speculative rounds record them (a range per token, repeated steps) and as plain decodes do (long ranges)."""
+    """Few ranges are sliced one by one, many gathered with one index array, a round's extra tokens repeated from
+    ``round_extras``: the times of one ``record_tokens`` call per token either way, for speculative rounds and
+    plain decodes (longer ranges) mixed, with gaps between the steps."""
     rng = np.random.default_rng(num_ranges)
     timeline = TokenTimeline()
-    timeline.extend(np.cumsum(rng.random(4 * num_ranges + 8)).tolist())
+    timeline.extend(np.cumsum(rng.random(5 * num_ranges + 8)).tolist())
     request = Request("r", prompt_tokens=4, max_output_tokens=10_000, arrival_time_s=0.0)
+    by_token = Request("t", prompt_tokens=4, max_output_tokens=10_000, arrival_time_s=0.0)  # (one call a token)
     step = 0
     for _ in range(num_ranges):
         if rng.random() < 0.5:
-            request.record_round(timeline, step, int(rng.integers(1, 4)))
+            count = int(rng.integers(1, 4))
+            request.record_round(timeline, step, count)
+            for _ in range(count):
+                by_token.record_tokens(timeline, step, 1)
         else:
-            request.record_tokens(timeline, step, int(rng.integers(1, 3)))
-        step += int(rng.integers(1, 3))
-    ranges = request.token_step_ranges
-    expected = np.concatenate([timeline.as_array()[a:b] for a, b in ranges])
+            count = int(rng.integers(1, 3))
+            request.record_tokens(timeline, step, count)
+            by_token.record_tokens(timeline, step, count)
+            step += count - 1
+        step += int(rng.integers(1, 3))  # (the next step, or one after a gap)
+    assert len(request.token_step_ranges) <= len(by_token.token_step_ranges)
+    assert num_ranges < 300 or len(request.token_step_ranges) >= 16  # (the gather, with extras)
     times = request.token_times_s()
-    assert times.dtype == np.float64 and np.array_equal(times, expected)
-    assert times.size == request.num_recorded_tokens() == sum(b - a for a, b in ranges) >= num_ranges
+    assert times.dtype == np.float64 and np.array_equal(times, by_token.token_times_s())
+    ranges = by_token.token_step_ranges
+    assert np.array_equal(times, np.concatenate([timeline.as_array()[a:b] for a, b in ranges]))
+    assert times.size == request.num_recorded_tokens() == by_token.num_recorded_tokens() >= num_ranges

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from semsched.core.plan import StepResult
-from semsched.core.request import LengthDistribution, Request, RequestState
+from semsched.core.request import LengthDistribution, Request, RequestState, TokenTimeline
 from semsched.metrics.goodput import TIER_WEIGHTS
 from semsched.policies import PolicyError, make_policy
 from semsched.policies.utility import DEFAULT_WEIGHTS, Utility, tokens_per_round
@@ -240,6 +240,28 @@ def test_tokens_per_round_counts_the_steps_a_request_emitted_in() -> None:
     request.token_step_ranges = [[0, 2], [1, 2], [1, 3], [2, 3]]  # rounds at steps 0, 1, 2: 1, 2 and 2 tokens...
     request.num_output_tokens = 6
     assert tokens_per_round(request) == pytest.approx(6 / 3)
+
+
+def test_tokens_per_round_reads_rounds_as_the_scheduler_records_them() -> None:
+    """The scheduler records a round's extra tokens in ``round_extras`` (its steps form one range): the same
+    tokens per round as when each token is recorded by a call of its own."""
+    timeline = TokenTimeline()
+    timeline.extend([0.1, 0.2, 0.3, 0.4, 0.5])
+    by_round, by_token = make_request(output=20), make_request(output=20)
+    for step, count in [(0, 1), (1, 3), (2, 2), (4, 4)]:
+        by_round.record_round(timeline, step, count)
+        for _ in range(count):
+            by_token.record_tokens(timeline, step, 1)
+    for request in (by_round, by_token):
+        request.num_output_tokens = 10
+    assert len(by_round.token_step_ranges) == 2 and by_round.round_extras
+    assert tokens_per_round(by_round) == tokens_per_round(by_token) == pytest.approx(10 / 4)
+    # one range of consecutive rounds: still rounds, not a token per step
+    single = make_request(output=20)
+    for step, count in [(0, 2), (1, 3)]:
+        single.record_round(timeline, step, count)
+    single.num_output_tokens = 5
+    assert len(single.token_step_ranges) == 1 and tokens_per_round(single) == pytest.approx(5 / 2)
 
 
 def test_the_core_walk_and_the_vllm_keys_give_the_same_order() -> None:
