@@ -18,7 +18,8 @@ Modules:
   field; ``client`` names the sender for per-client fairness; progress is owned by the scheduler),
   ``RequestState`` (terminal: FINISHED, REJECTED, DROPPED, STALLED), ``LengthDistribution`` (a predicted output
   length) and ``TokenTimeline`` (step end times; a request keeps step-index ranges, so k identical steps cost
-  O(1) to record; ``emission.record_tokens`` keeps those ranges, a native call from the compiled scheduler).
+  O(1) to record, and a speculative round's tokens after its first as one ``round_extras`` entry;
+  ``emission.record_tokens`` and ``emission.record_round`` keep them, native calls from the compiled scheduler).
 * ``specs``: ``SpecSyntax``, the one ``name:key=value;key=value`` syntax of policy, workload, router and
   predictor specs (values coerced by the config dataclass's field annotations, ``/``-separated tuples,
   ``| None``; a repeated key or an unknown parameter is an error naming kind, spec and parameter);
