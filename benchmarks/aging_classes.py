@@ -19,7 +19,7 @@ import functools
 import sys
 
 from common import make_console
-from shortcuts import case_arguments, compare, hook_turned_off, parse_cases, report
+from shortcuts import case_arguments, compare, hook_turned_off, parse_cases, report, seeds_of, specs_of
 
 from semsched.policies import make_policy
 
@@ -31,8 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     case_arguments(parser, DEFAULT_POLICIES, "comma-separated policy specs with aging classes")
     args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    specs = [s for s in args.policies.split(",") if s]
+    seeds, specs = seeds_of(args), specs_of(args)
     for spec in specs:
         if not make_policy(spec).uses_hook("aging_class"):
             raise SystemExit(f"--policies: {spec!r} has no aging classes (nothing to compare)")

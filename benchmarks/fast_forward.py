@@ -32,10 +32,19 @@ import tempfile
 from pathlib import Path
 
 from common import make_console, target_line
-from shortcuts import LONG_CONTEXT, case_arguments, compare, digest, parse_cases, report, run_case
+from shortcuts import (
+    LONG_CONTEXT,
+    case_arguments,
+    compare,
+    digest,
+    parse_cases,
+    report,
+    run_case,
+    seeds_of,
+    specs_of,
+)
 
 from semsched.compiled import PURE_PYTHON_ENV, status
-from semsched.policies import POLICIES
 
 DEFAULT_CASES = ",".join((
     "azure-conv-trace@3.2", "azure-code-trace@6", "production-mix@40", "gamma-conv@3.2", "ktas-ed@34",
@@ -45,19 +54,10 @@ DEFAULT_CASES = ",".join((
 ))
 
 
-def policy_specs(text: str) -> list[str]:
-    """``all``: every registered policy with its defaults; otherwise the comma-separated specs."""
-    return list(POLICIES.names()) if text.strip() == "all" else [s.strip() for s in text.split(",") if s.strip()]
-
-
 def shipped_digests(args: argparse.Namespace) -> list[str]:
     """The fast-forward run of every case, seed and policy, in the order ``compare`` takes them: their digests."""
     return [digest(run_case(case, seed, spec, args.num_requests)[0])
-            for case in parse_cases(args.cases) for seed in seeds_of(args) for spec in policy_specs(args.policies)]
-
-
-def seeds_of(args: argparse.Namespace) -> list[int]:
-    return [int(s) for s in args.seeds.split(",") if s]
+            for case in parse_cases(args.cases) for seed in seeds_of(args) for spec in specs_of(args)]
 
 
 def pure_python_digests(args: argparse.Namespace) -> list[str]:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.digests_to is not None:  # (the child of --both-builds)
         args.digests_to.write_text(json.dumps(shipped_digests(args)))
         return 0
-    specs = policy_specs(args.policies)
+    specs = specs_of(args)
     result = compare("Fast-forward against every iteration (same runs, one process)", ("fast-forward", "per step"),
                      lambda spec: contextlib.nullcontext(), parse_cases(args.cases), seeds_of(args), specs,
                      args.num_requests, long_way_fast_forward=False)

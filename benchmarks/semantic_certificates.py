@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from common import make_console
-from shortcuts import case_arguments, compare, parse_cases, report
+from shortcuts import case_arguments, compare, parse_cases, report, seeds_of, specs_of
 
 from semsched.policies import make_policy
 from semsched.policies import semantic as semantic_module
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.eager:
         semantic_module._CERTIFICATE_PAYS, semantic_module._MIN_CERTIFIED_RUNNING = 0, 1
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    specs = [s for s in args.policies.split(",") if s]
+    seeds, specs = seeds_of(args), specs_of(args)
     for spec in specs:
         policy = make_policy(spec)
         if not isinstance(policy, Semantic) or not policy.uses_hook("step_budget"):

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from semsched.cli.common import UsageError, speculation_spec
 from semsched.core.request import Request
-from semsched.policies import make_policy
+from semsched.policies import POLICIES, make_policy
 from semsched.sim.runner import ClusterSpec, build_simulation, prepare_requests
 from semsched.workloads import build_workload
 
@@ -171,6 +171,18 @@ def case_arguments(parser: argparse.ArgumentParser, policies: str, policies_help
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds")
     parser.add_argument("--num-requests", type=int, default=3000, help="the first N requests of each workload")
     parser.add_argument("--json", type=Path, default=None)
+
+
+def seeds_of(args: argparse.Namespace) -> list[int]:
+    """``--seeds``, as integers."""
+    return [int(s) for s in args.seeds.split(",") if s]
+
+
+def specs_of(args: argparse.Namespace) -> list[str]:
+    """``--policies``: the comma-separated specs, or ``all``: every registered policy with its defaults."""
+    if args.policies.strip() == "all":
+        return list(POLICIES.names())
+    return [s.strip() for s in args.policies.split(",") if s.strip()]
 
 
 def report(console: Console, result: Comparison, json_path: Path | None) -> int:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from common import make_console
-from shortcuts import case_arguments, compare, hook_turned_off, parse_cases, report
+from shortcuts import case_arguments, compare, hook_turned_off, parse_cases, report, seeds_of, specs_of
 
 from semsched.core.policy import describes_waiting_keys
 from semsched.policies import make_policy
@@ -59,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     case_arguments(parser, DEFAULT_POLICIES, "comma-separated policy specs whose keys say when they change")
     args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
-    specs = [s for s in args.policies.split(",") if s]
+    seeds, specs = seeds_of(args), specs_of(args)
     for spec in specs:
         policy = make_policy(spec)
         if policy.rekey_interval_s is None or policy.uses_hook("waiting_order") \

@@ -327,21 +327,18 @@ class Request:
         ranges = self.token_step_ranges
         if self.timeline is None or not ranges:
             return np.empty(0, dtype=np.float64)
-        times = self.timeline.as_array()
-        if len(ranges) < _GATHER_FROM_RANGES:
-            firsts: np.ndarray = np.concatenate([times[a:b] for a, b in ranges])
-        else:
-            starts, lengths = _starts_and_lengths(ranges)
-            # the index of each token: its range's start plus its place in the range
-            shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-            firsts = times[np.arange(shift.size) + shift]
-        extras = self.round_extras
+        times, extras = self.timeline.as_array(), self.round_extras
+        if len(ranges) < _GATHER_FROM_RANGES and not extras:
+            return np.concatenate([times[a:b] for a, b in ranges])
+        starts, lengths = _starts_and_lengths(ranges)
+        before = np.cumsum(lengths) - lengths  # the tokens of the ranges before each range
+        # the index of each range's token: its range's start plus its place in the range
+        firsts: np.ndarray = times[np.arange(int(lengths.sum())) + np.repeat(starts - before, lengths)]
         if not extras:
             return firsts
         table = np.fromiter(itertools.chain.from_iterable(extras), dtype=np.int64, count=3 * len(extras))
-        lengths = np.fromiter((b - a for a, b in ranges), dtype=np.int64, count=len(ranges))
         copies = np.ones(firsts.size, dtype=np.int64)
-        copies[(np.cumsum(lengths) - lengths)[table[0::3]] + table[1::3]] += table[2::3]
+        copies[before[table[0::3]] + table[1::3]] += table[2::3]
         repeated: np.ndarray = np.repeat(firsts, copies)
         return repeated
 
@@ -365,8 +362,9 @@ class Request:
         emission.record_tokens(self, timeline, first_step, count)
 
     def record_round(self, timeline: TokenTimeline, step: int, count: int) -> None:
-        """Record ``count`` tokens emitted together at ``step`` (a speculative round): what ``count`` calls of
-        ``record_tokens(timeline, step, 1)`` record, in one call."""
+        """Record ``count`` tokens emitted together at ``step`` (a speculative round), in one call: the token times
+        of ``count`` calls of ``record_tokens(timeline, step, 1)`` (the first token in ``token_step_ranges``, the
+        others as one ``round_extras`` entry)."""
         emission.record_round(self, timeline, step, count)
 
 

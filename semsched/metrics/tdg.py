@@ -107,7 +107,7 @@ def _chunk_bounds(requests: Sequence[Request]) -> list[tuple[int, int]]:
     Why: the per-token arrays of a whole run (tens of millions of tokens) fall out of cache; chunks that fit
     make the computation several times faster and bound its memory.
     """
-    counts = np.fromiter((_emitted_tokens(r) for r in requests), dtype=np.int64, count=len(requests))
+    counts = np.fromiter((r.num_recorded_tokens() for r in requests), dtype=np.int64, count=len(requests))
     chunk_of_request = np.cumsum(counts) // _CHUNK_TOKENS
     edges = [0, *(np.flatnonzero(np.diff(chunk_of_request)) + 1).tolist(), len(requests)]
     return [(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
@@ -128,7 +128,7 @@ def _chunk_gains(requests: Sequence[Request], weights: TDGWeights) -> np.ndarray
 def request_ideal_gains(requests: Sequence[Request], weights: TDGWeights) -> np.ndarray:
     """The gain of each request had every token it would emit (``target_output_tokens``, or what it actually
     emitted if more) met its deadline."""
-    emitted = np.fromiter((_emitted_tokens(r) for r in requests), dtype=np.float64, count=len(requests))
+    emitted = np.fromiter((r.num_recorded_tokens() for r in requests), dtype=np.float64, count=len(requests))
     target = np.fromiter((r.target_output_tokens for r in requests), dtype=np.float64, count=len(requests))
     n_tokens = np.maximum(emitted, target)
     per_token = weights.first_token + (n_tokens - 1.0) * weights.decode_token
@@ -172,11 +172,6 @@ def _priority_weights(requests: Sequence[Request], weights: TDGWeights) -> np.nd
     return np.fromiter(
         (weights.priority_weight(r.priority) for r in requests), dtype=np.float64, count=len(requests)
     )
-
-
-def _emitted_tokens(req: Request) -> int:
-    """Tokens recorded so far, counted from the step ranges without materialising their times."""
-    return req.num_recorded_tokens()
 
 
 def _slo_array(slos_s: Iterable[float | None]) -> np.ndarray:

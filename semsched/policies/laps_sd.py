@@ -216,9 +216,10 @@ class LapsSD(ServicePolicy):
         # (the scheduler has charged the emission's service and rounds: Request.service_rounds and the rest)
         state = request.policy_state
         state[_FRESH] = 0.0
-        if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+        perceptible = state.get(_PERCEPTIBLE, 0.0) == 1.0
+        if perceptible:
             self._settled.add(request)
-        if state.get(_PERCEPTIBLE, 0.0) == 1.0 and not self._predicted:
+        if perceptible and not self._predicted:
             # nothing changes for it any more: its rate is fixed, it is no longer fresh (order=predicted keeps
             # hearing of it, for the engine's mean round)
             request.notify_tokens_at = request.max_output_tokens + 1
@@ -233,7 +234,7 @@ class LapsSD(ServicePolicy):
             state[_SEEN_S] = request.round_service_s
             self._tokens += num_tokens
             self._rounds += count
-            if state.get(_PERCEPTIBLE, 0.0) == 1.0:
+            if perceptible:
                 return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
         # decodes, one token each), so the window fills as it would step by step
