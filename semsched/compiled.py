@@ -28,11 +28,13 @@ from types import ModuleType
 #: set to 1 to run the pure-Python sources even when the compiled core is built (also read by ``setup.py``: then
 #: nothing is compiled)
 PURE_PYTHON_ENV = "SEMSCHED_PURE_PYTHON"
-#: the core's hot path: token emission records, KV blocks, batch plans, the scheduler, the event loop and its
-#: executor. Policies stay interpreted (they subclass ``semsched.core.policy.Policy``, which stays interpreted
-#: too), and so does ``semsched.core.request``: compiled, ``Request`` would check its fields' Python types before
-#: its own validation (a TypeError where callers are promised an InvalidRequestError naming the field)
+#: the core's hot path: requests and their token records, KV blocks, batch plans, the scheduler, the event loop and
+#: its executor. Policies stay interpreted (they subclass ``semsched.core.policy.Policy``, which stays interpreted
+#: too). Compiled, ``Request`` is a native class: its attributes hold only their declared types (its constructor
+#: checks every static field first, so a caller still gets the ``InvalidRequestError`` that names the field), and
+#: it takes no weak reference
 COMPILED_MODULES = (
+    "semsched.core.request",
     "semsched.core.emission",
     "semsched.core.kv",
     "semsched.core.plan",

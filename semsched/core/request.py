@@ -15,7 +15,7 @@ import functools
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -80,6 +80,10 @@ class LengthDistribution:
         if any(b <= a for a, b in zip(self.lengths, self.lengths[1:], strict=False)):
             raise InvalidRequestError(
                 "predicted_output.lengths: must be strictly ascending (each length once, its probability summed)")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its constructor's arguments (compiled and frozen, it takes no assignment after it)."""
+        return (LengthDistribution, (self.lengths, self.probs))
 
     @classmethod
     def point(cls, length: int) -> LengthDistribution:
@@ -155,11 +159,12 @@ class TokenTimeline:
         return self._array
 
 
-@dataclass(eq=False, slots=True, weakref_slot=True)
+@dataclass(eq=False, slots=True, init=False)
 class Request:
     """One inference request: static description plus mutable progress.
 
-    Static fields are validated on construction (:class:`InvalidRequestError` names the field). ``priority``
+    Static fields are validated on construction (:class:`InvalidRequestError` names the field; a NumPy number is
+    taken as the Python number it equals). ``priority``
     follows vLLM: lower values are more important. ``output_tokens`` is the true output length, known only in
     simulation; an engine stops the request when it emits that many tokens or ``max_output_tokens``.
     """
@@ -233,45 +238,117 @@ class Request:
     #: how many tokens this request will emit: its true length capped by ``max_output_tokens``
     target_output_tokens: int = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        _check_int("prompt_tokens", self.prompt_tokens, minimum=1)
-        _check_int("max_output_tokens", self.max_output_tokens, minimum=1)
-        if self.output_tokens is not None:
-            _check_int("output_tokens", self.output_tokens, minimum=1)
-        if not math.isfinite(self.arrival_time_s) or self.arrival_time_s < 0:
+    def __init__(
+        self,
+        request_id: object,
+        prompt_tokens: object,
+        max_output_tokens: object,
+        arrival_time_s: object,
+        output_tokens: object = None,
+        prompt_text: object = None,
+        prompt_token_ids: object = None,
+        priority: object = 0,
+        tier: object = "default",
+        ttft_slo_s: object = None,
+        tpot_slo_s: object = None,
+        e2e_slo_s: object = None,
+        urgency: object = None,
+        predicted_output: object = None,
+        urgency_true: object = None,
+        ready_time_s: object = None,
+        client: object = None,
+        accept_lengths: object = None,
+        prefix_hashes: object = None,
+        state: RequestState = RequestState.WAITING,
+        num_computed_tokens: int = 0,
+        num_output_tokens: int = 0,
+        num_preemptions: int = 0,
+        num_cached_tokens: int = 0,
+        notify_tokens_at: int = 0,
+        service_s: float = 0.0,
+        service_rounds: int = 0,
+        round_service_s: float = 0.0,
+        round_tokens: int = 0,
+        first_scheduled_time_s: float | None = None,
+        finish_time_s: float | None = None,
+        finish_reason: str | None = None,
+        timeline: TokenTimeline | None = None,
+        token_step_ranges: list[list[int]] | None = None,
+        round_extras: list[list[int]] | None = None,
+        policy_state: dict[str, float] | None = None,
+    ) -> None:
+        # Every static field is checked before it is stored: compiled (``semsched.compiled``), ``Request`` is a
+        # native class whose attributes hold only their declared types, so a value of another type would fail
+        # at the assignment with a TypeError that names no limit. (The dataclass supplies the rest: fields,
+        # ``dataclasses.replace``, the repr.)
+        self.request_id = _checked_str("request_id", request_id)
+        self.prompt_tokens = _checked_int("prompt_tokens", prompt_tokens, minimum=1)
+        self.max_output_tokens = _checked_int("max_output_tokens", max_output_tokens, minimum=1)
+        arrival = _checked_real("arrival_time_s", arrival_time_s)
+        if not math.isfinite(arrival) or arrival < 0:
+            raise InvalidRequestError(f"arrival_time_s: must be a finite number >= 0 (got {arrival_time_s!r})")
+        self.arrival_time_s = arrival
+        self.output_tokens = (None if output_tokens is None
+                              else _checked_int("output_tokens", output_tokens, minimum=1))
+        self.prompt_text = None if prompt_text is None else _checked_str("prompt_text", prompt_text)
+        self.prompt_token_ids = (None if prompt_token_ids is None
+                                 else _checked_ints("prompt_token_ids", prompt_token_ids))
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidRequestError(f"priority: must be an integer (got {priority!r})")
+        self.priority = priority
+        self.tier = _checked_str("tier", tier)
+        self.ttft_slo_s = _checked_slo("ttft_slo_s", ttft_slo_s)
+        self.tpot_slo_s = _checked_slo("tpot_slo_s", tpot_slo_s)
+        self.e2e_slo_s = _checked_slo("e2e_slo_s", e2e_slo_s)
+        self.urgency = _checked_level("urgency", urgency)
+        if predicted_output is not None and not isinstance(predicted_output, LengthDistribution):
             raise InvalidRequestError(
-                f"arrival_time_s: must be a finite number >= 0 (got {self.arrival_time_s!r})"
-            )
-        for name in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
-            value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value <= 0):
-                raise InvalidRequestError(f"{name}: must be a finite number > 0 (got {value!r})")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise InvalidRequestError(f"priority: must be an integer (got {self.priority!r})")
-        for name in ("urgency", "urgency_true"):
-            level = getattr(self, name)
-            if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
-                raise InvalidRequestError(f"{name}: must be an integer >= 0 or None (got {level!r})")
-        if self.ready_time_s is not None and (
-            not math.isfinite(self.ready_time_s) or self.ready_time_s < self.arrival_time_s
-        ):
+                f"predicted_output: must be a LengthDistribution or None (got {predicted_output!r:.80})")
+        self.predicted_output = predicted_output
+        self.urgency_true = _checked_level("urgency_true", urgency_true)
+        ready = None if ready_time_s is None else _checked_real("ready_time_s", ready_time_s)
+        if ready is not None and (not math.isfinite(ready) or ready < arrival):
             raise InvalidRequestError(
-                f"ready_time_s: must be a finite number >= arrival_time_s ({self.arrival_time_s}) "
-                f"(got {self.ready_time_s!r})"
+                f"ready_time_s: must be a finite number >= arrival_time_s ({arrival}) (got {ready_time_s!r})"
             )
-        if self.client is not None and (
-            not isinstance(self.client, str) or not 1 <= len(self.client) <= MAX_CLIENT_CHARS
-        ):
+        self.ready_time_s = ready
+        if client is not None and (not isinstance(client, str) or not 1 <= len(client) <= MAX_CLIENT_CHARS):
             raise InvalidRequestError(
                 f"client: must be a non-empty string of at most {MAX_CLIENT_CHARS} characters or None "
-                f"(got {self.client!r:.80})"
+                f"(got {client!r:.80})"
             )
-        if self.accept_lengths is not None:
-            self.accept_lengths = _checked_accept_lengths(self.accept_lengths)
-        if self.prefix_hashes is not None:
-            self.prefix_hashes = _checked_prefix_hashes(self.prefix_hashes)
+        self.client = client
+        self.accept_lengths = None if accept_lengths is None else _checked_accept_lengths(accept_lengths)
+        self.prefix_hashes = None if prefix_hashes is None else _checked_prefix_hashes(prefix_hashes)
+        self.state = state
+        self.num_computed_tokens = num_computed_tokens
+        self.num_output_tokens = num_output_tokens
+        self.num_preemptions = num_preemptions
+        self.num_cached_tokens = num_cached_tokens
+        self.notify_tokens_at = notify_tokens_at
+        self.service_s = service_s
+        self.service_rounds = service_rounds
+        self.round_service_s = round_service_s
+        self.round_tokens = round_tokens
+        self.first_scheduled_time_s = first_scheduled_time_s
+        self.finish_time_s = finish_time_s
+        self.finish_reason = finish_reason
+        self.timeline = timeline
+        self.token_step_ranges = [] if token_step_ranges is None else token_step_ranges
+        self.round_extras = [] if round_extras is None else round_extras
+        self.policy_state = {} if policy_state is None else policy_state
         # read on the hot path every step, so computed once (the fields it derives from never change)
         self.target_output_tokens = self._target_output_tokens()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its constructor's four required fields and then every field's value (a compiled, native
+        ``Request`` is created through its constructor, which needs those four)."""
+        return (Request, (self.request_id, self.prompt_tokens, self.max_output_tokens, self.arrival_time_s),
+                tuple(getattr(self, name) for name in _STATE_FIELDS))
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        for name, value in zip(_STATE_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     # ---- sizes -------------------------------------------------------------------------------------------
     def _target_output_tokens(self) -> int:
@@ -368,6 +445,10 @@ class Request:
         emission.record_round(self, timeline, step, count)
 
 
+#: every field of a request, in order (what pickling keeps)
+_STATE_FIELDS = tuple(f.name for f in fields(Request))
+
+
 def _starts_and_lengths(ranges: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """The first step and the length of each of ``ranges`` (``[start, stop)`` each), as arrays read in one pass."""
     bounds = np.fromiter(itertools.chain.from_iterable(ranges), dtype=np.int64, count=2 * len(ranges))
@@ -390,17 +471,58 @@ def _checked_accept_lengths(values: object) -> tuple[int, ...]:
 
 def _checked_prefix_hashes(values: object) -> tuple[int, ...]:
     """A tuple of integers (block hashes), or an error naming the field."""
-    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
-        raise InvalidRequestError(f"prefix_hashes: must be a sequence of integers (got {values!r:.80})")
-    hashes = tuple(values)
-    for k, value in enumerate(hashes):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise InvalidRequestError(f"prefix_hashes[{k}]: must be an integer (got {value!r:.80})")
-    return tuple(int(v) for v in hashes)
+    return _checked_ints("prefix_hashes", values)
 
 
-def _check_int(name: str, value: object, *, minimum: int) -> None:
+def _checked_int(name: str, value: object, *, minimum: int) -> int:
+    """``value`` as a Python int >= ``minimum`` (a NumPy integer is taken), or an error naming the field."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise InvalidRequestError(f"{name}: must be an integer (got {value!r})")
     if value < minimum:
         raise InvalidRequestError(f"{name}: must be >= {minimum} (got {value})")
+    return int(value)
+
+
+def _checked_real(name: str, value: object) -> float:
+    """``value`` as a Python float (an int or a NumPy number is taken), or an error naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InvalidRequestError(f"{name}: must be a number (got {value!r:.80})")
+    return float(value)
+
+
+def _checked_slo(name: str, value: object) -> float | None:
+    """A finite number of seconds > 0, or None."""
+    if value is None:
+        return None
+    seconds = _checked_real(name, value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidRequestError(f"{name}: must be a finite number > 0 (got {value!r})")
+    return seconds
+
+
+def _checked_level(name: str, value: object) -> int | None:
+    """An urgency level: an integer >= 0, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError(f"{name}: must be an integer >= 0 or None (got {value!r})")
+    return value
+
+
+def _checked_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{name}: must be a string (got {value!r:.80})")
+    return value
+
+
+def _checked_ints(name: str, values: object) -> tuple[int, ...]:
+    """A tuple of integers (token ids), or an error naming the field."""
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise InvalidRequestError(f"{name}: must be a sequence of integers (got {values!r:.80})")
+    items = tuple(values)
+    if all(type(value) is int for value in items):
+        return items
+    for k, value in enumerate(items):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise InvalidRequestError(f"{name}[{k}]: must be an integer (got {value!r:.80})")
+    return tuple(int(v) for v in items)

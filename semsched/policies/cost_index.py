@@ -45,7 +45,6 @@ smallest index runs first.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -63,7 +62,11 @@ from semsched.policies.cost_model import (
 
 _MAX_INT = 2**31 - 1
 #: a request's cost distribution and the prediction it was computed from
-_CachedCosts = tuple[LengthDistribution | None, CostDistribution]
+#: a request's cost distribution, kept with the request and the prediction it is of
+_CachedCosts = tuple[Request, LengthDistribution | None, CostDistribution]
+#: the cost cache is swept of ended requests (those that ended without ``on_finish``) when it holds this many more
+#: entries than at its last sweep
+_SWEEP_EVERY = 4096
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -143,8 +146,10 @@ class CostIndexPolicy(Policy):
         #: predicted length while that still matters)
         self._low_key = f"{self.name}.window_low"
         self._high_key = f"{self.name}.window_high"
-        #: each live request's cost distribution, with the prediction it is of
-        self._cost_cache: weakref.WeakKeyDictionary[Request, _CachedCosts] = weakref.WeakKeyDictionary()
+        #: each live request's cost distribution, by request id, with the request and the prediction it is of
+        #: (a request leaves at its finish, or at the sweep after it ended otherwise)
+        self._cost_cache: dict[str, _CachedCosts] = {}
+        self._swept_at = 0
         #: ids of unfinished requests whose index may still rise (see the module doc)
         self._changing: set[str] = set()
 
@@ -195,11 +200,16 @@ class CostIndexPolicy(Policy):
     def _costs(self, request: Request) -> CostDistribution:
         """The request's cost distribution, computed once per prediction (a new ``predicted_output`` object
         computes it again)."""
-        cached = self._cost_cache.get(request)
-        if cached is not None and cached[0] is request.predicted_output:
-            return cached[1]
+        cache = self._cost_cache
+        cached = cache.get(request.request_id)
+        if cached is not None and cached[0] is request and cached[1] is request.predicted_output:
+            return cached[2]
         costs = cost_distribution(request, self.config.cost)
-        self._cost_cache[request] = (request.predicted_output, costs)
+        if len(cache) >= self._swept_at + _SWEEP_EVERY:
+            for request_id in [i for i, entry in cache.items() if entry[0].state.is_terminal]:
+                del cache[request_id]
+            self._swept_at = len(cache)
+        cache[request.request_id] = (request, request.predicted_output, costs)
         return costs
 
     def _set_window(self, request: Request, bucket: int, generated: int) -> None:
@@ -280,6 +290,15 @@ class CostIndexPolicy(Policy):
 
     def on_finish(self, request: Request, now_s: float) -> None:
         self._changing.discard(request.request_id)
+        self._forget_costs(request)
+
+    def on_leave(self, request: Request) -> None:
+        self._forget_costs(request)
+
+    def _forget_costs(self, request: Request) -> None:
+        cached = self._cost_cache.get(request.request_id)
+        if cached is not None and cached[0] is request:
+            del self._cost_cache[request.request_id]
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         if self._slo_at_risk(request, now_s):

@@ -34,6 +34,70 @@ def test_bad_fields_name_the_field(field: str, value: object) -> None:
         make_request("x", **fields)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("request_id", 7, "request_id: must be a string"),
+        ("prompt_tokens", "10", "prompt_tokens: must be an integer"),
+        ("prompt_tokens", 10.0, "prompt_tokens: must be an integer"),
+        ("arrival_time_s", "0.5", "arrival_time_s: must be a number"),
+        ("arrival_time_s", True, "arrival_time_s: must be a number"),
+        ("tier", None, "tier: must be a string"),
+        ("prompt_text", b"hi", "prompt_text: must be a string"),
+        ("prompt_token_ids", [1, "2"], r"prompt_token_ids\[1\]: must be an integer"),
+        ("predicted_output", 5, "predicted_output: must be a LengthDistribution or None"),
+        ("ttft_slo_s", "1", "ttft_slo_s: must be a number"),
+        ("ready_time_s", [1.0], "ready_time_s: must be a number"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_named(field: str, value: object, message: str) -> None:
+    """A value of another type than the field holds is refused with the field's name, before it is stored (a
+    compiled Request stores only its declared types: a TypeError would name no field)."""
+    fields: dict[str, object] = {"request_id": "x", "prompt_tokens": 10, "max_output_tokens": 5,
+                                 "arrival_time_s": 0.0, field: value}
+    with pytest.raises(InvalidRequestError, match=message):
+        Request(**fields)  # type: ignore[arg-type]
+
+
+def test_numpy_numbers_and_sequences_are_stored_as_python_values() -> None:
+    request = Request(request_id="x", prompt_tokens=np.int64(10), max_output_tokens=np.int32(5),
+                      arrival_time_s=np.float64(1.5), output_tokens=np.int16(3), ttft_slo_s=np.float32(2.0),
+                      ready_time_s=2, prompt_token_ids=[1, np.int64(2)], prefix_hashes=np.array([3, 4]),
+                      accept_lengths=[2, np.int8(1)])
+    values = (request.prompt_tokens, request.max_output_tokens, request.arrival_time_s, request.output_tokens,
+              request.ttft_slo_s, request.ready_time_s, *request.prompt_token_ids, *request.prefix_hashes,
+              *request.accept_lengths)
+    assert values == (10, 5, 1.5, 3, 2.0, 2.0, 1, 2, 3, 4, 2, 1)
+    assert [type(v) for v in values] == [int, int, float, int, float, float] + [int] * 6
+    assert request.target_output_tokens == 3
+
+
+def test_a_request_survives_pickling_with_every_field() -> None:
+    """A grid's runs come back from worker processes pickled: every field, the token record and the derived
+    target included (a compiled Request is rebuilt through its constructor, then given its state)."""
+    import dataclasses
+    import pickle
+
+    timeline = TokenTimeline()
+    timeline.extend([0.1, 0.2, 0.3])
+    request = Request(request_id="x", prompt_tokens=10, max_output_tokens=8, arrival_time_s=0.5, output_tokens=6,
+                      prompt_text="hi", prompt_token_ids=(1, 2), priority=2, tier="gold", ttft_slo_s=1.0,
+                      tpot_slo_s=0.05, e2e_slo_s=9.0, urgency=1,
+                      predicted_output=LengthDistribution((3, 7), (0.25, 0.75)), urgency_true=0,
+                      ready_time_s=0.75, client="c", accept_lengths=(2, 3), prefix_hashes=(11,))
+    request.state = RequestState.RUNNING
+    request.num_computed_tokens, request.num_output_tokens, request.service_s = 12, 3, 0.25
+    request.record_tokens(timeline, 0, 2)
+    request.record_round(timeline, 2, 2)
+    request.policy_state["k"] = 1.0
+    back = pickle.loads(pickle.dumps(request))
+    for field in dataclasses.fields(Request):
+        if field.name != "timeline":
+            assert getattr(back, field.name) == getattr(request, field.name), field.name
+    assert back.predicted_output is not None and back.predicted_output.mean == 6.0
+    assert back.token_times_s().tolist() == request.token_times_s().tolist() == [0.1, 0.2, 0.3, 0.3]
+
+
 def test_target_output_is_capped_by_max_output() -> None:
     request = make_request(output=50, max_output=20)
     assert request.target_output_tokens == 20
