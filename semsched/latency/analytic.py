@@ -7,9 +7,12 @@ Also holds the paper's cache-or-recompute rules (eq. 3) and the optimal partial 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TypeVar
+from typing import SupportsIndex, TypeVar, cast
+
+from mypy_extensions import mypyc_attr
 
 from semsched.latency.base import FloatArray, decode_context_series, validate_step_inputs
 
@@ -38,12 +41,17 @@ class AnalyticConfig:
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"AnalyticConfig.{field.name} must be finite and >= 0, got {value!r}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its constructor's arguments (compiled and frozen, it takes no assignment after it)."""
+        return (AnalyticConfig, (self.alpha1, self.alpha2, self.gamma1, self.gamma2, self.beta))
+
 
 def _decode_step_s(gamma1: float, gamma2: float, context_tokens: _Context) -> _Context:
     """Decode part of a step from summed context; the single definition shared by scalar and array paths."""
-    return context_tokens * gamma1 + gamma2
+    return cast(_Context, context_tokens * gamma1 + gamma2)  # type: ignore[redundant-cast,unused-ignore] # (for mypyc)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (a test prices through a subclass)
 @dataclass(frozen=True, slots=True)
 class AnalyticLatencyModel:
     """The paper's single-request cost model, extended to batches of chunks.
@@ -60,10 +68,17 @@ class AnalyticLatencyModel:
       per step, while attention (``γ1``) scales with the total context read.
     * The step time is the sum of its prefill chunks and its decode part; chunks do not overlap.
     * ``swap_time_s(n) = β·n``.
+
+    Compiled with the core (``semsched.compiled``), the model takes its token counts as Python ints: a NumPy
+    integer is refused with a TypeError at the call (``int(x)`` first). ``swap_time_s`` takes any integer.
     """
 
     config: AnalyticConfig
     name: str = "analytic"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its constructor's arguments (compiled and frozen, it takes no assignment after it)."""
+        return (type(self), (self.config, self.name))
 
     def step_time_s(
         self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int
@@ -106,11 +121,12 @@ class AnalyticLatencyModel:
             return contexts * 0.0
         return _decode_step_s(self.config.gamma1, self.config.gamma2, contexts)
 
-    def swap_time_s(self, num_tokens: int) -> float:
+    def swap_time_s(self, num_tokens: SupportsIndex) -> float:
         """``β·n``: moving ``num_tokens`` tokens of KV in one direction."""
-        if num_tokens < 0:
-            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-        return self.config.beta * num_tokens
+        tokens = operator.index(num_tokens)
+        if tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {tokens}")
+        return self.config.beta * tokens
 
     def chunk_time_s(self, query_tokens: int, cached_tokens: int) -> float:
         """One prefill chunk: ``α1·((lkv+lq)² − lkv²) + α2·lq`` (the quadratic term in exact integers)."""

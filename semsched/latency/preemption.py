@@ -129,28 +129,28 @@ class PreemptionCostModel:
 
     def swap_s(self, context_tokens: int) -> float:
         """Copy the KV cache of ``context_tokens`` tokens out to the host and back."""
-        _check_tokens("context_tokens", context_tokens)
+        context_tokens = _check_tokens("context_tokens", context_tokens)
         if self.shape is not None and self.link_bytes_per_s is not None:
             return 2 * context_tokens * self.shape.kv_bytes_per_token / self.link_bytes_per_s
         return 2 * self.latency.swap_time_s(context_tokens)
 
     def recompute_s(self, context_tokens: int) -> float:
         """Prefill ``context_tokens`` tokens again (prompt and generated), as one chunk in a step of its own."""
-        _check_tokens("context_tokens", context_tokens)
+        context_tokens = _check_tokens("context_tokens", context_tokens)
         return self.latency.step_time_s([(context_tokens, 0)], 0, 0) if context_tokens else 0.0
 
     def drop_s(self, prompt_tokens: int, generated_tokens: int) -> float:
         """The work lost (prefill of the prompt, then each generated token decoded alone) plus the penalty."""
-        _check_tokens("prompt_tokens", prompt_tokens)
-        _check_tokens("generated_tokens", generated_tokens)
+        prompt_tokens = _check_tokens("prompt_tokens", prompt_tokens)
+        generated_tokens = _check_tokens("generated_tokens", generated_tokens)
         prefill = self.latency.step_time_s([(prompt_tokens, 0)], 0, 0) if prompt_tokens else 0.0
         decodes = float(self.latency.decode_times_s(1, prompt_tokens, generated_tokens).sum()) \
             if generated_tokens else 0.0
         return prefill + decodes + self.drop_penalty_s
 
     def costs(self, prompt_tokens: int, generated_tokens: int) -> PreemptionCosts:
-        _check_tokens("prompt_tokens", prompt_tokens)
-        _check_tokens("generated_tokens", generated_tokens)
+        prompt_tokens = _check_tokens("prompt_tokens", prompt_tokens)
+        generated_tokens = _check_tokens("generated_tokens", generated_tokens)
         context = int(prompt_tokens) + int(generated_tokens)
         return PreemptionCosts(swap_s=self.swap_s(context), recompute_s=self.recompute_s(context),
                                drop_s=self.drop_s(prompt_tokens, generated_tokens))
@@ -170,6 +170,8 @@ class PreemptionCostModel:
         return min(choices, key=costs.of), costs
 
 
-def _check_tokens(name: str, value: int) -> None:
+def _check_tokens(name: str, value: int) -> int:
+    """``value`` as a Python int (a NumPy integer is taken: the compiled analytic model takes Python ints only)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_TOKENS:
         raise PreemptionCostError(f"{name} must be an integer from 0 to {MAX_TOKENS:,}, got {value!r}")
+    return int(value)

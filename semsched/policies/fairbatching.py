@@ -31,17 +31,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from semsched.core.kv import blocks_for
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, StepBudget
 from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import load_profile
 from semsched.policies.params import param
+from semsched.policies.passes import DeadlineSplit, split_by_deadline
 from semsched.policies.registry import register_policy
 from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
 from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
-
-#: :func:`~semsched.policies.vllm_fcfs.is_waiting`'s states, as a tuple: ``in`` compares them by identity (a
-#: frozenset hashes each state with Enum.__hash__, a Python call)
 
 
 def token_deadline_s(request: Request, index: int) -> float:
@@ -55,15 +52,6 @@ def token_deadline_s(request: Request, index: int) -> float:
 def next_deadline_s(request: Request) -> float:
     """When ``request``'s next output token is due."""
     return token_deadline_s(request, request.num_output_tokens)
-
-
-def _next_deadlines_s(requests: Sequence[Request]) -> list[float]:
-    """:func:`next_deadline_s` of each of ``requests``, inlined (this runs every step)."""
-    return [
-        math.inf if r.ttft_slo_s is None or (r.num_output_tokens > 0 and r.tpot_slo_s is None)
-        else r.arrival_time_s + r.ttft_slo_s
-        + (r.tpot_slo_s * r.num_output_tokens if r.num_output_tokens > 0 and r.tpot_slo_s is not None else 0.0)
-        for r in requests]
 
 
 @dataclass(frozen=True)
@@ -162,24 +150,6 @@ class _StepPlan(NamedTuple):
     budget: StepBudget | None
     #: nothing to prefill: no running prompt, and no waiting request the free blocks and slots would admit
     idle_prefill: bool = False
-
-
-@dataclass(slots=True)
-class _Split:
-    """The running requests of one step split into prompts, urgent and slack decodes (each by next deadline), and
-    the sums the step's budget needs."""
-
-    prompts: list[Request]
-    urgent: list[Request]
-    slack: list[Request]
-    #: the prompts' uncomputed tokens, the most computed tokens among them (0 without prompts), their step_blocks
-    prompt_tokens: int
-    prompt_cached: int
-    prompt_blocks: int
-    #: the urgent decodes' summed context
-    urgent_context: int
-    #: entry ``k``: the summed context of the first ``k`` slack decodes
-    slack_contexts: list[int]
 
 
 @register_policy
@@ -289,37 +259,10 @@ class FairBatching(Policy):
             self._facts = facts
         return facts
 
-    def _partition(self, requests: Sequence[Request], now_s: float, block_size: int) -> _Split:
+    def _partition(self, requests: Sequence[Request], now_s: float, block_size: int) -> DeadlineSplit:
         """The running requests by next deadline (stably), split into prompts (:func:`in_prompt`), urgent
-        decodes (:meth:`urgent`) and slack decodes, with the sums the step's budget needs; one pass after the
-        sort."""
-        deadlines = _next_deadlines_s(requests)
-        margin_s = self._margin_s
-        split = _Split([], [], [], 0, 0, 0, 0, [0])
-        prompts, urgent, slack, slack_contexts = split.prompts, split.urgent, split.slack, split.slack_contexts
-        urgent_context = slack_context = 0
-        for index in sorted(range(len(requests)), key=deadlines.__getitem__):  # (stable, as a sort by deadline)
-            request = requests[index]
-            computed, prompt = request.num_computed_tokens, request.prompt_tokens
-            if computed < prompt or prompt + request.num_output_tokens - computed > 1:  # in_prompt
-                prompts.append(request)
-                continue
-            within_s = margin_s if margin_s is not None else request.tpot_slo_s
-            if within_s is not None and deadlines[index] - now_s <= within_s:
-                urgent.append(request)
-                urgent_context += computed
-            else:
-                slack.append(request)
-                slack_context += computed
-                slack_contexts.append(slack_context)
-        split.urgent_context = urgent_context
-        for request in prompts:
-            computed = request.num_computed_tokens
-            split.prompt_tokens += request.num_uncomputed_tokens
-            split.prompt_cached = max(split.prompt_cached, computed)
-            # step_blocks: the prompt's whole remaining sequence
-            split.prompt_blocks += whole_sequence_blocks(request, block_size) - blocks_for(computed, block_size)
-        return split
+        decodes (:meth:`urgent`) and slack decodes, with the sums the step's budget needs (a compiled pass)."""
+        return split_by_deadline(requests, now_s, self._margin_s, block_size)
 
     def _waiting_demand(self, view: SchedulerView, prompt_blocks: int) -> tuple[int, int]:
         """The uncomputed tokens of the waiting requests, in deadline order, that the free blocks and sequence

@@ -117,10 +117,44 @@ class Instance:
             raise TypeError("Instance: give either an executor or a latency model with its overheads, not both")
         self.scheduler = scheduler
         self.executor = executor
+        #: the executor again when it is a ModelExecutor (or a subclass), which the compiled engine then calls
+        #: natively; None for an executor of another type, called through its protocol
+        self.model_executor = executor if isinstance(executor, ModelExecutor) else None
         self.busy = False  # a step is in flight
         self.num_steps = 0
         self.num_events = 0
         self.busy_time_s = 0.0
+
+    # the executor's calls (natively, through ``model_executor``, when it is a ModelExecutor)
+    def take_arrival(self, *, engine_idle: bool) -> None:
+        model = self.model_executor
+        if model is not None:
+            model.take_arrival(engine_idle=engine_idle)
+        else:
+            self.executor.take_arrival(engine_idle=engine_idle)
+
+    def execute(self, plan: BatchPlan, now_s: float) -> StepResult:
+        model = self.model_executor
+        return model.execute(plan, now_s) if model is not None else self.executor.execute(plan, now_s)
+
+    def can_repeat(self, plan: BatchPlan, now_s: float, until_s: float) -> bool:
+        model = self.model_executor
+        if model is not None:
+            return model.can_repeat(plan, now_s, until_s)
+        return self.executor.can_repeat(plan, now_s, until_s)
+
+    def accepted_rounds(self, plan: BatchPlan, rounds: int) -> np.ndarray | None:
+        model = self.model_executor
+        if model is not None:
+            return model.accepted_rounds(plan, rounds)
+        return self.executor.accepted_rounds(plan, rounds)
+
+    def execute_repeated(self, plan: BatchPlan, now_s: float, steps: int, until_s: float,
+                         accepted: np.ndarray | None) -> list[float] | None:
+        model = self.model_executor
+        if model is not None:
+            return model.execute_repeated(plan, now_s, steps, until_s, accepted)
+        return self.executor.execute_repeated(plan, now_s, steps, until_s, accepted)
 
 
 @dataclass
@@ -311,7 +345,7 @@ class Simulation:
             self._notify_finish(request, index, now_s)
             return
         self._monitor.enqueued(request)
-        instance.executor.take_arrival(engine_idle=not instance.busy)
+        instance.take_arrival(engine_idle=not instance.busy)
         if not instance.busy:  # the instance had nothing to do: it wakes up and steps
             self._step(index, now_s)
 
@@ -391,7 +425,7 @@ class Simulation:
             return
         stretch = self._execute_repeated(instance, plan, now_s)
         if stretch is None:
-            result = instance.executor.execute(plan, now_s)
+            result = instance.execute(plan, now_s)
             outcome: StepResult | _Stretch = result
             end_s = result.end_time_s
         else:
@@ -457,16 +491,16 @@ class Simulation:
         repeat unchanged, the executor how many of them end before the next arrival."""
         if not self.fast_forward or not plan.is_pure_decode:
             return None
-        executor, until_s = instance.executor, self._next_arrival_s
+        until_s = self._next_arrival_s
         if self.disaggregation is not None:
             until_s = min(until_s, self._next_pd_mark_s(now_s))
-        if not executor.can_repeat(plan, now_s, until_s):  # cheap checks before the scheduler's count
+        if not instance.can_repeat(plan, now_s, until_s):  # cheap checks before the scheduler's count
             return None
-        accepted = executor.accepted_rounds(plan, min(self.max_steady_steps, ROUNDS_AHEAD))
+        accepted = instance.accepted_rounds(plan, min(self.max_steady_steps, ROUNDS_AHEAD))
         steps = instance.scheduler.steady_decode_steps(plan, self.max_steady_steps, accepted)
         if steps <= 1:
             return None
-        ends = executor.execute_repeated(plan, now_s, steps, until_s, accepted)
+        ends = instance.execute_repeated(plan, now_s, steps, until_s, accepted)
         return None if ends is None else _Stretch(ends, accepted)
 
     def _next_pd_mark_s(self, now_s: float) -> float:

@@ -24,6 +24,7 @@ from mypy_extensions import mypyc_attr
 
 from semsched.core.errors import SemschedError
 from semsched.core.plan import BatchPlan, StepResult
+from semsched.latency.analytic import AnalyticLatencyModel
 from semsched.latency.base import LatencyModel
 from semsched.latency.profiles import EngineOverheads
 from semsched.sim.ground_truth import TruthSampler
@@ -117,6 +118,8 @@ class ModelExecutor:
         if not isinstance(latency, LatencyModel):
             raise TypeError(f"latency: expected a LatencyModel, got {type(latency).__name__}")
         self.latency = latency
+        #: the latency model again when it is the analytic one, which the compiled executor then calls natively
+        self.analytic = latency if isinstance(latency, AnalyticLatencyModel) else None
         self.overheads = overheads
         #: batch sizes this engine has run (or warmed up): they cost no ``new_shape_s``
         self.warm_shapes = set(warm_shapes)
@@ -169,11 +172,16 @@ class ModelExecutor:
             # a short stretch (most of them: the next arrival ends it) step by step, each step's time as
             # execute() prices it, up to the first that would not end before until_s: numpy's fixed cost per
             # call is more than a few steps' prices
+            analytic = self.analytic
             step_time_s = self.latency.step_time_s
             ends: list[float] = []
             end_s = now_s
             for index in range(steps):
-                end_s += step_time_s((), num_decode, context + index * num_decode)
+                tokens = context + index * num_decode
+                if analytic is not None:
+                    end_s += analytic.step_time_s((), num_decode, tokens)
+                else:
+                    end_s += step_time_s((), num_decode, tokens)
                 if not end_s < until_s:  # (never one that ends at inf or NaN: execute() reports that one)
                     break
                 ends.append(end_s)
@@ -187,9 +195,12 @@ class ModelExecutor:
 
     def step_time_s(self, plan: BatchPlan) -> float:
         """What the latency model charges for ``plan`` (its swap traffic included), overheads excluded."""
-        latency = self.latency
+        latency, analytic = self.latency, self.analytic
         prefill = [(c.num_tokens, c.context_tokens) for c in plan.prefill]
-        duration = latency.step_time_s(prefill, len(plan.decode), plan.decode_context_tokens)
+        if analytic is not None:
+            duration = analytic.step_time_s(prefill, len(plan.decode), plan.decode_context_tokens)
+        else:
+            duration = latency.step_time_s(prefill, len(plan.decode), plan.decode_context_tokens)
         swap_tokens = plan.swap_in_tokens + plan.swap_out_tokens
         if swap_tokens:
             duration += latency.swap_time_s(swap_tokens)
