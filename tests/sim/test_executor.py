@@ -150,3 +150,43 @@ def test_an_instance_takes_a_latency_model_or_an_executor() -> None:
         Instance(make_scheduler(), LATENCY, executor=ModelExecutor(LATENCY))
     with pytest.raises(TypeError, match="latency: expected a LatencyModel, got str"):
         ModelExecutor("a100")  # type: ignore[arg-type]
+
+
+class _Delegating:
+    """An executor of another type than ModelExecutor (the engine calls it through its protocol), asking a
+    ModelExecutor of a latency model of another type than the analytic one (priced through its protocol)."""
+
+    def __init__(self) -> None:
+        self.inner = ModelExecutor(_Analytic(LATENCY))  # type: ignore[arg-type]
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> object:
+        self.calls += 1
+        return getattr(self.inner, name)
+
+
+@dataclass(frozen=True)
+class _Analytic:
+    """The analytic profile behind another type."""
+
+    model: object
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.model, name)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_an_executor_or_latency_model_of_another_type_gives_the_same_run(fast_forward: bool) -> None:
+    """The compiled engine calls a ModelExecutor, and it the analytic model, natively; any other executor or model
+    goes through its protocol, with the same result."""
+
+    def run(executor: object) -> list[list[float]]:
+        requests = [make_request(str(i), prompt=64 + 40 * i, output=5 + 7 * i, arrival=0.01 * i)
+                    for i in range(12)]
+        instance = Instance(make_scheduler(), executor=executor)  # type: ignore[arg-type]
+        Simulation([instance], make_router("round-robin"), fast_forward=fast_forward).run(requests)
+        return [r.token_times_s().tolist() for r in requests]
+
+    delegating = _Delegating()
+    assert run(delegating) == run(ModelExecutor(LATENCY))
+    assert delegating.calls > 0
