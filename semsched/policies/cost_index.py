@@ -56,9 +56,9 @@ from semsched.policies.cost_model import (
     CostModel,
     cost_distribution,
     one_token_floor,
-    output_for_spent,
     request_cost,
 )
+from semsched.policies.passes import cost_bucket, cost_bucket_entry, next_cost_bucket_entry
 
 _MAX_INT = 2**31 - 1
 #: a request's cost distribution and the prediction it was computed from
@@ -226,19 +226,11 @@ class CostIndexPolicy(Policy):
 
     def _next_bucket_entry(self, request: Request, bucket: int, generated: int) -> int:
         """The least token count above ``generated`` whose bucket is past ``bucket`` (buckets never fall as
-        counts grow): the cost model's inverse at the boundary's cost, then stepped until :meth:`_bucket_of`
-        itself agrees (so the boundary is exactly the one a per-token check would find)."""
+        counts grow; :func:`~semsched.policies.passes.next_cost_bucket_entry` for buckets of cost)."""
         if self.config.bucket_tokens is not None:
             return max((bucket + 1) * self.config.bucket_tokens, generated + 1)
-        spent = (bucket + 1) * request.policy_state[self._width_key]
-        estimate = output_for_spent(spent, request.prompt_tokens, self.config.cost)
-        rounded = min(math.ceil(estimate), _MAX_INT) if math.isfinite(estimate) else _MAX_INT
-        entry = max(generated + 1, rounded)
-        while entry < _MAX_INT and self._bucket_of(request, entry) <= bucket:
-            entry += 1
-        while entry - 1 > generated and self._bucket_of(request, entry - 1) > bucket:
-            entry -= 1
-        return entry
+        return next_cost_bucket_entry(bucket, generated, request.prompt_tokens, self.config.cost,
+                                      request.policy_state[self._width_key], _MAX_INT)
 
     def _compute(self, request: Request, costs: CostDistribution, generated: int) -> float:
         value = self.cost_index(costs, self._cost(request, generated))
@@ -253,11 +245,14 @@ class CostIndexPolicy(Policy):
     def _bucket_of(self, request: Request, generated: int) -> int:
         if self.config.bucket_tokens is not None:
             return generated // self.config.bucket_tokens
-        spent = self._cost(request, generated) - self._cost(request, 0)
-        return int(spent // request.policy_state[self._width_key])
+        width = request.policy_state[self._width_key]
+        return cost_bucket(generated, request.prompt_tokens, self.config.cost, width)
 
     def _bucket_entry(self, request: Request, bucket: int, low: int, high: int) -> int:
         """The first token count in ``[low, high]`` whose attained cost lies in ``bucket`` (``high``'s own)."""
+        if self.config.bucket_tokens is None:
+            return cost_bucket_entry(bucket, low, high, request.prompt_tokens, self.config.cost,
+                                     request.policy_state[self._width_key])
         while low < high:
             middle = (low + high) // 2
             if self._bucket_of(request, middle) >= bucket:

@@ -16,34 +16,17 @@ believes: the prediction, or the true length as a point when none is attached.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from semsched.core.request import LengthDistribution, Request
+from semsched.policies.passes import output_for_spent, request_cost
+
+__all__ = ["output_for_spent", "request_cost"]  # (compiled in semsched.policies.passes; defined there)
 
 CostModel = Literal["resource", "output", "weighted"]
-
-
-def request_cost(output_tokens: float, prompt_tokens: int, model: CostModel) -> float:
-    """``C(O)`` of one request under ``model`` (see the module doc)."""
-    if model == "resource":
-        return output_tokens * output_tokens / 2.0 + prompt_tokens * output_tokens
-    if model == "output":
-        return float(output_tokens)
-    return prompt_tokens + 2.0 * output_tokens
-
-
-def output_for_spent(spent: float, prompt_tokens: int, model: CostModel) -> float:
-    """Roughly the inverse of ``C(O) - C(0)``: the output length at which ``spent`` cost has been attained (a
-    float; callers round it and check the neighbours with :func:`request_cost` itself)."""
-    if model == "resource":
-        return math.sqrt(float(prompt_tokens) * prompt_tokens + 2.0 * spent) - prompt_tokens
-    if model == "output":
-        return spent
-    return spent / 2.0
 
 
 def request_costs(output_tokens: np.ndarray, prompt_tokens: int, model: CostModel) -> np.ndarray:

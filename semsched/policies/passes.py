@@ -9,6 +9,7 @@ definition its policy documents, written out once; the pure-Python build runs th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from semsched.core.request import Request
@@ -81,3 +82,57 @@ def split_by_deadline(requests: Sequence[Request], now_s: float, margin_s: float
                           - -(-computed // block_size))
     split.prompt_tokens, split.prompt_cached, split.prompt_blocks = prompt_tokens, prompt_cached, prompt_blocks
     return split
+
+
+# ---- cost_index's buckets of attained cost (gittins, mean) ---------------------------------------------------
+def request_cost(output_tokens: float, prompt_tokens: int, model: str) -> float:
+    """``C(O)`` of one request under cost ``model`` (:mod:`semsched.policies.cost_model`, which exports it)."""
+    if model == "resource":
+        return output_tokens * output_tokens / 2.0 + prompt_tokens * output_tokens
+    if model == "output":
+        return float(output_tokens)
+    return prompt_tokens + 2.0 * output_tokens
+
+
+def output_for_spent(spent: float, prompt_tokens: int, model: str) -> float:
+    """Roughly the inverse of ``C(O) - C(0)``: the output length at which ``spent`` cost has been attained (a
+    float; callers round it and check the neighbours with :func:`request_cost` itself)."""
+    if model == "resource":
+        return math.sqrt(float(prompt_tokens) * prompt_tokens + 2.0 * spent) - prompt_tokens
+    if model == "output":
+        return spent
+    return spent / 2.0
+
+
+def cost_bucket(generated: int, prompt_tokens: int, model: str, width_cost: float) -> int:
+    """The bucket of attained cost a request is in after ``generated`` tokens: ``C(g) - C(0)`` over the bucket
+    width, floored (``CostIndexPolicy``'s buckets when they are of cost)."""
+    spent = request_cost(float(generated), prompt_tokens, model) - request_cost(0.0, prompt_tokens, model)
+    return int(spent // width_cost)
+
+
+def next_cost_bucket_entry(bucket: int, generated: int, prompt_tokens: int, model: str, width_cost: float,
+                           most: int) -> int:
+    """The least token count above ``generated`` whose bucket is past ``bucket`` (at most ``most``): the cost
+    model's inverse at the boundary's cost, then stepped until :func:`cost_bucket` itself agrees, so the boundary
+    is exactly the one a per-token check would find."""
+    estimate = output_for_spent((bucket + 1) * width_cost, prompt_tokens, model)
+    rounded = min(math.ceil(estimate), most) if math.isfinite(estimate) else most
+    entry = max(generated + 1, rounded)
+    while entry < most and cost_bucket(entry, prompt_tokens, model, width_cost) <= bucket:
+        entry += 1
+    while entry - 1 > generated and cost_bucket(entry - 1, prompt_tokens, model, width_cost) > bucket:
+        entry -= 1
+    return entry
+
+
+def cost_bucket_entry(bucket: int, low: int, high: int, prompt_tokens: int, model: str, width_cost: float) -> int:
+    """The first token count in ``[low, high]`` whose bucket is ``bucket`` or later (``high``'s own, by
+    bisection)."""
+    while low < high:
+        middle = (low + high) // 2
+        if cost_bucket(middle, prompt_tokens, model, width_cost) >= bucket:
+            high = middle
+        else:
+            low = middle + 1
+    return low
