@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 
 from semsched.core.request import Request
+from semsched.latency.analytic import AnalyticLatencyModel
 
 
 class DeadlineSplit:
@@ -135,4 +136,73 @@ def cost_bucket_entry(bucket: int, low: int, high: int, prompt_tokens: int, mode
             high = middle
         else:
             low = middle + 1
+    return low
+
+
+# ---- sarathi's step: decodes and prompts, the prefill priced within the TBT SLO -------------------------------
+def split_prompts(running: Sequence[Request]) -> tuple[list[Request], list[Request], int, int, float | None]:
+    """One pass over the running requests: the decodes and those still in their prompt (each in ``running``'s
+    order), the decodes' summed context, the largest running prompt's context and the tightest TPOT SLO (None:
+    none has one; the first of equal ones)."""
+    decodes: list[Request] = []
+    prompts: list[Request] = []
+    context = cached = 0
+    tightest_s: float | None = None
+    for r in running:
+        computed, prompt = r.num_computed_tokens, r.prompt_tokens
+        if computed < prompt or prompt + r.num_output_tokens - computed > 1:  # (in_prompt)
+            prompts.append(r)
+            if computed > cached:
+                cached = computed
+        else:
+            decodes.append(r)
+            context += computed
+        slo_s = r.tpot_slo_s
+        if slo_s is not None and (tightest_s is None or slo_s < tightest_s):
+            tightest_s = slo_s
+    return decodes, prompts, context, cached, tightest_s
+
+
+def _priced_s(model: AnalyticLatencyModel, tokens: int, cached_tokens: int, num_decode: int,
+              decode_s: float) -> float:
+    """The step time of a prefill of ``tokens`` on ``cached_tokens`` beside decodes whose part is ``decode_s``:
+    the float ``step_time_s`` gives (its sum of one chunk is the chunk)."""
+    chunk_s = model.chunk_time_s(tokens, cached_tokens)
+    return chunk_s + decode_s if num_decode else chunk_s
+
+
+def analytic_prefill_tokens(model: AnalyticLatencyModel, slo_s: float, num_decode: int, context_tokens: int,
+                            cached_tokens: int, most: int) -> int:
+    """``TBTBudget.prefill_tokens`` for the analytic model, its inputs checked by the caller: the largest prefill
+    in [1, most] priced within ``slo_s``, from the quadratic's root (``α1·((c+x)² − c²) + α2·x + decode = slo``)
+    stepped until the model's own step times agree, or by binary search when the root says nothing."""
+    decode_s = model.decode_time_s(context_tokens) if num_decode else 0.0
+    if most <= 1 or _priced_s(model, most, cached_tokens, num_decode, decode_s) <= slo_s:
+        return max(most, 1)
+    guess = -1  # (none)
+    config = model.config
+    a1, a2 = config.alpha1, config.alpha2
+    if not (a1 < 0 or a2 < 0 or a1 + a2 <= 0):
+        left_s = slo_s - (model.decode_time_s(context_tokens) if num_decode else 0.0)
+        if left_s <= 0:
+            guess = 1
+        else:
+            lin = 2 * a1 * cached_tokens + a2
+            root = left_s / lin if a1 == 0 else (-lin + math.sqrt(lin * lin + 4 * a1 * left_s)) / (2 * a1)
+            if math.isfinite(root):
+                guess = int(root)
+    if guess >= 0:
+        low = min(max(guess, 1), most - 1)
+        while low > 1 and _priced_s(model, low, cached_tokens, num_decode, decode_s) > slo_s:
+            low -= 1
+        while low + 1 < most and _priced_s(model, low + 1, cached_tokens, num_decode, decode_s) <= slo_s:
+            low += 1
+        return low
+    low, high = 1, most  # invariant: high exceeds the SLO; low is within it, or the floor
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _priced_s(model, middle, cached_tokens, num_decode, decode_s) <= slo_s:
+            low = middle
+        else:
+            high = middle
     return low

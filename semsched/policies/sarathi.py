@@ -33,6 +33,7 @@ from semsched.core.request import Request
 from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
 from semsched.latency.base import validate_step_inputs
 from semsched.policies.params import param
+from semsched.policies.passes import analytic_prefill_tokens, split_prompts
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -79,19 +80,20 @@ class TBTBudget:
     def prefill_tokens(self, slo_s: float, num_decode: int, context_tokens: int, cached_tokens: int,
                        most: int) -> int:
         """Largest prefill in [1, most] priced within ``slo_s`` as one chunk on ``cached_tokens`` beside
-        ``num_decode`` decodes of ``context_tokens`` summed context; 1 when even one token exceeds it
-        (binary search: the step time grows with the prefill)."""
-        step_s = self._pricer(num_decode, context_tokens, cached_tokens, most)
+        ``num_decode`` decodes of ``context_tokens`` summed context; 1 when even one token exceeds it. For the
+        analytic model a compiled pass finds it from the quadratic's root, checked with the model's own step times
+        (:func:`~semsched.policies.passes.analytic_prefill_tokens`); for any other, binary search (the step time
+        grows with the prefill)."""
+        model = self.latency
+        if isinstance(model, AnalyticLatencyModel):
+            validate_step_inputs([(most, cached_tokens)], num_decode, context_tokens)
+            return analytic_prefill_tokens(model, slo_s, num_decode, context_tokens, cached_tokens, most)
+
+        def step_s(tokens: int) -> float:
+            return model.step_time_s([(tokens, cached_tokens)], num_decode, context_tokens)
+
         if most <= 1 or step_s(most) <= slo_s:
             return max(most, 1)
-        guess = self._analytic_guess(slo_s, num_decode, context_tokens, cached_tokens)
-        if guess is not None:  # the search's answer, found from the quadratic's root and checked with the model
-            low = min(max(guess, 1), most - 1)
-            while low > 1 and step_s(low) > slo_s:
-                low -= 1
-            while low + 1 < most and step_s(low + 1) <= slo_s:
-                low += 1
-            return low
         low, high = 1, most  # invariant: high exceeds the SLO; low is within it, or the floor
         while high - low > 1:
             middle = (low + high) // 2
@@ -100,45 +102,6 @@ class TBTBudget:
             else:
                 high = middle
         return low
-
-    def _pricer(
-        self, num_decode: int, context_tokens: int, cached_tokens: int, most: int
-    ) -> Callable[[int], float]:
-        """The step time of a prefill of ``x`` tokens on ``cached_tokens`` beside the decodes, as a function of
-        ``x``. For the analytic model the decode part is priced once (:meth:`AnalyticLatencyModel.decode_time_s`)
-        and each call adds one chunk's time: the float ``step_time_s`` gives (its sum of one chunk is the chunk),
-        without its per-call checks (done here once, for the largest prefill)."""
-        model = self.latency
-        if isinstance(model, AnalyticLatencyModel):
-            validate_step_inputs([(most, cached_tokens)], num_decode, context_tokens)
-            chunk_s = model.chunk_time_s
-            if num_decode == 0:
-                return lambda tokens: chunk_s(tokens, cached_tokens)
-            decode_s = model.decode_time_s(context_tokens)
-            return lambda tokens: chunk_s(tokens, cached_tokens) + decode_s
-        step_s = model.step_time_s
-        return lambda tokens: step_s([(tokens, cached_tokens)], num_decode, context_tokens)
-
-    def _analytic_guess(self, slo_s: float, num_decode: int, context_tokens: int,
-                        cached_tokens: int) -> int | None:
-        """For the analytic model (its step time is non-decreasing in the prefill, in floating point too, when
-        its coefficients are not negative): about the largest prefill within ``slo_s``, from
-        ``α1·((c+x)² − c²) + α2·x + decode = slo``. The binary search's answer is the last prefill within the
-        SLO, so the model's own step times around this guess find that same answer in a step or two. None for
-        any other model (searched)."""
-        model = self.latency
-        if not isinstance(model, AnalyticLatencyModel):
-            return None
-        config = model.config
-        a1, a2 = config.alpha1, config.alpha2
-        if a1 < 0 or a2 < 0 or a1 + a2 <= 0:
-            return None
-        left_s = slo_s - (model.decode_time_s(context_tokens) if num_decode else 0.0)
-        if left_s <= 0:
-            return 1
-        lin = 2 * a1 * cached_tokens + a2
-        root = left_s / lin if a1 == 0 else (-lin + math.sqrt(lin * lin + 4 * a1 * left_s)) / (2 * a1)
-        return int(root) if math.isfinite(root) else None
 
     def decodes_within(self, slo_s: float, prefill: int, cached_tokens: int, decodes: Sequence[Request],
                        base_decode: int, base_context: int) -> int:
@@ -310,30 +273,7 @@ class SarathiFCFS(Policy):
         prefill = self.budget.prefill_tokens(self.budget.slo_for(tightest_s), num_decode, context, cached, most)
         return StepBudget(num_decode + prefill, engine.max_num_seqs)
 
-    @staticmethod
-    def _split_running(
-        running: Sequence[Request],
-    ) -> tuple[list[Request], list[Request], int, int, float | None]:
-        """One pass over the running requests: the decodes and those still in their prompt (each in ``running``'s
-        order), the decodes' summed context, the largest running prompt's context and the tightest TPOT SLO
-        (:meth:`TBTBudget.slo_s`'s; None: none has one)."""
-        decodes: list[Request] = []
-        prompts: list[Request] = []
-        context = cached = 0
-        tightest_s: float | None = None
-        for r in running:
-            computed, prompt = r.num_computed_tokens, r.prompt_tokens
-            if computed < prompt or prompt + r.num_output_tokens - computed > 1:  # (in_prompt, inline)
-                prompts.append(r)
-                if computed > cached:
-                    cached = computed
-            else:
-                decodes.append(r)
-                context += computed
-            slo_s = r.tpot_slo_s
-            if slo_s is not None and (tightest_s is None or slo_s < tightest_s):  # (min, keeping the first)
-                tightest_s = slo_s
-        return decodes, prompts, context, cached, tightest_s
+    _split_running = staticmethod(split_prompts)  # (one pass over the running requests, compiled)
 
     def _swapped_context(self) -> int:
         """Largest cached context a prefill chunk may sit on among the swapped-out requests waiting to come back
