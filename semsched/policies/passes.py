@@ -10,9 +10,10 @@ definition its policy documents, written out once; the pure-Python build runs th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from semsched.core.request import Request
+from semsched.core.request import Request, RequestState
 from semsched.latency.analytic import AnalyticLatencyModel
 
 
@@ -206,3 +207,58 @@ def analytic_prefill_tokens(model: AnalyticLatencyModel, slo_s: float, num_decod
         else:
             high = middle
     return low
+
+
+# ---- semantic's scan of the running requests -------------------------------------------------------------------
+#: a semantic key (level, remaining time, arrival) kept with what it was computed from: (computed tokens, output
+#: tokens, state, key)
+KeptKey = tuple[int, int, RequestState, tuple[Any, ...]]
+
+
+def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_of: Callable[[Request], Any],
+                  g1: float, g2: float, oracle: bool, keep: bool
+                  ) -> tuple[tuple[Any, ...] | None, bool, int, bool, float]:
+    """``semantic``'s one pass over the running requests (its ``_scan_running``): the smallest key, whether its
+    request decodes, the tokens the prompts of the most urgent level need beyond one each, whether ``running`` is
+    in key order, and the least urgent level among its prompts (-inf: none). ``keep``: a running decode's key is
+    computed here (the decode's closed form: ``g1``, ``g2``, the true remaining output with ``oracle`` or without
+    a prediction) and kept in ``keys``; any other key comes from ``key_of``."""
+    best: tuple[Any, ...] | None = None
+    best_decoding = False
+    level, extra = math.inf, 0
+    in_order, prompt_level = True, -math.inf
+    last: tuple[Any, ...] = (-math.inf,)
+    running_state = RequestState.RUNNING
+    key: tuple[Any, ...]
+    for request in running:
+        computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
+        total = request.prompt_tokens + output
+        uncomputed = total - computed
+        if keep and uncomputed <= 1 and state is running_state:  # (semantic's _decode_key)
+            predicted = request.predicted_output
+            if oracle or predicted is None:
+                remaining = float(request.target_output_tokens - output)
+            else:
+                remaining = predicted.expected_remaining(output)
+            if remaining < 0.0:
+                remaining = 0.0
+            cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
+            urgency = request.urgency
+            key = (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
+            keys[request] = (computed, output, state, key)
+        else:
+            key = key_of(request)
+        if best is None or key < best:
+            best, best_decoding = key, uncomputed <= 1
+        first = key[0]
+        if first < level:
+            level, extra = first, 0
+        if uncomputed > 1:
+            if first == level:
+                extra += uncomputed - 1
+            if first > prompt_level:
+                prompt_level = first
+        if key < last:
+            in_order = False
+        last = key
+    return best, best_decoding, extra, in_order, prompt_level

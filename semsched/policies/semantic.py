@@ -54,6 +54,7 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
+from semsched.policies.passes import semantic_scan
 from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
@@ -413,43 +414,10 @@ class Semantic(Policy):
         yet this step): a decode's key is computed here (:meth:`_decode_key`, inlined) and kept, and the scan
         notes for the step (``_scanned``) whether ``running`` is in key order and the least urgent level of its
         prompts."""
-        best: SortKey | None = None
-        best_decoding = False
-        level, extra = math.inf, 0
-        keys, key_of, g1, g2, oracle = self._keys, self._key, self._g1, self._g2, self._oracle
-        in_order, last, prompt_level = True, _FIRST, -math.inf
         step = fresh
-        fresh = fresh and len(keys) + len(running) <= _MAX_CACHED_KEYS
-        key: SortKey
-        for request in running:
-            computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
-            total = request.prompt_tokens + output
-            uncomputed = total - computed
-            if fresh and uncomputed <= 1 and state is _RUNNING:  # (_decode_key)
-                if oracle or request.predicted_output is None:
-                    remaining = float(request.target_output_tokens - output)
-                else:
-                    remaining = request.predicted_output.expected_remaining(output)
-                if remaining < 0.0:
-                    remaining = 0.0
-                cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
-                urgency = request.urgency
-                key = (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
-                keys[request] = (computed, output, state, key)
-            else:
-                key = key_of(request)
-            if best is None or key < best:
-                best, best_decoding = key, uncomputed <= 1
-            if key[0] < level:
-                level, extra = key[0], 0
-            if uncomputed > 1:
-                if key[0] == level:
-                    extra += uncomputed - 1
-                if key[0] > prompt_level:
-                    prompt_level = key[0]
-            if key < last:
-                in_order = False
-            last = key
+        keep = fresh and len(self._keys) + len(running) <= _MAX_CACHED_KEYS
+        best, best_decoding, extra, in_order, prompt_level = semantic_scan(
+            running, self._keys, self._key, self._g1, self._g2, self._oracle, keep)  # (compiled)
         if step:
             self._scanned = _Scan(running, in_order, prompt_level)
         return best, best_decoding, extra
