@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import ClassVar, Literal
 
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.params import check_float, param
+from semsched.policies.passes import served_victims, service_then_arrival
 from semsched.policies.registry import register_policy
-
-_SERVICE_THEN_ARRIVAL = attrgetter("service_s", "arrival_time_s")
 
 
 @dataclass(frozen=True)
@@ -53,17 +51,13 @@ class LAS(Policy):
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.service_s, request.arrival_time_s)
 
-    #: (service, arrival), read in C: the core sorts its running requests by this key every step
-    victim_key = staticmethod(_SERVICE_THEN_ARRIVAL)  # type: ignore[assignment]
+    #: (service, arrival), a compiled function: the core sorts its running requests by this key every step
+    victim_key = staticmethod(service_then_arrival)
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        mine = candidate.service_s
-        limit = mine + self.config.quantum_s
-        served = [r for r in running if r.service_s >= limit and r.service_s > mine]
-        served.sort(key=_SERVICE_THEN_ARRIVAL, reverse=True)  # (stable: equal keys keep the running order)
-        return served
+        return served_victims(candidate, running, self.config.quantum_s)  # (compiled)
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
         return self._mode  # (the core recomputes what the CPU pool cannot hold)

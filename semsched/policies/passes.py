@@ -262,3 +262,19 @@ def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_
             in_order = False
         last = key
     return best, best_decoding, extra, in_order, prompt_level
+
+
+# ---- las: attained service --------------------------------------------------------------------------------------
+def service_then_arrival(request: Request) -> tuple[float, float]:
+    """``las``'s victim key, (attained service, arrival): the core sorts its running requests by it every step."""
+    return (request.service_s, request.arrival_time_s)
+
+
+def served_victims(candidate: Request, running: Sequence[Request], quantum_s: float) -> list[Request]:
+    """``las``'s victims for ``candidate``: the running requests served at least ``quantum_s`` more than it (and
+    more at all), most served first (a stable sort: equal keys keep the running order)."""
+    mine = candidate.service_s
+    limit = mine + quantum_s
+    served = [r for r in running if r.service_s >= limit and r.service_s > mine]
+    served.sort(key=service_then_arrival, reverse=True)
+    return served
