@@ -41,22 +41,17 @@ from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.attained import ServicePolicy
 from semsched.policies.params import check_float, check_int, param
+from semsched.policies.passes import LAPS_PERCEPTIBLE, LAPS_RATE, estimated_time_s, laps_victim_key, queue_of
 from semsched.policies.registry import register_policy
 
-_PERCEPTIBLE = "laps.perceptible"  # 1.0 once perceptible
+_PERCEPTIBLE = LAPS_PERCEPTIBLE  # 1.0 once perceptible
 _FRESH = "laps.fresh"  # 1.0 in the round the request became perceptible (its last decision point)
-_RATE = "laps.rate"  # A_i, the stable acceptance rate
+_RATE = LAPS_RATE  # A_i, the stable acceptance rate
 _RATES = "laps.rates"  # the last gamma cumulative rates, packed (see _push_rate)
 _SEEN_ROUNDS = "laps.seen_rounds"  # Request.service_rounds at its last on_tokens (the rounds of an emission)
 _SEEN_S = "laps.seen_s"  # Request.round_service_s at its last on_tokens (order=predicted: the engine's means)
 #: arrivals between two sweeps of the settled set (its requests that ended without ``on_finish``: dropped)
 _SWEEP_ARRIVALS = 1024
-
-
-def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_s: float, t_llm_s: float) -> float:
-    """Eq. 6: ``L/(nA+1) · (n·T_SSM + T_LLM)`` (speculation plus verification time of ``L`` tokens)."""
-    per_round = draft_tokens * acceptance + 1.0
-    return length / per_round * (draft_tokens * t_ssm_s + t_llm_s)
 
 
 def queue_bounds_s(queues: int, multiplier: float, s1_s: float) -> tuple[float, ...]:
@@ -67,14 +62,6 @@ def queue_bounds_s(queues: int, multiplier: float, s1_s: float) -> tuple[float, 
 def _queue_in(bounds: Sequence[float], service_s: float) -> int:
     """:func:`queue_of` with the bounds first (for ``functools.partial``)."""
     return queue_of(service_s, bounds)
-
-
-def queue_of(service_s: float, bounds: Sequence[float]) -> int:
-    """0-based queue holding ``service_s``: the first whose upper bound exceeds it."""
-    for j, bound in enumerate(bounds):
-        if service_s < bound:
-            return j
-    return len(bounds)
 
 
 def is_stable(rates: Sequence[float], gamma: int, delta: float) -> bool:
@@ -296,26 +283,10 @@ class LapsSD(ServicePolicy):
         return (request.priority, *key) if self.config.tiers else key
 
     def victim_key(self, request: Request) -> SortKey:
-        # under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first
-        # (the core sorts its running requests by this key every step: _queue inlined)
-        state = request.policy_state
-        service = request.service_s
-        if state.get(_PERCEPTIBLE, 0.0) == 1.0:  # (_perceived_s inlined too)
-            output = request.predicted_output
-            length = output.mean if output is not None else float(request.target_output_tokens)
-            if self._profiled is not None:
-                perceived = estimated_time_s(length, state[_RATE], self._draft_tokens, *self._profiled)
-            else:
-                count = request.service_rounds
-                round_s = (request.round_service_s / count if count else None) or 0.0
-                perceived = length / (self._draft_tokens * state[_RATE] + 1.0) * round_s
-            perceived = perceived or 0.0
-            if perceived > service:
-                service = perceived
-            key = (0, self._queue_of(service), request.arrival_time_s)
-        else:
-            key = (1, self._queue_of(service), request.arrival_time_s)
-        return (request.priority, *key) if self._tiers else key
+        """Under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first (a
+        compiled pass, :func:`~semsched.policies.passes.laps_victim_key`: the core sorts its running requests by
+        this key every step)."""
+        return laps_victim_key(request, self.bounds, self._draft_tokens, self._profiled, self._tiers)
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float

@@ -278,3 +278,50 @@ def served_victims(candidate: Request, running: Sequence[Request], quantum_s: fl
     served = [r for r in running if r.service_s >= limit and r.service_s > mine]
     served.sort(key=service_then_arrival, reverse=True)
     return served
+
+
+# ---- laps-sd: multi-level queues by attained (or perceived) service ---------------------------------------------
+#: ``Request.policy_state`` keys of ``laps-sd``: 1.0 once the request is perceptible; its stable acceptance rate
+LAPS_PERCEPTIBLE = "laps.perceptible"
+LAPS_RATE = "laps.rate"
+
+
+def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_s: float, t_llm_s: float) -> float:
+    """Seed 004's eq. 6: ``L/(nA+1) · (n·T_SSM + T_LLM)`` (speculation plus verification time of ``L`` tokens)."""
+    per_round = draft_tokens * acceptance + 1.0
+    return length / per_round * (draft_tokens * t_ssm_s + t_llm_s)
+
+
+def queue_of(service_s: float, bounds: Sequence[float]) -> int:
+    """0-based queue holding ``service_s``: the first whose upper bound exceeds it."""
+    for j, bound in enumerate(bounds):
+        if service_s < bound:
+            return j
+    return len(bounds)
+
+
+def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: int,
+                    profiled: tuple[float, float] | None, tiers: bool) -> tuple[Any, ...]:
+    """``laps-sd``'s victim key (the largest goes first): non-perceptible before perceptible, lower queues first
+    (by attained service, or by perceived service, eq. 6, once perceptible), latest arrival first; the priority
+    first with ``tiers``. ``profiled``: eq. 6's (T_SSM, T_LLM), else the request's own mean round time."""
+    state = request.policy_state
+    service = request.service_s
+    if state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
+        output = request.predicted_output
+        length = output.mean if output is not None else float(request.target_output_tokens)
+        if profiled is not None:
+            perceived = estimated_time_s(length, state[LAPS_RATE], draft_tokens, profiled[0], profiled[1])
+        else:
+            count = request.service_rounds
+            round_s = (request.round_service_s / count if count else 0.0) or 0.0
+            perceived = length / (draft_tokens * state[LAPS_RATE] + 1.0) * round_s
+        perceived = perceived or 0.0
+        if perceived > service:
+            service = perceived
+        perceptible = 0
+    else:
+        perceptible = 1
+    if tiers:
+        return (request.priority, perceptible, queue_of(service, bounds), request.arrival_time_s)
+    return (perceptible, queue_of(service, bounds), request.arrival_time_s)
