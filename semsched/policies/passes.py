@@ -325,3 +325,12 @@ def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: i
     if tiers:
         return (request.priority, perceptible, queue_of(service, bounds), request.arrival_time_s)
     return (perceptible, queue_of(service, bounds), request.arrival_time_s)
+
+
+# ---- tiered ---------------------------------------------------------------------------------------------------
+def tiered_victim_key(request: Request, preemption_limit: int) -> tuple[float, int, int, int, float]:
+    """``tiered``'s victim key (the largest goes first): not yet promoted (fewer than ``preemption_limit``
+    preemptions), then the lowest tier, the least progress, the fewest preemptions, the latest arrival."""
+    preemptions = request.num_preemptions
+    return (0.0 if preemptions >= preemption_limit else 1.0, request.priority, -request.num_computed_tokens,
+            -preemptions, request.arrival_time_s)

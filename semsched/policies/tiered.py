@@ -75,6 +75,7 @@ from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
 from semsched.latency.base import validate_step_inputs
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
+from semsched.policies.passes import tiered_victim_key
 from semsched.policies.registry import register_policy
 from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
 from semsched.policies.tier_table import load_tier_table
@@ -331,11 +332,9 @@ class Tiered(Policy):
         return 2 * request.priority + (request.num_preemptions >= self.config.preemption_limit)
 
     def victim_key(self, request: Request) -> SortKey:
-        """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest."""
-        # (``promoted`` inline: the core sorts the running requests by this key every step)
-        preemptions = request.num_preemptions
-        return (0.0 if preemptions >= self.config.preemption_limit else 1.0, request.priority,
-                -request.num_computed_tokens, -preemptions, request.arrival_time_s)
+        """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest (a
+        compiled pass: the core sorts the running requests by this key every step)."""
+        return tiered_victim_key(request, self.config.preemption_limit)
 
     # ---- displacement and preemption ---------------------------------------------------------------------
     def victims_for(
