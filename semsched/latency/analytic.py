@@ -69,8 +69,8 @@ class AnalyticLatencyModel:
     * The step time is the sum of its prefill chunks and its decode part; chunks do not overlap.
     * ``swap_time_s(n) = β·n``.
 
-    Compiled with the core (``semsched.compiled``), the model takes its token counts as Python ints: a NumPy
-    integer is refused with a TypeError at the call (``int(x)`` first). ``swap_time_s`` takes any integer.
+    Token counts may be any integers (NumPy's too: each is read with ``operator.index``, so a float count is a
+    TypeError). The model is compiled with the core (``semsched.compiled``).
     """
 
     config: AnalyticConfig
@@ -81,43 +81,48 @@ class AnalyticLatencyModel:
         return (type(self), (self.config, self.name))
 
     def step_time_s(
-        self, prefill: Sequence[tuple[int, int]], num_decode: int, decode_context_tokens: int
+        self, prefill: Sequence[tuple[SupportsIndex, SupportsIndex]], num_decode: SupportsIndex,
+        decode_context_tokens: SupportsIndex
     ) -> float:
         """Duration of one step (see :class:`~semsched.latency.base.LatencyModel`). Called for every simulated
         step, so written out: the chunks' times added left to right from 0.0 (``sum``'s order), the decode part
         as :func:`_decode_step_s` gives it, and every count checked (:func:`validate_step_inputs` raises). A chunk
         equal to the one before it adds the time computed for that one (a speculative round's verification is one
         ``(drafts, 0)`` chunk per decode)."""
-        if num_decode < 0 or decode_context_tokens < 0 or (num_decode == 0 and decode_context_tokens != 0):
-            validate_step_inputs(prefill, num_decode, decode_context_tokens)
+        decodes, context = operator.index(num_decode), operator.index(decode_context_tokens)
+        if decodes < 0 or context < 0 or (decodes == 0 and context != 0):
+            validate_step_inputs([], decodes, context)
         config = self.config
         if not prefill:
-            if num_decode == 0:
+            if decodes == 0:
                 return 0.0
-            return float(decode_context_tokens) * config.gamma1 + config.gamma2  # (_decode_step_s)
+            return float(context) * config.gamma1 + config.gamma2  # (_decode_step_s)
         prefill_s = chunk_s = 0.0
         last = None
         for chunk in prefill:
             if chunk != last:
-                lq, lkv = chunk
+                query, cached = chunk
+                lq, lkv = operator.index(query), operator.index(cached)
                 if lq < 0 or lkv < 0:
-                    validate_step_inputs(prefill, num_decode, decode_context_tokens)
-                chunk_s = self.chunk_time_s(lq, lkv)
+                    validate_step_inputs([(lq, lkv)], decodes, context)
+                chunk_s = self._chunk_s(lq, lkv)
                 last = chunk
             prefill_s += chunk_s
-        if num_decode == 0:
+        if decodes == 0:
             return prefill_s
-        return prefill_s + _decode_step_s(config.gamma1, config.gamma2, float(decode_context_tokens))
+        return prefill_s + _decode_step_s(config.gamma1, config.gamma2, float(context))
 
-    def decode_time_s(self, decode_context_tokens: int) -> float:
+    def decode_time_s(self, decode_context_tokens: SupportsIndex) -> float:
         """The decode part of a step whose decodes (at least one) sum ``decode_context_tokens`` of context: what
         :meth:`step_time_s` adds for them, bit for bit, without its checks (for a caller that made them)."""
-        return _decode_step_s(self.config.gamma1, self.config.gamma2, float(decode_context_tokens))
+        return _decode_step_s(self.config.gamma1, self.config.gamma2, float(operator.index(decode_context_tokens)))
 
-    def decode_times_s(self, num_decode: int, decode_context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_times_s(self, num_decode: SupportsIndex, decode_context_tokens: SupportsIndex,
+                       num_steps: SupportsIndex) -> FloatArray:
         """Durations of consecutive decode-only steps, bit-for-bit equal to :meth:`step_time_s`."""
-        contexts = decode_context_series(num_decode, decode_context_tokens, num_steps)
-        if num_decode == 0:
+        decodes = operator.index(num_decode)
+        contexts = decode_context_series(decodes, operator.index(decode_context_tokens), operator.index(num_steps))
+        if decodes == 0:
             return contexts * 0.0
         return _decode_step_s(self.config.gamma1, self.config.gamma2, contexts)
 
@@ -128,8 +133,11 @@ class AnalyticLatencyModel:
             raise ValueError(f"num_tokens must be >= 0, got {tokens}")
         return self.config.beta * tokens
 
-    def chunk_time_s(self, query_tokens: int, cached_tokens: int) -> float:
+    def chunk_time_s(self, query_tokens: SupportsIndex, cached_tokens: SupportsIndex) -> float:
         """One prefill chunk: ``α1·((lkv+lq)² − lkv²) + α2·lq`` (the quadratic term in exact integers)."""
+        return self._chunk_s(operator.index(query_tokens), operator.index(cached_tokens))
+
+    def _chunk_s(self, query_tokens: int, cached_tokens: int) -> float:
         attention_pairs = (cached_tokens + query_tokens) ** 2 - cached_tokens**2
         return self.config.alpha1 * attention_pairs + self.config.alpha2 * query_tokens
 

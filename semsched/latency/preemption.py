@@ -171,7 +171,7 @@ class PreemptionCostModel:
 
 
 def _check_tokens(name: str, value: int) -> int:
-    """``value`` as a Python int (a NumPy integer is taken: the compiled analytic model takes Python ints only)."""
+    """``value`` as a Python int (a NumPy integer is taken)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_TOKENS:
         raise PreemptionCostError(f"{name} must be an integer from 0 to {MAX_TOKENS:,}, got {value!r}")
     return int(value)

@@ -163,3 +163,23 @@ def test_cache_or_recompute_combines_both_rules() -> None:
     assert decision.save_prompt == should_save_prefill_kv(A100_7B, 1000)
     assert decision.saved_decode_tokens == optimal_saved_decode_tokens(A100_7B, 1000, 50)
     assert math.isfinite(partial_save_cost_s(A100_7B, 1000, 50, decision.saved_decode_tokens))
+
+
+def test_numpy_counts_price_as_python_ints_and_a_float_count_is_refused() -> None:
+    """The model is compiled with the core; its public methods still take any integer (NumPy's too) and give the
+    floats Python ints give, and the model pickles as it is."""
+    import pickle
+
+    model = make_model()
+    i64 = np.int64
+    assert model.step_time_s([(i64(300), i64(40)), (i64(300), i64(40))], i64(5), i64(900)) \
+        == model.step_time_s([(300, 40), (300, 40)], 5, 900)
+    assert model.chunk_time_s(np.int32(64), i64(8)) == model.chunk_time_s(64, 8)
+    assert model.decode_time_s(i64(900)) == model.decode_time_s(900)
+    assert model.decode_times_s(i64(3), i64(90), i64(4)).tolist() == model.decode_times_s(3, 90, 4).tolist()
+    assert model.swap_time_s(i64(10)) == model.swap_time_s(10)
+    with pytest.raises(TypeError):
+        model.step_time_s([], 2.0, 10)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefill chunk"):
+        model.step_time_s([(i64(-1), 0)], 0, 0)
+    assert pickle.loads(pickle.dumps(model)) == model
