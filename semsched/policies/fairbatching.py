@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -35,23 +34,14 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import load_profile
 from semsched.policies.params import param
-from semsched.policies.passes import DeadlineSplit, split_by_deadline
+from semsched.policies.passes import DeadlineSplit, next_deadline, split_by_deadline, token_deadline
 from semsched.policies.registry import register_policy
 from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
 from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
 
-
-def token_deadline_s(request: Request, index: int) -> float:
-    """When output token ``index`` (from 0) of ``request`` is due: arrival + TTFT SLO + index * TPOT SLO."""
-    if request.ttft_slo_s is None or (index > 0 and request.tpot_slo_s is None):
-        return math.inf
-    decode_s = request.tpot_slo_s * index if index > 0 and request.tpot_slo_s is not None else 0.0
-    return request.arrival_time_s + request.ttft_slo_s + decode_s
-
-
-def next_deadline_s(request: Request) -> float:
-    """When ``request``'s next output token is due."""
-    return token_deadline_s(request, request.num_output_tokens)
+#: when output token ``index`` (from 0) of a request is due, and when its next one is (compiled passes)
+token_deadline_s = token_deadline
+next_deadline_s = next_deadline
 
 
 @dataclass(frozen=True)

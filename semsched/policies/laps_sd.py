@@ -41,7 +41,16 @@ from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
 from semsched.core.request import Request
 from semsched.policies.attained import ServicePolicy
 from semsched.policies.params import check_float, check_int, param
-from semsched.policies.passes import LAPS_PERCEPTIBLE, LAPS_RATE, estimated_time_s, laps_victim_key, queue_of
+from semsched.policies.passes import (
+    LAPS_PERCEPTIBLE,
+    LAPS_RATE,
+    laps_perceived_s,
+    laps_victim_key,
+    queue_of,
+)
+from semsched.policies.passes import (
+    estimated_time_s as estimated_time_s,  # (eq. 6, exported here too)
+)
 from semsched.policies.registry import register_policy
 
 _PERCEPTIBLE = LAPS_PERCEPTIBLE  # 1.0 once perceptible
@@ -165,17 +174,9 @@ class LapsSD(ServicePolicy):
         return self._perceived_s(request)
 
     def _perceived_s(self, request: Request) -> float:
-        """:meth:`estimated_time_s` of a request known to be perceptible (the hot path of every sort: what
-        ``predicted_output_tokens`` and ``mean_round_s`` give, inlined)."""
-        state = request.policy_state
-        rate = state[_RATE]
-        output = request.predicted_output
-        length = output.mean if output is not None else float(request.target_output_tokens)
-        if self._profiled is not None:
-            return estimated_time_s(length, rate, self._draft_tokens, *self._profiled)
-        count = request.service_rounds
-        round_s = (request.round_service_s / count if count else None) or 0.0
-        return length / (self._draft_tokens * rate + 1.0) * round_s
+        """:meth:`estimated_time_s` of a request known to be perceptible (compiled: the hot path of every
+        sort)."""
+        return laps_perceived_s(request, self._draft_tokens, self._profiled)
 
     def estimated_remaining_s(self, request: Request) -> float:
         total = self.estimated_time_s(request)

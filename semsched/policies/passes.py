@@ -36,17 +36,19 @@ class DeadlineSplit:
         self.slack_contexts: list[int] = [0]
 
 
+def token_deadline(request: Request, index: int) -> float:
+    """When output token ``index`` (from 0) of ``request`` is due (fairbatching, PROSERVE's TDG): arrival + TTFT
+    SLO + index * TPOT SLO; infinitely late without the SLO it needs."""
+    ttft_s, tpot_s = request.ttft_slo_s, request.tpot_slo_s
+    if ttft_s is None or (index > 0 and tpot_s is None):
+        return math.inf
+    decode_s = tpot_s * index if index > 0 and tpot_s is not None else 0.0
+    return request.arrival_time_s + ttft_s + decode_s
+
+
 def next_deadline(request: Request) -> float:
-    """When ``request``'s next output token is due (:func:`semsched.policies.fairbatching.next_deadline_s`):
-    arrival + TTFT SLO + (tokens so far) * TPOT SLO; infinitely late without the SLO it needs."""
-    ttft_s, tpot_s, output = request.ttft_slo_s, request.tpot_slo_s, request.num_output_tokens
-    if ttft_s is None:
-        return float("inf")
-    if output > 0:
-        if tpot_s is None:
-            return float("inf")
-        return request.arrival_time_s + ttft_s + tpot_s * output
-    return request.arrival_time_s + ttft_s + 0.0
+    """When ``request``'s next output token is due."""
+    return token_deadline(request, request.num_output_tokens)
 
 
 def split_by_deadline(requests: Sequence[Request], now_s: float, margin_s: float | None,
@@ -215,6 +217,25 @@ def analytic_prefill_tokens(model: AnalyticLatencyModel, slo_s: float, num_decod
 KeptKey = tuple[int, int, RequestState, tuple[Any, ...]]
 
 
+def semantic_decode_key(request: Request, g1: float, g2: float, oracle: bool) -> tuple[float, float, float]:
+    """``semantic``'s key of a running decode: (urgency level, remaining time, arrival). The remaining time is the
+    decode of the expected remaining output at a growing context, ``sum over k = 1..r of g1·(total + k) + g2``
+    (``0.0 +`` it: ``remaining_time_s``'s float with nothing to reload or prefill); the true remaining output
+    with ``oracle`` or without a prediction."""
+    output = request.num_output_tokens
+    predicted = request.predicted_output
+    if oracle or predicted is None:
+        remaining = float(request.target_output_tokens - output)
+    else:
+        remaining = predicted.expected_remaining(output)
+    if remaining < 0.0:
+        remaining = 0.0
+    total = request.prompt_tokens + output
+    cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
+    urgency = request.urgency
+    return (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
+
+
 def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_of: Callable[[Request], Any],
                   g1: float, g2: float, oracle: bool, keep: bool
                   ) -> tuple[tuple[Any, ...] | None, bool, int, bool, float]:
@@ -234,17 +255,8 @@ def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_
         computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
         total = request.prompt_tokens + output
         uncomputed = total - computed
-        if keep and uncomputed <= 1 and state is running_state:  # (semantic's _decode_key)
-            predicted = request.predicted_output
-            if oracle or predicted is None:
-                remaining = float(request.target_output_tokens - output)
-            else:
-                remaining = predicted.expected_remaining(output)
-            if remaining < 0.0:
-                remaining = 0.0
-            cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
-            urgency = request.urgency
-            key = (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
+        if keep and uncomputed <= 1 and state is running_state:
+            key = semantic_decode_key(request, g1, g2, oracle)
             keys[request] = (computed, output, state, key)
         else:
             key = key_of(request)
@@ -300,24 +312,28 @@ def queue_of(service_s: float, bounds: Sequence[float]) -> int:
     return len(bounds)
 
 
+def laps_perceived_s(request: Request, draft_tokens: int, profiled: tuple[float, float] | None) -> float:
+    """Eq. 6 for a perceptible request's whole output (its stable rate, its predicted or true length):
+    ``profiled`` (T_SSM, T_LLM), else its own mean round time."""
+    rate = request.policy_state[LAPS_RATE]
+    output = request.predicted_output
+    length = output.mean if output is not None else float(request.target_output_tokens)
+    if profiled is not None:
+        return estimated_time_s(length, rate, draft_tokens, profiled[0], profiled[1])
+    count = request.service_rounds
+    round_s = (request.round_service_s / count if count else 0.0) or 0.0
+    return length / (draft_tokens * rate + 1.0) * round_s
+
+
 def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: int,
                     profiled: tuple[float, float] | None, tiers: bool) -> tuple[Any, ...]:
     """``laps-sd``'s victim key (the largest goes first): non-perceptible before perceptible, lower queues first
     (by attained service, or by perceived service, eq. 6, once perceptible), latest arrival first; the priority
     first with ``tiers``. ``profiled``: eq. 6's (T_SSM, T_LLM), else the request's own mean round time."""
-    state = request.policy_state
     service = request.service_s
-    if state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
-        output = request.predicted_output
-        length = output.mean if output is not None else float(request.target_output_tokens)
-        if profiled is not None:
-            perceived = estimated_time_s(length, state[LAPS_RATE], draft_tokens, profiled[0], profiled[1])
-        else:
-            count = request.service_rounds
-            round_s = (request.round_service_s / count if count else 0.0) or 0.0
-            perceived = length / (draft_tokens * state[LAPS_RATE] + 1.0) * round_s
-        perceived = perceived or 0.0
-        if perceived > service:
+    if request.policy_state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
+        perceived = laps_perceived_s(request, draft_tokens, profiled) or 0.0
+        if perceived > service:  # (max(service, perceived): the first of equals)
             service = perceived
         perceptible = 0
     else:

@@ -54,7 +54,7 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
-from semsched.policies.passes import semantic_scan
+from semsched.policies.passes import semantic_decode_key, semantic_scan
 from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
@@ -268,18 +268,8 @@ class Semantic(Policy):
 
     def _decode_key(self, request: Request) -> SortKey:
         """The key of a running decode (the bulk of the calls): :meth:`remaining_time_s` with nothing to reload or
-        prefill (its cost is ``0.0 +`` the decode's: the same float)."""
-        output = request.num_output_tokens
-        if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined)
-            remaining = float(request.target_output_tokens - output)
-        else:
-            remaining = request.predicted_output.expected_remaining(output)
-        if remaining < 0.0:  # (max(remaining, 0.0), inlined)
-            remaining = 0.0
-        total = request.prompt_tokens + output
-        cost = 0.0 + (self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining)
-        level = request.urgency if request.urgency is not None else request.priority
-        return (float(level), cost, request.arrival_time_s)
+        prefill (a compiled pass, :func:`~semsched.policies.passes.semantic_decode_key`)."""
+        return semantic_decode_key(request, self._g1, self._g2, self._oracle)
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
@@ -411,7 +401,7 @@ class Semantic(Policy):
     ) -> tuple[SortKey | None, bool, int]:
         """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
         the prompts of the most urgent level need beyond one each. ``fresh``: the step's scan (no key is kept
-        yet this step): a decode's key is computed here (:meth:`_decode_key`, inlined) and kept, and the scan
+        yet this step): a decode's key is computed here (:meth:`_decode_key`) and kept, and the scan
         notes for the step (``_scanned``) whether ``running`` is in key order and the least urgent level of its
         prompts."""
         step = fresh
