@@ -28,8 +28,8 @@ from types import ModuleType
 #: set to 1 to run the pure-Python sources even when the compiled core is built (also read by ``setup.py``: then
 #: nothing is compiled)
 PURE_PYTHON_ENV = "SEMSCHED_PURE_PYTHON"
-#: the core's hot path: requests and their token records, KV blocks, batch plans, the scheduler, the event loop and
-#: its executor, the analytic latency model that prices steps, and the policies' per-step passes over the running
+#: the core's hot path: requests and their token records, KV blocks, batch plans, the scheduler, the event loop,
+#: its executor and its monitor, the analytic latency model that prices steps, and the policies' per-step passes over the running
 #: requests (``semsched.policies.passes``). Policies stay interpreted classes (they subclass
 #: ``semsched.core.policy.Policy``, which stays interpreted too) and call those passes. Compiled, ``Request`` is a
 #: native class: its attributes hold only their declared types (its constructor checks every static field first,
@@ -42,6 +42,7 @@ COMPILED_MODULES = (
     "semsched.core.displacement",
     "semsched.core.scheduler",
     "semsched.sim.executor",
+    "semsched.sim.monitor",
     "semsched.sim.engine",
     "semsched.latency.analytic",
     "semsched.policies.passes",

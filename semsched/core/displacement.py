@@ -15,14 +15,20 @@ vLLM's KV-cache manager) into the numbers below and acts on the answer, so a rul
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from semsched.core.kv import blocks_for
 
 
-class Need(NamedTuple):
+@dataclass(slots=True, init=False)
+class Need:
     """What a waiting request needs to start this step. Its first chunk is as long as the token budget left
-    allows (at least one token), so its block need depends on that budget: :meth:`blocks`."""
+    allows (at least one token), so its block need depends on that budget: :meth:`blocks`.
+
+    ``Need``, ``Room`` and ``Release`` are values (nothing changes one once built; :func:`take` and
+    :func:`release` build new ones). They are dataclasses with written-out initialisers, not named tuples: the
+    core builds them for every waiting request it tries to fit, and compiled, each is a native class whose
+    constructor never calls into the interpreter (a named tuple's, or a generated dataclass ``__init__``, does)."""
 
     computed_tokens: int
     uncomputed_tokens: int
@@ -33,6 +39,15 @@ class Need(NamedTuple):
     whole_tokens: int = 0
     #: blocks the request holds already
     held_blocks: int = 0
+
+    def __init__(self, computed_tokens: int, uncomputed_tokens: int, block_size: int, extra_slots: int = 0,
+                 whole_tokens: int = 0, held_blocks: int = 0) -> None:
+        self.computed_tokens = computed_tokens
+        self.uncomputed_tokens = uncomputed_tokens
+        self.block_size = block_size
+        self.extra_slots = extra_slots
+        self.whole_tokens = whole_tokens
+        self.held_blocks = held_blocks
 
     def chunk_tokens(self, tokens_left: int) -> int:
         return min(self.uncomputed_tokens, max(tokens_left, 1))
@@ -46,19 +61,30 @@ class Need(NamedTuple):
         return needed - self.held_blocks
 
 
-class Room(NamedTuple):
+@dataclass(slots=True, init=False)
+class Room:
     """What is left for waiting requests at this point of the step, after the running requests' share."""
 
     free_blocks: int  # KV blocks the candidate may take (less any watermark or reservation it must leave)
     free_seqs: int  # sequence slots
     tokens: int  # token budget
 
+    def __init__(self, free_blocks: int, free_seqs: int, tokens: int) -> None:
+        self.free_blocks = free_blocks
+        self.free_seqs = free_seqs
+        self.tokens = tokens
 
-class Release(NamedTuple):
+
+@dataclass(slots=True, init=False)
+class Release:
     """What displacing one running request gives back this step."""
 
     blocks: int  # the blocks it holds plus those its share of this step would take
     tokens: int  # the budget its share of this step would take
+
+    def __init__(self, blocks: int, tokens: int) -> None:
+        self.blocks = blocks
+        self.tokens = tokens
 
 
 def fits(need: Need, room: Room) -> bool:

@@ -45,12 +45,22 @@ class ScheduledChunk:
         self.context_tokens = context_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class Preemption:
+    """One preemption of a plan (a value: nothing changes it once built)."""
+
     request: Request
     mode: PreemptionMode
     reason: PreemptionReason
     num_tokens_saved: int  # tokens of KV moved to swap (0 for recompute)
+
+    def __init__(self, request: Request, mode: PreemptionMode, reason: PreemptionReason,
+                 num_tokens_saved: int) -> None:
+        # (written out: the one dataclasses generates is interpreted; see BatchPlan)
+        self.request = request
+        self.mode = mode
+        self.reason = reason
+        self.num_tokens_saved = num_tokens_saved
 
 
 @dataclass(slots=True, init=False)

@@ -35,6 +35,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from semsched.core.plan import BatchPlan, PreemptionMode, PreemptionReason
 from semsched.core.request import Request, RequestState
 from semsched.core.scheduler import Scheduler
@@ -42,6 +44,7 @@ from semsched.core.scheduler import Scheduler
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
 
 
+@mypyc_attr(native_class=False)  # (compiled with the monitor, still a plain class: runs pickle)
 @dataclass(frozen=True, slots=True)
 class PreemptionRecord:
     """One preemption (or drop, ``mode`` DROP) as the plan formed at ``time_s`` on ``instance`` made it."""
@@ -55,6 +58,7 @@ class PreemptionRecord:
     reason: PreemptionReason
 
 
+@mypyc_attr(native_class=False)  # (compiled with the monitor, still a plain class: runs pickle)
 @dataclass(frozen=True, slots=True)
 class QueueSample:
     """The cluster's state at ``num_points`` consecutive grid points, the first at ``time_s``: waiting requests
@@ -66,6 +70,7 @@ class QueueSample:
     num_points: int = 1
 
 
+@mypyc_attr(native_class=False)  # (compiled with the monitor, still a plain class: runs pickle)
 @dataclass(frozen=True, slots=True)
 class SwapLevel:
     """CPU (swap) blocks in use in the cluster right after a plan formed at ``time_s`` moved KV to or from swap."""
@@ -74,6 +79,7 @@ class SwapLevel:
     swap_blocks_used: int
 
 
+@mypyc_attr(native_class=False)
 @dataclass
 class MonitorLog:
     """Everything one run recorded for monitoring (see the module docstring for what each list means).

@@ -637,7 +637,8 @@ class Scheduler(_VllmScheduler):
         the policy names victims that make room."""
         need = self._need(candidate)
         reserve = self._reserved_against(candidate.priority) if self._reservations else 0
-        room = estimate.room._replace(free_blocks=estimate.room.free_blocks - reserve)  # what it may take
+        room = estimate.room
+        room = Room(room.free_blocks - reserve, room.free_seqs, room.tokens)  # what it may take
         if not fits(need, room):
             if victims is None:
                 victims = self._victims(candidate, now)

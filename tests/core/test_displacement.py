@@ -1,5 +1,7 @@
 """The displacement and class-gating rules both schedulers share (semsched/core/displacement.py)."""
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,9 +23,9 @@ def test_a_need_is_its_first_chunk_sized_by_the_budget_left() -> None:
     assert need.blocks(tokens_left=40) == 3  # a 40-token chunk
     assert need.blocks(tokens_left=500) == 7  # the whole prompt
     assert need.blocks(tokens_left=0) == 1  # at least one token
-    assert need._replace(whole_tokens=100).blocks(tokens_left=40) == 7  # vLLM's whole-prompt admission
-    assert need._replace(extra_slots=20).blocks(tokens_left=40) == 4
-    assert need._replace(held_blocks=2).blocks(tokens_left=40) == 1
+    assert replace(need, whole_tokens=100).blocks(tokens_left=40) == 7  # vLLM's whole-prompt admission
+    assert replace(need, extra_slots=20).blocks(tokens_left=40) == 4
+    assert replace(need, held_blocks=2).blocks(tokens_left=40) == 1
 
 
 def test_fits_needs_a_slot_and_the_blocks() -> None:
@@ -44,7 +46,7 @@ def test_the_fewest_victims_from_the_front() -> None:
     room = Room(free_blocks=1, free_seqs=0, tokens=64)
     victims = [Release(2, 1), Release(2, 1), Release(5, 1)]
     assert victims_to_displace(need, room, victims) == 2  # 1 + 2 + 2 >= 4 after two
-    assert victims_to_displace(need, room._replace(free_blocks=4, free_seqs=1), victims) == 0  # fits already
+    assert victims_to_displace(need, replace(room, free_blocks=4, free_seqs=1), victims) == 0  # fits already
 
 
 def test_slot_bound_one_victim_per_candidate() -> None:
