@@ -29,8 +29,8 @@ from types import ModuleType
 #: nothing is compiled)
 PURE_PYTHON_ENV = "SEMSCHED_PURE_PYTHON"
 #: the core's hot path: requests and their token records, KV blocks, batch plans, the scheduler, the event loop,
-#: its executor and its monitor, the analytic latency model that prices steps, and the policies' per-step passes over the running
-#: requests (``semsched.policies.passes``). Policies stay interpreted classes (they subclass
+#: its executor and its monitor, the analytic latency model that prices steps, and the policies' per-step passes
+#: over the running requests (``semsched.policies.passes``). Policies stay interpreted classes (they subclass
 #: ``semsched.core.policy.Policy``, which stays interpreted too) and call those passes. Compiled, ``Request`` is a
 #: native class: its attributes hold only their declared types (its constructor checks every static field first,
 #: so a caller still gets the ``InvalidRequestError`` that names the field), and it takes no weak reference

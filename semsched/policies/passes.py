@@ -350,3 +350,75 @@ def tiered_victim_key(request: Request, preemption_limit: int) -> tuple[float, i
     preemptions = request.num_preemptions
     return (0.0 if preemptions >= preemption_limit else 1.0, request.priority, -request.num_computed_tokens,
             -preemptions, request.arrival_time_s)
+
+
+class TieredScan:
+    """What ``tiered``'s step budget reads off the running requests in one pass (:func:`tiered_decode_scan`)."""
+
+    def __init__(self) -> None:
+        #: the tightest step time a protected decode allows (its TPOT aim plus what it has banked; inf: none)
+        self.target_s = math.inf
+        self.num_decode = 0
+        self.context_tokens = 0
+        #: the prompt tokens left of protected (or promoted) requests still in their prompt
+        self.prompt_tokens = 0
+        #: the E2E paces of protected decodes whose aim is tighter than the target found so far when seen
+        self.paces: list[float] = []
+        #: the running requests found in ``waiting``: they have started, and leave the waiting sums
+        self.started: list[str] = []
+
+
+def tiered_decode_scan(running: Sequence[Request], waiting: dict[str, Any], watch: bool, now_s: float,
+                       protected: int, preemption_limit: int, pace_e2e: bool, keep: float,
+                       first_token_key: str) -> TieredScan:
+    """``tiered``'s pass over the running requests at every step (its ``step_budget`` documents the rule): the
+    decodes and their context, each protected decode's step-time allowance (``keep`` times its TPOT target, or
+    what it has banked when that is more; a decode seen for the first time after its first token records when
+    that came, under ``first_token_key``), the E2E paces with ``pace_e2e``, and the protected prompt tokens left.
+    With ``watch``, the ids of running requests still in ``waiting`` are listed in ``started``."""
+    scan = TieredScan()
+    target_s = math.inf
+    num_decode = 0
+    context_tokens = 0
+    prompt_tokens = 0
+    for request in running:
+        if watch and request.request_id in waiting:
+            scan.started.append(request.request_id)
+        computed = request.num_computed_tokens
+        left = request.prompt_tokens + request.num_output_tokens - computed
+        if left > 1:  # in its prompt (or recomputing): a protected one's tokens are not held back
+            if request.priority <= protected or request.num_preemptions >= preemption_limit:
+                prompt_tokens += left
+            continue
+        num_decode += 1
+        context_tokens += computed
+        if request.priority > protected:
+            continue
+        tpot_slo_s = request.tpot_slo_s
+        if tpot_slo_s is not None:  # how long the next step may take with it decoding: its aim, plus banked
+            aim_s = tpot_slo_s * keep
+            allowance_s = aim_s
+            first_s = request.policy_state.get(first_token_key)
+            if first_s is None:  # first seen decoding: its first token came at the end of the last step
+                if request.num_output_tokens:
+                    request.policy_state[first_token_key] = now_s
+            else:  # after the next step, (tokens so far) gaps must average at most the aim
+                banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
+                if banked_s > aim_s:  # (max, keeping the first on a tie)
+                    allowance_s = banked_s
+            if allowance_s < target_s:  # (min, keeping the first on a tie)
+                target_s = allowance_s
+        e2e_slo_s = request.e2e_slo_s
+        if pace_e2e and e2e_slo_s is not None:
+            # how long each step may take for it to finish within its E2E target if it produces all of
+            # max_output_tokens; a pace whose aim is no tighter than an allowance already found cannot lower the
+            # target (each pace's cap is at least its aim)
+            tokens = request.max_output_tokens - request.num_output_tokens
+            pace_s = (request.arrival_time_s + e2e_slo_s - now_s) / (tokens if tokens > 1 else 1)
+            if pace_s * keep < target_s:
+                scan.paces.append(pace_s)
+    scan.target_s = target_s
+    scan.num_decode = num_decode
+    scan.context_tokens = context_tokens
+    scan.prompt_tokens = prompt_tokens
+    return scan

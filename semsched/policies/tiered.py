@@ -75,7 +75,7 @@ from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
 from semsched.latency.base import validate_step_inputs
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
-from semsched.policies.passes import tiered_victim_key
+from semsched.policies.passes import tiered_decode_scan, tiered_victim_key
 from semsched.policies.registry import register_policy
 from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
 from semsched.policies.tier_table import load_tier_table
@@ -383,50 +383,18 @@ class Tiered(Policy):
         latency, cfg = self._latency, self.config
         if latency is None or not cfg.protect_tpot:
             return None
-        protected, limit, pace_e2e = cfg.protected_priority, cfg.preemption_limit, cfg.pace_e2e
         keep = 1.0 - cfg.tpot_margin
-        target_s, num_decode, context_tokens, prompt_tokens = math.inf, 0, 0, 0
-        paces: list[float] = []
         # the protected prompt tokens, counted once per step (_pending_prompt_tokens, inline): the requests that
         # started since the last count leave the waiting sum in this pass
         counted = self._prompt_work[0] == now_s
         waiting = self._waiting
         watch = not counted and bool(waiting)
-        running = view.running_requests()
-        for request in running:  # this runs every step: one pass, no calls
-            if watch and request.request_id in waiting:
-                self._forget_waiting(request.request_id)
-            computed = request.num_computed_tokens
-            left = request.prompt_tokens + request.num_output_tokens - computed
-            if left > 1:  # in its prompt (or recomputing): a protected one's tokens are not held back
-                if request.priority <= protected or request.num_preemptions >= limit:
-                    prompt_tokens += left
-                continue
-            num_decode += 1
-            context_tokens += computed
-            if request.priority > protected:
-                continue
-            tpot_slo_s = request.tpot_slo_s
-            if tpot_slo_s is not None:  # how long the next step may take with it decoding: its aim, plus banked
-                allowance_s = aim_s = tpot_slo_s * keep
-                first_s = request.policy_state.get(FIRST_TOKEN_KEY)
-                if first_s is None:  # first seen decoding: its first token came at the end of the last step
-                    if request.num_output_tokens:
-                        request.policy_state[FIRST_TOKEN_KEY] = now_s
-                else:  # after the next step, (tokens so far) gaps must average at most the aim
-                    banked_s = aim_s * request.num_output_tokens - (now_s - first_s)
-                    if banked_s > aim_s:  # (max, keeping the first on a tie)
-                        allowance_s = banked_s
-                if allowance_s < target_s:  # (min, keeping the first on a tie)
-                    target_s = allowance_s
-            if pace_e2e and request.e2e_slo_s is not None:
-                # how long each step may take for it to finish within its E2E target if it produces all of
-                # max_output_tokens (what the engine knows of its length); a pace whose aim is no tighter than
-                # an allowance already found cannot lower the target (each pace's cap is at least its aim)
-                tokens = request.max_output_tokens - request.num_output_tokens
-                pace_s = (request.arrival_time_s + request.e2e_slo_s - now_s) / (tokens if tokens > 1 else 1)
-                if pace_s * keep < target_s:
-                    paces.append(pace_s)
+        scan = tiered_decode_scan(view.running_requests(), waiting, watch, now_s, cfg.protected_priority,
+                                  cfg.preemption_limit, cfg.pace_e2e, keep, FIRST_TOKEN_KEY)  # (compiled)
+        for request_id in scan.started:
+            self._forget_waiting(request_id)
+        target_s, num_decode, context_tokens = scan.target_s, scan.num_decode, scan.context_tokens
+        prompt_tokens, paces = scan.prompt_tokens, scan.paces
         if counted:
             prompt_tokens = self._prompt_work[1]
         else:

@@ -61,7 +61,6 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -173,33 +172,47 @@ class SimResult:
         return [r for r in self.requests if r.state is RequestState.FINISHED]
 
 
-class _Transfer(NamedTuple):
-    """Heap entry of a PD hand-off: ``request``'s KV lands on decode ``instance`` (cluster index) at ``time_s``.
-    Ordered by (time, sequence number) with :class:`_StepDone`; the sequence is unique."""
+class _Event:
+    """A heap entry, ordered by (time, sequence number): the sequence is unique, so nothing else compares. Events
+    are native classes with written-out initialisers (compiled, a named tuple's constructor is interpreted)."""
 
     time_s: float
     seq: int
-    instance: int
-    request: Request
+
+    def __lt__(self, other: _Event) -> bool:
+        return self.time_s < other.time_s or (self.time_s == other.time_s and self.seq < other.seq)
 
 
-class _Stretch(NamedTuple):
+class _Transfer(_Event):
+    """A PD hand-off: ``request``'s KV lands on decode ``instance`` (cluster index) at ``time_s``."""
+
+    def __init__(self, time_s: float, seq: int, instance: int, request: Request) -> None:
+        self.time_s = time_s
+        self.seq = seq
+        self.instance = instance
+        self.request = request
+
+
+class _Stretch:
     """A fast-forwarded stretch of repetitions of a plan: each one's end time, and with speculative decoding the
     tokens each decode emits in each (a row per repetition), else None."""
 
-    end_times_s: list[float]
-    accepted: np.ndarray | None
+    def __init__(self, end_times_s: list[float], accepted: np.ndarray | None) -> None:
+        self.end_times_s = end_times_s
+        self.accepted = accepted
 
 
-class _StepDone(NamedTuple):
-    """Heap entry; ordered by (time, sequence number): the sequence is unique, so later fields never compare.
-    ``outcome`` is one step's result, or a fast-forwarded stretch of repetitions of ``plan``."""
+class _StepDone(_Event):
+    """The end of a step at ``time_s``: ``outcome`` is its result, or a fast-forwarded stretch of repetitions of
+    ``plan``."""
 
-    time_s: float
-    seq: int
-    instance: int
-    plan: BatchPlan
-    outcome: StepResult | _Stretch
+    def __init__(self, time_s: float, seq: int, instance: int, plan: BatchPlan, outcome: StepResult | _Stretch
+                 ) -> None:
+        self.time_s = time_s
+        self.seq = seq
+        self.instance = instance
+        self.plan = plan
+        self.outcome = outcome
 
 
 def handover_time_s(request: Request) -> float:
@@ -265,7 +278,7 @@ class Simulation:
         self._on_first_token: RouterNotice | None = getattr(router, "on_first_token", None)
         self._on_router_finish: RouterNotice | None = getattr(router, "on_finish", None)
         self._route_decode: DecodeChoice = getattr(router, "route_decode", None) or _most_free_blocks
-        self._heap: list[_StepDone | _Transfer] = []
+        self._heap: list[_Event] = []
         self._seq = itertools.count()
         self._next_arrival_s = math.inf
         # PD: end times of the prefill steps and KV transfers in flight, which fast-forward stretches end before
@@ -296,15 +309,16 @@ class Simulation:
         heap, pop = self._heap, heapq.heappop
         while index < total or heap:
             next_arrival_s = self._next_arrival_s = handovers_s[index] if index < total else math.inf
-            while heap and heap[0][0] < next_arrival_s:  # the events before the next arrival
+            while heap and heap[0].time_s < next_arrival_s:  # the events before the next arrival
                 event = pop(heap)
-                now_s = event[0]
+                now_s = event.time_s
                 if now_s > next_sample_s:  # the first event past a grid point: the state before it is sampled
                     next_sample_s = monitor.sample_before(now_s)
-                if isinstance(event, _Transfer):
-                    self._land(event)
-                else:
+                if isinstance(event, _StepDone):
                     self._complete(event)
+                else:
+                    assert isinstance(event, _Transfer)
+                    self._land(event)
             if index == total:
                 continue
             request = arrivals[index]
