@@ -44,8 +44,8 @@ from semsched.policies.params import check_float, check_int, param
 from semsched.policies.passes import (
     LAPS_PERCEPTIBLE,
     LAPS_RATE,
+    LapsVictimKey,
     laps_perceived_s,
-    laps_victim_key,
     queue_of,
 )
 from semsched.policies.passes import (
@@ -144,6 +144,7 @@ class LapsSD(ServicePolicy):
         if cfg.t_ssm_s is not None and cfg.t_llm_s is not None:
             self._profiled = (cfg.t_ssm_s, cfg.t_llm_s)
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
+        self._victim_key = LapsVictimKey(self.bounds, self._draft_tokens, self._profiled, self._tiers)
         #: requests ``victims_for`` never names but by tier: perceptible, and past the round they became so
         #: (with ``order=predicted``, from that round). Perceptibility is never lost, so a request stays settled;
         #: one not (yet) in the set is checked in full. The schedulers ask for victims every step while a
@@ -283,11 +284,12 @@ class LapsSD(ServicePolicy):
         key = self._laps_key(request)
         return (request.priority, *key) if self.config.tiers else key
 
-    def victim_key(self, request: Request) -> SortKey:
-        """Under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first (a
-        compiled pass, :func:`~semsched.policies.passes.laps_victim_key`: the core sorts its running requests by
-        this key every step)."""
-        return laps_victim_key(request, self.bounds, self._draft_tokens, self._profiled, self._tiers)
+    @property
+    def victim_key(self) -> Callable[[Request], SortKey]:
+        """Under KV pressure: non-perceptible before perceptible, lower queues first, latest arrival first. The key
+        function is compiled (:func:`~semsched.policies.passes.laps_victim_key` with this policy's settings
+        bound): the core sorts its running requests by it every step."""
+        return self._victim_key
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float

@@ -276,6 +276,24 @@ def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_
     return best, best_decoding, extra, in_order, prompt_level
 
 
+class SemanticVictimKey:
+    """``semantic``'s victim key: the key kept in ``keys`` for a request whose tokens and state have not moved
+    since it was computed, else ``compute`` (the policy's own). The key function its ``victim_key`` gives the
+    core, which sorts the running batch by it every step."""
+
+    def __init__(self, keys: dict[Request, tuple[int, int, RequestState, tuple[float, ...]]],
+                 compute: Callable[[Request], tuple[float, ...]]) -> None:
+        self.keys = keys
+        self.compute = compute
+
+    def __call__(self, request: Request) -> tuple[float, ...]:
+        cached = self.keys.get(request)
+        if cached is not None and cached[0] == request.num_computed_tokens \
+                and cached[1] == request.num_output_tokens and cached[2] is request.state:
+            return cached[3]
+        return self.compute(request)
+
+
 # ---- las: attained service --------------------------------------------------------------------------------------
 def service_then_arrival(request: Request) -> tuple[float, float]:
     """``las``'s victim key, (attained service, arrival): the core sorts its running requests by it every step."""
@@ -343,6 +361,22 @@ def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: i
     return (perceptible, queue_of(service, bounds), request.arrival_time_s)
 
 
+class LapsVictimKey:
+    """:func:`laps_victim_key` with a ``laps-sd`` policy's settings bound: the key function its ``victim_key``
+    gives the core, which sorts its running requests by it every step (a call that never enters the
+    interpreter)."""
+
+    def __init__(self, bounds: tuple[float, ...], draft_tokens: int, profiled: tuple[float, float] | None,
+                 tiers: bool) -> None:
+        self.bounds = bounds
+        self.draft_tokens = draft_tokens
+        self.profiled = profiled
+        self.tiers = tiers
+
+    def __call__(self, request: Request) -> tuple[Any, ...]:
+        return laps_victim_key(request, self.bounds, self.draft_tokens, self.profiled, self.tiers)
+
+
 # ---- tiered ---------------------------------------------------------------------------------------------------
 def tiered_victim_key(request: Request, preemption_limit: int) -> tuple[float, int, int, int, float]:
     """``tiered``'s victim key (the largest goes first): not yet promoted (fewer than ``preemption_limit``
@@ -350,6 +384,17 @@ def tiered_victim_key(request: Request, preemption_limit: int) -> tuple[float, i
     preemptions = request.num_preemptions
     return (0.0 if preemptions >= preemption_limit else 1.0, request.priority, -request.num_computed_tokens,
             -preemptions, request.arrival_time_s)
+
+
+class TieredVictimKey:
+    """:func:`tiered_victim_key` with a ``tiered`` policy's preemption limit bound: the key function its
+    ``victim_key`` gives the core, which sorts its running requests by it every step."""
+
+    def __init__(self, preemption_limit: int) -> None:
+        self.preemption_limit = preemption_limit
+
+    def __call__(self, request: Request) -> tuple[float, int, int, int, float]:
+        return tiered_victim_key(request, self.preemption_limit)
 
 
 class TieredScan:

@@ -44,7 +44,7 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -54,7 +54,7 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
-from semsched.policies.passes import semantic_decode_key, semantic_scan
+from semsched.policies.passes import SemanticVictimKey, semantic_decode_key, semantic_scan
 from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
@@ -188,6 +188,7 @@ class Semantic(Policy):
         #: running request's key more than once (stage-aware cap, running order, the core's sort by victim_key);
         #: cleared at each step_budget
         self._keys: dict[Request, tuple[int, int, RequestState, SortKey]] = {}
+        self._victim_key = SemanticVictimKey(self._keys, self._key)
         #: the engine as the last step_budget saw it (live): what stable_between_events reads
         self._view: SchedulerView | None = None
         #: what the step's scan found (step_budget's)
@@ -275,13 +276,12 @@ class Semantic(Policy):
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return self._key(request)
 
-    def victim_key(self, request: Request) -> SortKey:
-        """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first."""
-        cached = self._keys.get(request)  # (the core sorts the running batch by it every step)
-        if cached is not None and cached[0] == request.num_computed_tokens \
-                and cached[1] == request.num_output_tokens and cached[2] is request.state:
-            return cached[3]
-        return self._key(request)
+    @property
+    def victim_key(self) -> Callable[[Request], SortKey]:
+        """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first. The key
+        function is compiled (:class:`~semsched.policies.passes.SemanticVictimKey`: the key kept since the
+        request's tokens last moved, else :meth:`_key`): the core sorts the running batch by it every step."""
+        return self._victim_key
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float

@@ -60,7 +60,7 @@ rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Literal
@@ -75,7 +75,7 @@ from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
 from semsched.latency.base import validate_step_inputs
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
-from semsched.policies.passes import tiered_decode_scan, tiered_victim_key
+from semsched.policies.passes import TieredVictimKey, tiered_decode_scan
 from semsched.policies.registry import register_policy
 from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
 from semsched.policies.tier_table import load_tier_table
@@ -221,6 +221,7 @@ class Tiered(Policy):
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__(config)
         cfg = self.config
+        self._victim_key = TieredVictimKey(cfg.preemption_limit)
         # loaded once, now, so that an unknown profile fails when the policy is built
         needed = cfg.preemption == "cheapest" or cfg.protect_tpot or cfg.guards_slos
         self._latency: LatencyModel | None = load_profile(cfg.profile) if needed else None
@@ -331,10 +332,12 @@ class Tiered(Policy):
         only at a re-key's time)."""
         return 2 * request.priority + (request.num_preemptions >= self.config.preemption_limit)
 
-    def victim_key(self, request: Request) -> SortKey:
-        """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest (a
-        compiled pass: the core sorts the running requests by this key every step)."""
-        return tiered_victim_key(request, self.config.preemption_limit)
+    @property
+    def victim_key(self) -> Callable[[Request], SortKey]:
+        """Largest goes first: not yet promoted, then lowest tier, least progress, fewest preemptions, latest. The
+        key function is compiled (:class:`~semsched.policies.passes.TieredVictimKey`): the core sorts the running
+        requests by it every step."""
+        return self._victim_key
 
     # ---- displacement and preemption ---------------------------------------------------------------------
     def victims_for(
