@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from semsched.core.request import Request, RequestState
+from semsched.core.scheduler import by_service_then_arrival
 from semsched.latency.analytic import AnalyticLatencyModel
 
 
@@ -295,9 +296,9 @@ class SemanticVictimKey:
 
 
 # ---- las: attained service --------------------------------------------------------------------------------------
-def service_then_arrival(request: Request) -> tuple[float, float]:
-    """``las``'s victim key, (attained service, arrival): the core sorts its running requests by it every step."""
-    return (request.service_s, request.arrival_time_s)
+#: ``las``'s victim key, (attained service, arrival): the core sorts its running requests by it every step,
+#: natively (it is the core's :func:`~semsched.core.scheduler.by_service_then_arrival`)
+service_then_arrival = by_service_then_arrival
 
 
 def served_victims(candidate: Request, running: Sequence[Request], quantum_s: float) -> list[Request]:

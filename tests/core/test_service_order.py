@@ -1,0 +1,35 @@
+"""The core's native sort by attained service (``sort_by_service_then_arrival``): the order ``list.sort`` gives."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from semsched.core.request import Request
+from semsched.core.scheduler import by_service_then_arrival, sort_by_service_then_arrival
+
+# few distinct values, so that ties in service, and in both fields, are common
+_FIELDS = st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0]), st.sampled_from([0.0, 1.0, 2.0]))
+
+
+def _requests(fields: list[tuple[float, float]]) -> list[Request]:
+    requests = []
+    for index, (service_s, arrival_s) in enumerate(fields):
+        request = Request(request_id=f"r{index}", arrival_time_s=arrival_s, prompt_tokens=4, max_output_tokens=4)
+        request.service_s = service_s
+        requests.append(request)
+    return requests
+
+
+@given(st.lists(_FIELDS, max_size=60))
+def test_the_order_is_list_sorts_with_ties_kept_in_place(fields: list[tuple[float, float]]) -> None:
+    requests = _requests(fields)
+    expected = sorted(requests, key=by_service_then_arrival)  # (stable: equal keys keep the list's order)
+    sort_by_service_then_arrival(requests)
+    assert [r.request_id for r in requests] == [r.request_id for r in expected]
+
+
+def test_a_list_far_from_sorted_is_handed_to_list_sort_with_the_same_result() -> None:
+    """Reversed, 300 requests need ~45,000 moves, past the insertion sort's bound: list.sort finishes the job."""
+    requests = _requests([(float(300 - i), float(i % 7)) for i in range(300)])
+    expected = sorted(requests, key=by_service_then_arrival)
+    sort_by_service_then_arrival(requests)
+    assert requests == expected
