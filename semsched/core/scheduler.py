@@ -17,6 +17,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -81,29 +82,55 @@ def drop_reason(policy_name: str, request: Request, reason: PreemptionReason) ->
 
 
 class _WaitingQueue:
-    """Min-heap of (policy key, enqueue sequence, request); removal is lazy."""
+    """Min-heap of (policy key, enqueue sequence, request); removal is lazy.
+
+    While every key has the same length, an entry is the key's items followed by the sequence and the request,
+    one flat tuple: it orders exactly as the nested (key, sequence, request) does, and a heap comparison is one
+    tuple comparison, not three. The first key of another length turns every entry into the nested form for
+    good. Either way an entry ends with its sequence and its request (``entry[-2]``, ``entry[-1]``)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[tuple[float, ...], int, Request]] = []
+        self._heap: list[tuple[Any, ...]] = []
         self._seq = itertools.count()
         self._removed: set[int] = set()
         self._ids: dict[str, int] = {}
+        self._width = -1  # the length of every key so far (flat entries); -1: none yet; 0: nested entries
 
     def __len__(self) -> int:
         return len(self._ids)
 
+    def _entry(self, key: tuple[float, ...], seq: int, request: Request) -> tuple[Any, ...]:
+        width = self._width
+        if width != len(key):
+            if width < 0:
+                self._width = width = len(key)
+            elif width > 0:
+                self._nest()
+                width = 0
+        if width:
+            return key + (seq, request)
+        return (key, seq, request)
+
+    def _nest(self) -> None:
+        """Every entry in the nested form from now on (a key of another length came)."""
+        self._width = 0
+        heap = [(entry[:-2], entry[-2], entry[-1]) for entry in self._heap]
+        heapq.heapify(heap)  # (the same order: keys of one length compare as their flat items did)
+        self._heap = heap
+
     def push(self, key: tuple[float, ...], request: Request) -> None:
         seq = next(self._seq)
         self._ids[request.request_id] = seq
-        heapq.heappush(self._heap, (key, seq, request))
+        entry = self._entry(key, seq, request)  # (first: it may nest the heap, a new list)
+        heapq.heappush(self._heap, entry)
 
     def peek(self) -> Request | None:
         self._drop_removed()
-        return self._heap[0][2] if self._heap else None
+        return self._heap[0][-1] if self._heap else None
 
     def pop(self) -> Request:
         self._drop_removed()
-        _, _, request = heapq.heappop(self._heap)
+        request: Request = heapq.heappop(self._heap)[-1]
         del self._ids[request.request_id]
         return request
 
@@ -117,25 +144,31 @@ class _WaitingQueue:
         return True
 
     def __iter__(self) -> Iterator[Request]:
-        return (r for _, s, r in self._heap if s not in self._removed)
+        return (e[-1] for e in self._heap if e[-2] not in self._removed)
 
     def rekey(self, key: Callable[[Request], tuple[float, ...]], now_s: float) -> None:
         """Recompute every live entry's key at ``now_s`` (``key``; O(n)); enqueue order still breaks ties."""
-        live = [(key(r), seq, r) for _, seq, r in self._heap if seq not in self._removed]
-        heapq.heapify(live)
-        self._heap = live
-        self._removed.clear()
+        removed = self._removed
+        live = [(e[-2], e[-1]) for e in self._heap if e[-2] not in removed]
+        removed.clear()
+        self._heap = []
+        if self._width > 0:
+            self._width = -1  # (the new keys may all have another length)
+        for seq, request in live:
+            entry = self._entry(key(request), seq, request)  # (which may nest what self._heap holds so far)
+            self._heap.append(entry)
+        heapq.heapify(self._heap)
 
     def _compact(self) -> None:
         removed = self._removed
-        self._heap = [entry for entry in self._heap if entry[1] not in removed]
+        self._heap = [entry for entry in self._heap if entry[-2] not in removed]
         heapq.heapify(self._heap)
         removed.clear()
 
     def _drop_removed(self) -> None:
         heap = self._heap
-        while heap and heap[0][1] in self._removed:
-            self._removed.discard(heapq.heappop(heap)[1])
+        while heap and heap[0][-2] in self._removed:
+            self._removed.discard(heapq.heappop(heap)[-2])
 
 
 class _ClassedWaitingQueue(_WaitingQueue):
@@ -149,6 +182,7 @@ class _ClassedWaitingQueue(_WaitingQueue):
 
     def __init__(self, class_of: Callable[[Request], int]) -> None:
         super().__init__()
+        self._width = 0  # (nested entries: this queue reads them as such)
         self._class_of = class_of
         self._classes: dict[int, list[tuple[float, int, Request]]] = {}
         self._heads: dict[int, int] = {}  # sequence of a class's entry in the main heap -> its class
@@ -156,7 +190,9 @@ class _ClassedWaitingQueue(_WaitingQueue):
 
     def pop(self) -> Request:
         self._drop_removed()
-        _, seq, request = heapq.heappop(self._heap)
+        entry = heapq.heappop(self._heap)
+        seq: int = entry[1]
+        request: Request = entry[2]
         del self._ids[request.request_id]
         self._advance(seq)
         return request
@@ -236,6 +272,7 @@ class _TimedWaitingQueue(_WaitingQueue):
 
     def __init__(self, until: Callable[[Request, float], float]) -> None:
         super().__init__()
+        self._width = 0  # (its entries are its own)
         self._until = until
         self._entries: list[tuple[tuple[float, ...], int, int, Request]] = []
         #: (time its key may change, version, entry), for the entries keyed at a re-key

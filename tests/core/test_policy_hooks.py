@@ -497,3 +497,42 @@ def test_running_is_resorted_when_the_policy_counts_a_key_change(count_changes: 
     order = [r.request_id for r in scheduler.schedule(now).decode]
     # counted: re-sorted by the new key ("late" boosted first); uncounted: the promise holds the old order
     assert order == (["late", "early"] if count_changes else ["early", "late"])
+
+
+def _nested_queue() -> _WaitingQueue:
+    """The reference: every entry nested, (key, sequence, request)."""
+    queue = _WaitingQueue()
+    queue._width = 0
+    return queue
+
+
+class ShortKeysWhenFresh(Aging):
+    """Keys of two lengths in one queue: (priority,) for a request never preempted, the aging key otherwise."""
+
+    name: ClassVar[str] = "test-mixed-key-lengths"
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        return (float(request.priority),) if request.num_preemptions == 0 else super().waiting_key(request, now_s)
+
+
+class LongerKeysLater(Aging):
+    """Keys of one length at a time, a longer one from t = 20 on (a re-key then changes every key's length)."""
+
+    name: ClassVar[str] = "test-key-length-by-time"
+
+    def waiting_key(self, request: Request, now_s: float) -> SortKey:
+        key = super().waiting_key(request, now_s)
+        return (*key, float(request.num_preemptions)) if now_s >= 20.0 else key
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy", [Aging(), ShortKeysWhenFresh(), LongerKeysLater()], ids=lambda p: p.name)
+def test_flat_entries_pop_what_nested_ones_do(seed: int, policy: Policy) -> None:
+    """The queue keeps keys of one length as flat entries (key items, sequence, request) and nests them all once a
+    key of another length comes: whatever was pushed, removed, re-keyed or compacted, it pops and peeks what a
+    queue of nested entries does."""
+    flat = _WaitingQueue()
+    seen = _queue_ops(seed, policy, [flat, _nested_queue()])
+    assert len(seen) > 100
+    nested_at_end = isinstance(policy, ShortKeysWhenFresh)
+    assert (flat._width == 0) is nested_at_end  # (the flat form was in use, or given up, as the keys asked)
