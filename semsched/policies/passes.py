@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from semsched.core.request import Request, RequestState
-from semsched.core.scheduler import by_service_then_arrival
+from semsched.core.scheduler import by_service_then_arrival, sort_by_service_then_arrival
 from semsched.latency.analytic import AnalyticLatencyModel
 
 
@@ -307,7 +307,22 @@ def served_victims(candidate: Request, running: Sequence[Request], quantum_s: fl
     mine = candidate.service_s
     limit = mine + quantum_s
     served = [r for r in running if r.service_s >= limit and r.service_s > mine]
-    served.sort(key=service_then_arrival, reverse=True)
+    # served.sort(key=service_then_arrival, reverse=True), natively: the running requests are mostly in ascending
+    # order (the core sorts them by this key every step), so they are sorted ascending (stable), then reversed,
+    # and each run of equal keys is reversed back into the running order, as a stable descending sort leaves it
+    sort_by_service_then_arrival(served)
+    served.reverse()
+    start = 0
+    count = len(served)
+    while start < count:
+        first = served[start]
+        end = start + 1
+        while end < count and served[end].service_s == first.service_s \
+                and served[end].arrival_time_s == first.arrival_time_s:
+            end += 1
+        if end - start > 1:
+            served[start:end] = served[start:end][::-1]
+        start = end
     return served
 
 

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from semsched.core.request import Request
 from semsched.core.scheduler import by_service_then_arrival, sort_by_service_then_arrival
+from semsched.policies.passes import served_victims
 
 # few distinct values, so that ties in service, and in both fields, are common
 _FIELDS = st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0]), st.sampled_from([0.0, 1.0, 2.0]))
@@ -33,3 +34,16 @@ def test_a_list_far_from_sorted_is_handed_to_list_sort_with_the_same_result() ->
     expected = sorted(requests, key=by_service_then_arrival)
     sort_by_service_then_arrival(requests)
     assert requests == expected
+
+
+@given(st.lists(_FIELDS, max_size=60), _FIELDS, st.sampled_from([0.0, 0.5, 1.0]))
+def test_las_victims_are_the_served_requests_in_a_stable_descending_sort(
+    fields: list[tuple[float, float]], candidate: tuple[float, float], quantum_s: float
+) -> None:
+    """``served_victims`` orders the served requests as ``sort(key, reverse=True)`` does: most served first,
+    equal keys in the running order (its native sort reverses an ascending one and each run of ties back)."""
+    running = _requests(fields)
+    mine = _requests([candidate])[0]
+    expected = [r for r in running if r.service_s >= mine.service_s + quantum_s and r.service_s > mine.service_s]
+    expected.sort(key=by_service_then_arrival, reverse=True)
+    assert served_victims(mine, running, quantum_s) == expected
