@@ -307,13 +307,23 @@ def served_victims(candidate: Request, running: Sequence[Request], quantum_s: fl
     mine = candidate.service_s
     limit = mine + quantum_s
     served = [r for r in running if r.service_s >= limit and r.service_s > mine]
-    # served.sort(key=service_then_arrival, reverse=True), natively: the running requests are mostly in ascending
-    # order (the core sorts them by this key every step), so they are sorted ascending (stable), then reversed,
-    # and each run of equal keys is reversed back into the running order, as a stable descending sort leaves it
+    count = len(served)
+    descents = 0
+    for index in range(1, count):
+        before, after = served[index - 1], served[index]
+        if after.service_s < before.service_s or (after.service_s == before.service_s
+                                                  and after.arrival_time_s < before.arrival_time_s):
+            descents += 1
+    if 4 * descents > count:  # far from ascending (the vLLM adapter's running order is vLLM's)
+        served.sort(key=service_then_arrival, reverse=True)
+        return served
+    # served.sort(key=service_then_arrival, reverse=True), natively: the core's running requests are mostly in
+    # ascending order (it sorts them by this key every step), so they are sorted ascending (stable), then
+    # reversed, and each run of equal keys is reversed back into the running order, as a stable descending sort
+    # leaves it
     sort_by_service_then_arrival(served)
     served.reverse()
     start = 0
-    count = len(served)
     while start < count:
         first = served[start]
         end = start + 1

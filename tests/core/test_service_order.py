@@ -42,8 +42,12 @@ def test_las_victims_are_the_served_requests_in_a_stable_descending_sort(
 ) -> None:
     """``served_victims`` orders the served requests as ``sort(key, reverse=True)`` does: most served first,
     equal keys in the running order (its native sort reverses an ascending one and each run of ties back)."""
-    running = _requests(fields)
     mine = _requests([candidate])[0]
-    expected = [r for r in running if r.service_s >= mine.service_s + quantum_s and r.service_s > mine.service_s]
-    expected.sort(key=by_service_then_arrival, reverse=True)
-    assert served_victims(mine, running, quantum_s) == expected
+    shuffled = _requests(fields)
+    # in the given order (mostly far from sorted: list.sort), and ascending as the core keeps its running list
+    # (the native sort, ties included)
+    for running in (shuffled, sorted(shuffled, key=by_service_then_arrival)):
+        expected = [r for r in running
+                    if r.service_s >= mine.service_s + quantum_s and r.service_s > mine.service_s]
+        expected.sort(key=by_service_then_arrival, reverse=True)
+        assert served_victims(mine, running, quantum_s) == expected
