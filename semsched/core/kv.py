@@ -176,7 +176,9 @@ class BlockManager:
         self._take_gpu(request.request_id, num_blocks)
 
     def _take_gpu(self, request_id: str, count: int) -> None:
-        table = self._gpu_tables.setdefault(request_id, [])
+        table = self._gpu_tables.get(request_id)
+        if table is None:  # (not setdefault: its default list would be built at every call)
+            table = self._gpu_tables[request_id] = []
         if count <= 0:
             return
         free = self._free_gpu
