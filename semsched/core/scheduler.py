@@ -698,9 +698,10 @@ class Scheduler:
         prefix that makes room; a policy may name every running request)."""
         decode, prefill = plan.decode, plan.prefill
         for victim in victims:
-            # its share of this step: a decode's token, else its chunk's (a list scan in C per victim read, not
-            # a dict of every scheduled request per displacement tried)
-            tokens = 1 if victim in decode else next((c.num_tokens for c in prefill if c.request is victim), 0)
+            # its share of this step: a decode's token, else its chunk's (a native list scan per victim read,
+            # not a dict of every scheduled request per displacement tried)
+            tokens = 1 if _position(decode, victim) >= 0 else next(
+                (c.num_tokens for c in prefill if c.request is victim), 0)
             yield Release(self.kv.gpu_blocks_of(victim), tokens)
 
     # ---- state transitions ------------------------------------------------------------------------------
@@ -736,7 +737,7 @@ class Scheduler:
     def _preempt(
         self, victim: Request, reason: PreemptionReason, plan: BatchPlan, step: _StepState, now_s: float
     ) -> None:
-        self._running.remove(victim)
+        del self._running[_position(self._running, victim)]
         self._unschedule(victim, plan, step)
         mode = self.policy.preemption_mode(victim, self)
         if mode is PreemptionMode.DROP:
@@ -773,8 +774,9 @@ class Scheduler:
         return min(wanted, fits)
 
     def _unschedule(self, victim: Request, plan: BatchPlan, step: _StepState) -> None:
-        if victim in plan.decode:
-            plan.decode.remove(victim)
+        index = _position(plan.decode, victim)
+        if index >= 0:
+            del plan.decode[index]
             plan.decode_context_tokens -= victim.num_computed_tokens
             step.tokens += 1
             return
@@ -1172,6 +1174,18 @@ def _extra_blocks(computed: list[int], steps: int, block_size: int) -> int:
     for tokens in computed:
         extra += (tokens + steps + block_size - 1) // block_size - (tokens + block_size) // block_size
     return extra
+
+
+def _position(requests: list[Request], request: Request) -> int:
+    """Where ``request`` is in ``requests`` (-1: absent), by identity, searched from the back in a native loop:
+    ``list.index`` and ``in`` compare each request before it by ``==``, a rich comparison per request. A victim
+    is most often near the back (the running order is victim order)."""
+    index = len(requests) - 1
+    while index >= 0:
+        if requests[index] is request:
+            return index
+        index -= 1
+    return -1
 
 
 def _is_decode(request: Request, num_new: int) -> bool:

@@ -34,6 +34,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -44,9 +45,9 @@ from semsched.core.scheduler import Scheduler
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
 
 
-@mypyc_attr(native_class=False)  # (compiled with the monitor, still a plain class: runs pickle)
-@dataclass(frozen=True, slots=True)
-class PreemptionRecord:
+# The records are named tuples: immutable, picklable, and built in a third of a frozen dataclass's time (a run
+# under a preemptive policy makes one per preemption, several per request).
+class PreemptionRecord(NamedTuple):
     """One preemption (or drop, ``mode`` DROP) as the plan formed at ``time_s`` on ``instance`` made it."""
 
     time_s: float
@@ -58,9 +59,7 @@ class PreemptionRecord:
     reason: PreemptionReason
 
 
-@mypyc_attr(native_class=False)  # (compiled with the monitor, still a plain class: runs pickle)
-@dataclass(frozen=True, slots=True)
-class QueueSample:
+class QueueSample(NamedTuple):
     """The cluster's state at ``num_points`` consecutive grid points, the first at ``time_s``: waiting requests
     per priority (priorities with none waiting are absent) and CPU (swap) blocks in use, summed over instances."""
 
@@ -70,9 +69,7 @@ class QueueSample:
     num_points: int = 1
 
 
-@mypyc_attr(native_class=False)  # (compiled with the monitor, still a plain class: runs pickle)
-@dataclass(frozen=True, slots=True)
-class SwapLevel:
+class SwapLevel(NamedTuple):
     """CPU (swap) blocks in use in the cluster right after a plan formed at ``time_s`` moved KV to or from swap."""
 
     time_s: float
