@@ -184,6 +184,9 @@ class BlockManager:
         free = self._free_gpu
         if count > len(free):
             self._evict(count - len(free))
+        if count == 1:  # (a decode's next block, the usual case: no slices)
+            table.append(free.pop())
+            return
         table.extend(free[-count:][::-1])
         del free[-count:]
 

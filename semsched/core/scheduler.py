@@ -564,6 +564,7 @@ class Scheduler:
             # most protected first: the budget goes to them first and KV-pressure victims come from the back,
             # the order the vLLM adapter gives vLLM's running list every step
             self._sort_running()
+        in_key_order = order is None  # (the running list is in victim_key order now; removals keep it so)
         for request in list(self._running if order is None else order):
             if step.tokens <= 0:
                 return
@@ -574,14 +575,14 @@ class Scheduler:
             if uncomputed == 1 and computed >= request.prompt_tokens:
                 # decode, the bulk of every step, kept inline; a position inside the last block needs no block
                 needs_blocks = lookahead or computed % block_size == 0
-                if needs_blocks and not self._make_room(request, 1 + lookahead, plan, step, now_s):
+                if needs_blocks and not self._make_room(request, 1 + lookahead, plan, step, now_s, in_key_order):
                     continue
                 plan.decode.append(request)
                 plan.decode_context_tokens += computed
                 step.tokens -= 1
                 continue
             num_new = uncomputed if uncomputed < step.tokens else step.tokens
-            if self._make_room(request, num_new, plan, step, now_s):
+            if self._make_room(request, num_new, plan, step, now_s, in_key_order):
                 self._add_chunk(plan, step, request, num_new)
 
     def _victim_order_current(self) -> bool:
@@ -599,11 +600,17 @@ class Scheduler:
         self._running_sorted = True
         self._sorted_changes = self.policy.victim_key_changes
 
-    def _make_room(self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float) -> bool:
-        """Allocate blocks for a running request, preempting victims under pressure; False if it was the
-        victim itself."""
+    def _make_room(self, request: Request, num_new: int, plan: BatchPlan, step: _StepState, now_s: float,
+                   in_key_order: bool) -> bool:
+        """Allocate blocks for a running request, preempting victims under pressure (the largest ``victim_key``,
+        the first of equals); False if it was the victim itself. ``in_key_order``: the running list is in
+        ``victim_key`` order."""
         while not self.kv.try_allocate(request, num_new):
-            victim = max(self._running, key=self.policy.victim_key)
+            key = self.policy.victim_key
+            if in_key_order and key is by_service_then_arrival:
+                victim = last_by_service_then_arrival(self._running)  # (no key tuple per running request)
+            else:
+                victim = max(self._running, key=key)
             self._preempt(victim, PreemptionReason.KV_PRESSURE, plan, step, now_s)
             if victim is request:
                 return False
@@ -1146,6 +1153,20 @@ def sort_by_service_then_arrival(requests: list[Request]) -> None:
         if moves > limit:
             requests.sort(key=by_service_then_arrival)
             return
+
+
+def last_by_service_then_arrival(requests: list[Request]) -> Request:
+    """``max(requests, key=by_service_then_arrival)`` of a non-empty list sorted by that key: the first of the
+    requests equal to the last one."""
+    index = len(requests) - 1
+    last = requests[index]
+    service_s, arrival_s = last.service_s, last.arrival_time_s
+    while index > 0:
+        before = requests[index - 1]
+        if not (before.service_s == service_s and before.arrival_time_s == arrival_s):
+            break
+        index -= 1
+    return requests[index]
 
 
 def charge_service(request: Request, durations_s: list[float], num_tokens: int) -> None:

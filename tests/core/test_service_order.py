@@ -1,10 +1,15 @@
-"""The core's native sort by attained service (``sort_by_service_then_arrival``): the order ``list.sort`` gives."""
+"""The core's native sort by attained service (``sort_by_service_then_arrival``): the order ``list.sort`` gives;
+and its pick of a KV-pressure victim from the sorted list (``last_by_service_then_arrival``): ``max``'s."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from semsched.core.request import Request
-from semsched.core.scheduler import by_service_then_arrival, sort_by_service_then_arrival
+from semsched.core.scheduler import (
+    by_service_then_arrival,
+    last_by_service_then_arrival,
+    sort_by_service_then_arrival,
+)
 from semsched.policies.passes import served_victims
 
 # few distinct values, so that ties in service, and in both fields, are common
@@ -26,6 +31,12 @@ def test_the_order_is_list_sorts_with_ties_kept_in_place(fields: list[tuple[floa
     expected = sorted(requests, key=by_service_then_arrival)  # (stable: equal keys keep the list's order)
     sort_by_service_then_arrival(requests)
     assert [r.request_id for r in requests] == [r.request_id for r in expected]
+
+
+@given(st.lists(_FIELDS, min_size=1, max_size=60))
+def test_the_victim_from_a_sorted_list_is_maxs_the_first_of_equal_keys(fields: list[tuple[float, float]]) -> None:
+    requests = sorted(_requests(fields), key=by_service_then_arrival)
+    assert last_by_service_then_arrival(requests) is max(requests, key=by_service_then_arrival)
 
 
 def test_a_list_far_from_sorted_is_handed_to_list_sort_with_the_same_result() -> None:
