@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -46,17 +45,21 @@ from semsched.policies.passes import (
     LAPS_RATE,
     LapsVictimKey,
     laps_perceived_s,
+    laps_stable_rate,
     queue_of,
 )
 from semsched.policies.passes import (
     estimated_time_s as estimated_time_s,  # (eq. 6, exported here too)
+)
+from semsched.policies.passes import (
+    is_stable as is_stable,  # (the perceptibility rule, exported here too)
 )
 from semsched.policies.registry import register_policy
 
 _PERCEPTIBLE = LAPS_PERCEPTIBLE  # 1.0 once perceptible
 _FRESH = "laps.fresh"  # 1.0 in the round the request became perceptible (its last decision point)
 _RATE = LAPS_RATE  # A_i, the stable acceptance rate
-_RATES = "laps.rates"  # the last gamma cumulative rates, packed (see _push_rate)
+_RATES = "laps.rates"  # how many cumulative rates were pushed onto the window (see laps_stable_rate)
 _SEEN_ROUNDS = "laps.seen_rounds"  # Request.service_rounds at its last on_tokens (the rounds of an emission)
 _SEEN_S = "laps.seen_s"  # Request.round_service_s at its last on_tokens (order=predicted: the engine's means)
 #: arrivals between two sweeps of the settled set (its requests that ended without ``on_finish``: dropped)
@@ -71,14 +74,6 @@ def queue_bounds_s(queues: int, multiplier: float, s1_s: float) -> tuple[float, 
 def _queue_in(bounds: Sequence[float], service_s: float) -> int:
     """:func:`queue_of` with the bounds first (for ``functools.partial``)."""
     return queue_of(service_s, bounds)
-
-
-def is_stable(rates: Sequence[float], gamma: int, delta: float) -> bool:
-    """Whether the last ``gamma`` acceptance rates differ by less than ``delta`` (max − min)."""
-    if len(rates) < gamma:
-        return False
-    window = rates[-gamma:]
-    return max(window) - min(window) < delta
 
 
 @dataclass(frozen=True)
@@ -226,20 +221,16 @@ class LapsSD(ServicePolicy):
             if perceptible:
                 return
         # the cumulative rate after each of the ``count`` rounds (several: a fast-forwarded stretch of plain
-        # decodes, one token each), so the window fills as it would step by step
-        total_tokens = request.round_tokens
-        per_round = num_tokens / count
-        n, gamma = self.config.draft_tokens, self.config.gamma
-        for k in range(count - 1, -1, -1):
-            rate = ((total_tokens - k * per_round) / (total_rounds - k) - 1.0) / n
-            window = _push_rate(state, rate, gamma)
-            if is_stable(window, gamma, self.config.delta):
-                state[_PERCEPTIBLE] = 1.0
-                state[_FRESH] = 1.0
-                if self._predicted:  # (its freshness matters to order=fcfs only)
-                    self._settled.add(request)
-                state[_RATE] = math.fsum(window) / len(window)
-                return
+        # decodes, one token each), so the window fills as it would step by step (compiled)
+        gamma = self.config.gamma
+        rate = laps_stable_rate(state, _rate_keys(gamma), _RATES, request.round_tokens, total_rounds, num_tokens,
+                                count, self._draft_tokens, gamma, self.config.delta)
+        if rate is not None:
+            state[_PERCEPTIBLE] = 1.0
+            state[_FRESH] = 1.0
+            if self._predicted:  # (its freshness matters to order=fcfs only)
+                self._settled.add(request)
+            state[_RATE] = rate
 
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._arrivals += 1
@@ -326,20 +317,6 @@ class LapsSD(ServicePolicy):
 
     def preemption_mode(self, request: Request, view: SchedulerView) -> PreemptionMode:
         return self._mode  # (the core recomputes what the CPU pool cannot hold)
-
-
-def _push_rate(state: dict[str, float], rate: float, gamma: int) -> list[float]:
-    """Append ``rate`` to the request's last-``gamma`` window (kept in ``policy_state`` as numbered keys) and
-    return the window, oldest first, once it holds ``gamma`` rates (before: [], which :func:`is_stable` calls
-    unstable)."""
-    keys = _rate_keys(gamma)
-    count = int(state.get(_RATES, 0.0))
-    state[keys[count % gamma]] = rate
-    count += 1
-    state[_RATES] = float(count)
-    if count < gamma:
-        return []
-    return [state[keys[k % gamma]] for k in range(count - gamma, count)]
 
 
 @functools.cache

@@ -387,6 +387,36 @@ def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: i
     return (perceptible, queue_of(service, bounds), request.arrival_time_s)
 
 
+def is_stable(rates: Sequence[float], gamma: int, delta: float) -> bool:
+    """Whether the last ``gamma`` acceptance rates differ by less than ``delta`` (max - min)."""
+    if len(rates) < gamma:
+        return False
+    window = rates[-gamma:]
+    return max(window) - min(window) < delta
+
+
+def laps_stable_rate(state: dict[str, float], keys: tuple[str, ...], count_key: str, total_tokens: int,
+                     total_rounds: int, num_tokens: int, count: int, draft_tokens: int, gamma: int,
+                     delta: float) -> float | None:
+    """Push the cumulative acceptance rate after each of an emission's ``count`` rounds (``num_tokens`` tokens in
+    all; ``total_tokens`` in ``total_rounds`` rounds so far) onto the request's window of the last ``gamma``
+    (``state[keys[i % gamma]]``, ``state[count_key]`` rates pushed so far), oldest first, stopping at the first
+    window of ``gamma`` whose rates differ by less than ``delta`` (max - min): that window's mean (an exact sum);
+    None if none is."""
+    per_round = num_tokens / count
+    pushed = int(state.get(count_key, 0.0))
+    for k in range(count - 1, -1, -1):
+        rate = ((total_tokens - k * per_round) / (total_rounds - k) - 1.0) / draft_tokens
+        state[keys[pushed % gamma]] = rate
+        pushed += 1
+        state[count_key] = float(pushed)
+        if pushed >= gamma:
+            window = [state[keys[i % gamma]] for i in range(pushed - gamma, pushed)]
+            if is_stable(window, gamma, delta):
+                return math.fsum(window) / len(window)
+    return None
+
+
 class LapsVictimKey:
     """:func:`laps_victim_key` with a ``laps-sd`` policy's settings bound: the key function its ``victim_key``
     gives the core, which sorts its running requests by it every step (a call that never enters the
