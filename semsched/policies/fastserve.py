@@ -51,6 +51,7 @@ from semsched.core.policy import (
 from semsched.core.request import Request
 from semsched.latency import load_profile
 from semsched.policies.kept_keys import KeptVictimKeys
+from semsched.policies.passes import kept_victims
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -305,8 +306,6 @@ class FastServe(Policy):
     ) -> Sequence[Request]:
         """The running requests of higher levels, by ``victim_key`` descending, equal keys in running order: their
         kept keys ``(level, arrival)`` compared with ``(mine, inf)`` (an arrival is finite, so a key is above it
-        exactly when its level is above the candidate's), then a stable sort by them."""
-        bound, key = (self.level(candidate), math.inf), self._victim_keys.__getitem__
-        lower = [request for request in running if key(request) > bound]
-        lower.sort(key=key, reverse=True)  # (stable: equal keys keep the running order)
-        return lower
+        exactly when its level is above the candidate's), then a stable sort by them
+        (:func:`~semsched.policies.passes.kept_victims`, compiled)."""
+        return kept_victims(running, self._victim_keys, (self.level(candidate), math.inf))

@@ -46,6 +46,7 @@ from semsched.core.policy import (
 )
 from semsched.core.request import Request
 from semsched.policies.kept_keys import KeptVictimKeys
+from semsched.policies.passes import kept_victims
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -297,9 +298,7 @@ class LTR(Policy):
     ) -> Sequence[Request]:
         """The running requests ranked below ``candidate``, largest ``victim_key`` first (ties: running order):
         their kept keys compared with the candidate's rank (an arrival is finite, so a key is above
-        ``(*rank, inf)`` exactly when its rank is above the candidate's), then a stable sort by them."""
+        ``(*rank, inf)`` exactly when its rank is above the candidate's), then a stable sort by them
+        (:func:`~semsched.policies.passes.kept_victims`, compiled)."""
         mine_promoted, mine_score, _ = self._victim_key_of(candidate)
-        bound, key = (mine_promoted, mine_score, math.inf), self._victim_keys.__getitem__
-        lower = [request for request in running if key(request) > bound]
-        lower.sort(key=key, reverse=True)  # (stable: equal keys keep the running order)
-        return lower
+        return kept_victims(running, self._victim_keys, (mine_promoted, mine_score, math.inf))

@@ -336,6 +336,16 @@ def served_victims(candidate: Request, running: Sequence[Request], quantum_s: fl
     return served
 
 
+# ---- ltr, fastserve: victims by kept keys --------------------------------------------------------------------
+def kept_victims(running: Sequence[Request], keys: dict[Request, Any], bound: tuple[Any, ...]) -> list[Request]:
+    """The running requests whose kept victim key is above ``bound``, largest key first, equal keys in running
+    order (a stable descending sort). ``keys``: a :class:`~semsched.policies.kept_keys.KeptVictimKeys`, which
+    makes a missing key when asked."""
+    lower = [request for request in running if keys[request] > bound]
+    lower.sort(key=keys.__getitem__, reverse=True)
+    return lower
+
+
 # ---- laps-sd: multi-level queues by attained (or perceived) service ---------------------------------------------
 #: ``Request.policy_state`` keys of ``laps-sd``: 1.0 once the request is perceptible; its stable acceptance rate
 LAPS_PERCEPTIBLE = "laps.perceptible"
