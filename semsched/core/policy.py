@@ -38,7 +38,7 @@ import math
 import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 from semsched.core.kv import Reservation
 from semsched.core.plan import Admission, PreemptionMode
@@ -48,8 +48,10 @@ from semsched.core.tiers import TierSpec
 SortKey = tuple[float, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class StepBudget:
+class StepBudget(NamedTuple):
+    """A step's limits (a named tuple: a policy may make one at every step, and a frozen dataclass's generated
+    ``__init__`` costs twice a named tuple's)."""
+
     max_num_batched_tokens: int
     max_num_seqs: int
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from semsched.core.request import Request, RequestState
+from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.core.scheduler import by_service_then_arrival, sort_by_service_then_arrival
 from semsched.latency.analytic import AnalyticLatencyModel
 
@@ -210,6 +210,89 @@ def analytic_prefill_tokens(model: AnalyticLatencyModel, slo_s: float, num_decod
         else:
             high = middle
     return low
+
+
+class SarathiSteps:
+    """sarathi's two hooks of every step, compiled: :meth:`step_budget` (the decodes plus the largest prefill
+    priced within the TBT SLO, at least one token) and :meth:`running_order` (decodes first, then running prompts,
+    each group by ``sort_key``, stably), which reuses the split :meth:`step_budget` made at the same instant of the
+    very same running requests. ``prefill_tokens`` prices any latency model (``TBTBudget.prefill_tokens``); with
+    ``model``, the analytic one, the compiled :func:`analytic_prefill_tokens` prices it here. ``swapped``: the
+    policy's preempted requests that kept computed tokens (it adds them; this drops those no longer waiting)."""
+
+    def __init__(self, model: AnalyticLatencyModel | None,
+                 prefill_tokens: Callable[[float, int, int, int, int], int], tbt_slo_s: float | None,
+                 default_slo_s: float, sort_key: Callable[[Request], Any], static_sort_key: bool,
+                 swapped: dict[str, Request]) -> None:
+        self.model = model
+        self.prefill_tokens = prefill_tokens
+        self.tbt_slo_s = tbt_slo_s
+        self.default_slo_s = default_slo_s
+        self.sort_key = sort_key
+        self.static_sort_key = static_sort_key
+        self.swapped = swapped
+        #: step_budget's split of the running requests, for the running_order of the same step:
+        #: (now_s, the running requests as step_budget saw them, decodes, prompts), each group in their order
+        self.split: tuple[float, list[Request], list[Request], list[Request]] | None = None
+        #: per group (decodes, prompts): the last list sorted and its sorted copy, while the sort key is one that
+        #: never changes (arrival, priority): the same requests in the same order sort the same way again
+        self.sorted: list[tuple[list[Request], list[Request]] | None] = [None, None]
+
+    def step_budget(self, running: Sequence[Request], max_num_batched_tokens: int, now_s: float) -> int:
+        """The step's token budget (-1: the engine's own, when the decodes fill it)."""
+        decodes, prompts, context, cached, tightest_s = split_prompts(running)
+        self.split = (now_s, list(running), decodes, prompts)
+        num_decode = len(decodes)
+        most = max_num_batched_tokens - num_decode
+        if most <= 0:
+            return -1
+        cached = max(cached, self.swapped_context())
+        if self.tbt_slo_s is not None:
+            slo_s = self.tbt_slo_s
+        else:
+            slo_s = tightest_s if tightest_s is not None else self.default_slo_s
+        model = self.model
+        if model is not None and num_decode >= 0 and context >= 0 and cached >= 0 and (num_decode or not context):
+            # (the inputs TBTBudget.prefill_tokens checks, all valid: its analytic path without the call)
+            return num_decode + analytic_prefill_tokens(model, slo_s, num_decode, context, cached, most)
+        return num_decode + self.prefill_tokens(slo_s, num_decode, context, cached, most)
+
+    def running_order(self, running: Sequence[Request], now_s: float) -> Sequence[Request]:
+        split, self.split = self.split, None
+        if split is not None and split[0] == now_s and _same_requests(split[1], running):
+            decodes, prompts = split[2], split[3]
+        else:
+            decodes, prompts, _, _, _ = split_prompts(running)
+        # (a stable sort of each group keeps the order a sort of the whole list gives it)
+        decodes, prompts = self._in_key_order(decodes, 0), self._in_key_order(prompts, 1)
+        if not prompts and decodes == running:  # (a list compares its items by identity first)
+            return running
+        return decodes + prompts
+
+    def _in_key_order(self, group: list[Request], which: int) -> list[Request]:
+        """``group`` sorted by the running order's key (a list kept here: not to be changed)."""
+        last = self.sorted[which]
+        if last is not None and last[0] == group:  # (Request compares by identity)
+            return last[1]
+        ordered = sorted(group, key=self.sort_key)
+        if self.static_sort_key:
+            self.sorted[which] = (group, ordered)
+        return ordered
+
+    def swapped_context(self) -> int:
+        """Largest cached context a prefill chunk may sit on among the swapped-out requests waiting to come back
+        (they keep their computed tokens; fresh and recomputed ones have none); the rest leave the book."""
+        swapped = self.swapped
+        if not swapped:
+            return 0
+        for request_id in [i for i, r in swapped.items() if r.state not in WAITING_STATES]:
+            del swapped[request_id]
+        return max((r.num_computed_tokens for r in swapped.values()), default=0)
+
+
+def _same_requests(seen: list[Request], running: Sequence[Request]) -> bool:
+    """Whether ``running`` holds the very requests of ``seen``, in the same order."""
+    return len(seen) == len(running) and all(running[index] is request for index, request in enumerate(seen))
 
 
 # ---- semantic's scan of the running requests -------------------------------------------------------------------

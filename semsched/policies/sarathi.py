@@ -33,9 +33,8 @@ from semsched.core.request import Request
 from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
 from semsched.latency.base import validate_step_inputs
 from semsched.policies.params import param
-from semsched.policies.passes import analytic_prefill_tokens, split_prompts
+from semsched.policies.passes import SarathiSteps, analytic_prefill_tokens
 from semsched.policies.registry import register_policy
-from semsched.policies.vllm_fcfs import is_waiting
 
 #: the profile TBT budgets are priced with by default (tiered's default too)
 DEFAULT_PROFILE = "a100-qwen1.5-4b"
@@ -205,14 +204,14 @@ class SarathiFCFS(Policy):
         self.budget = TBTBudget(load_profile(cfg.profile), cfg.tbt_slo_ms, cfg.default_tbt_slo_ms)
         #: preempted requests that kept computed tokens (swapped out): a chunk of theirs sits on that context
         self._swapped: dict[str, Request] = {}
-        self._sort_key = self._running_sort_key()
-        #: step_budget's split of the running requests, for the running_order of the same step:
-        #: (now_s, the running requests as step_budget saw them, decodes, prompts), each group in their order
-        self._split: tuple[float, list[Request], list[Request], list[Request]] | None = None
-        #: per group (decodes, prompts): the last list sorted and its sorted copy, while the sort key is one that
-        #: never changes (arrival, priority): the same requests in the same order sort the same way again
-        self._sorted: list[tuple[list[Request], list[Request]] | None] = [None, None]
-        self._static_sort_key = isinstance(self._sort_key, operator.attrgetter)
+        sort_key = self._running_sort_key()
+        model = self.budget.latency
+        #: the two hooks' work, compiled (the split and sorted groups they keep from step to step are there)
+        self._steps = SarathiSteps(
+            model if isinstance(model, AnalyticLatencyModel) else None, self.budget.prefill_tokens,
+            None if cfg.tbt_slo_ms is None else self.budget.slo_for(None), cfg.default_tbt_slo_ms / 1000.0,
+            sort_key, isinstance(sort_key, operator.attrgetter), self._swapped,
+        )
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
         return (request.arrival_time_s,)
@@ -237,53 +236,25 @@ class SarathiFCFS(Policy):
         its order already (an engine then keeps its running list as it is). The split step_budget made at
         ``now_s`` serves when ``running`` holds the very requests it split, in the same order (nothing ran since,
         so none has moved from its prompt to decoding)."""
-        split, self._split = self._split, None
-        if split is not None and split[0] == now_s and len(split[1]) == len(running) \
-                and all(map(operator.is_, split[1], running)):
-            decodes, prompts = split[2], split[3]
-        else:
-            decodes, prompts, _, _, _ = self._split_running(running)
-        # (a stable sort of each group keeps the order a sort of the whole list gives it)
-        decodes, prompts = self._in_key_order(decodes, 0), self._in_key_order(prompts, 1)
-        if not prompts and decodes == running:  # (a list compares its items by identity first)
-            return running
-        return decodes + prompts
-
-    def _in_key_order(self, group: list[Request], which: int) -> list[Request]:
-        """``group`` sorted by the running order's key (a list this policy keeps: not to be changed)."""
-        last = self._sorted[which]
-        if last is not None and last[0] == group:  # (Request compares by identity)
-            return last[1]
-        ordered = sorted(group, key=self._sort_key)
-        if self._static_sort_key:
-            self._sorted[which] = (group, ordered)
-        return ordered
+        return self._steps.running_order(running, now_s)
 
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """The decodes plus the largest prefill priced within the TBT SLO (at least one token)."""
-        running = view.running_requests()
         engine = view.budget
-        decodes, prompts, context, cached, tightest_s = self._split_running(running)
-        self._split = (now_s, list(running), decodes, prompts)  # (for this step's running_order)
-        num_decode = len(decodes)
-        most = engine.max_num_batched_tokens - num_decode
-        if most <= 0:
-            return None
-        cached = max(cached, self._swapped_context())
-        prefill = self.budget.prefill_tokens(self.budget.slo_for(tightest_s), num_decode, context, cached, most)
-        return StepBudget(num_decode + prefill, engine.max_num_seqs)
+        tokens = self._steps.step_budget(view.running_requests(), engine.max_num_batched_tokens, now_s)
+        return StepBudget(tokens, engine.max_num_seqs) if tokens >= 0 else None
 
-    _split_running = staticmethod(split_prompts)  # (one pass over the running requests, compiled)
+    @property
+    def _split(self) -> tuple[float, list[Request], list[Request], list[Request]] | None:
+        """step_budget's split of the running requests, for the running_order of the same step: (now_s, the
+        running requests as step_budget saw them, decodes, prompts), each group in their order."""
+        return self._steps.split
 
     def _swapped_context(self) -> int:
         """Largest cached context a prefill chunk may sit on among the swapped-out requests waiting to come back
         (they keep their computed tokens; fresh and recomputed ones have none); the rest leave the book."""
-        swapped = self._swapped
-        if not swapped:
-            return 0
-        for request_id in [i for i, r in swapped.items() if not is_waiting(r)]:
-            del swapped[request_id]
-        return max((r.num_computed_tokens for r in swapped.values()), default=0)
+        return self._steps.swapped_context()
+
 
 
 @register_policy
