@@ -71,11 +71,20 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import Request, RequestState
 from semsched.core.tiers import DEFAULT_TIERS, TierError
 from semsched.latency import LatencyModel, load_profile
-from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
-from semsched.latency.base import validate_step_inputs
+from semsched.latency.analytic import AnalyticLatencyModel
 from semsched.latency.preemption import KNOWN_SHAPES, PreemptionCostModel
 from semsched.policies.fair_share import ShareMeter
-from semsched.policies.passes import TieredVictimKey, tiered_decode_scan
+from semsched.policies.passes import (
+    TieredVictimKey,
+    analytic_prefill_within,
+    tiered_decode_scan,
+)
+from semsched.policies.passes import (  # (TPOT protection's prefill, compiled; exported here, as before)
+    decode_step_s as decode_step_s,
+)
+from semsched.policies.passes import (
+    prefill_within as prefill_within,
+)
 from semsched.policies.registry import register_policy
 from semsched.policies.slo_guard import SLOGuard, SLOGuardConfig
 from semsched.policies.tier_table import load_tier_table
@@ -552,97 +561,3 @@ class Tiered(Policy):
     ) -> int:
         """:func:`analytic_prefill_within` (kept under its old name for its tests)."""
         return analytic_prefill_within(latency, target_s, num_decode, context_tokens, low, most)
-
-
-def prefill_within(
-    latency: LatencyModel, target_s: float, num_decode: int, context_tokens: int, most: int, floor_tokens: int
-) -> int:
-    """Largest prefill in [floor_tokens, most] whose step (one fresh chunk beside ``num_decode`` decodes on
-    ``context_tokens``) stays within ``target_s``: the largest ``m`` below ``most`` whose step fits, else the floor
-    (step time grows with the prefill). Solved in closed form on the analytic latency model, then checked against
-    the model's own step times (so the boundary is the one a search would find); a binary search on any other
-    model. Shared by the policies that protect TPOT (``tiered``, ``utility``)."""
-    low = min(floor_tokens, max(most, 0))
-    if low >= most:
-        return max(most, low)
-    if type(latency) is AnalyticLatencyModel:  # every step of tiered and utility: the decode part priced once
-        if num_decode < 0 or context_tokens < 0 or (not num_decode and context_tokens):
-            validate_step_inputs((), num_decode, context_tokens)  # (raises; the chunks, 0 < m <= most, are valid)
-        config = latency.config
-        decode_s = float(context_tokens) * config.gamma1 + config.gamma2 if num_decode else 0.0  # (decode_step_s)
-        if config.alpha1 * (most * most) + config.alpha2 * most + decode_s <= target_s:
-            return most
-        return _analytic_within(config, target_s, decode_s, low, most)
-    step_s = latency.step_time_s
-    if step_s([(most, 0)], num_decode, context_tokens) <= target_s:
-        return most
-    if isinstance(latency, AnalyticLatencyModel):
-        return analytic_prefill_within(latency, target_s, num_decode, context_tokens, low, most)
-    high = most  # invariant: high exceeds the target; low is allowed (within it, or the floor)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if step_s([(middle, 0)], num_decode, context_tokens) <= target_s:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
-def analytic_prefill_within(
-    latency: AnalyticLatencyModel, target_s: float, num_decode: int, context_tokens: int, low: int, most: int
-) -> int:
-    """:func:`prefill_within` on the analytic model, whose step time ``α1·m² + α2·m + decode`` does not fall as
-    ``m`` grows (each term is rounded monotonically): the positive root of ``α1·m² + α2·m = target - decode`` is
-    the guess, then the exact step times move it to the boundary (a step or two)."""
-    if type(latency) is AnalyticLatencyModel:
-        validate_step_inputs((), num_decode, context_tokens)
-        decode_s = decode_step_s(latency, num_decode, context_tokens) if num_decode else 0.0
-        return _analytic_within(latency.config, target_s, decode_s, low, most)
-    step_s = latency.step_time_s  # (a subclass: its own step times)
-    decode_s = latency.step_time_s([], num_decode, context_tokens) if num_decode else 0.0
-    guess = _analytic_guess(latency.config, target_s, decode_s, low, most)
-    while guess + 1 < most and step_s([(guess + 1, 0)], num_decode, context_tokens) <= target_s:
-        guess += 1
-    while guess > low and step_s([(guess, 0)], num_decode, context_tokens) > target_s:
-        guess -= 1
-    return guess
-
-
-def decode_step_s(latency: LatencyModel, num_decode: int, context_tokens: int) -> float:
-    """``latency.step_time_s([], num_decode, context_tokens)``: a step of decodes alone. On the analytic model
-    (with decodes) its float, written out (``γ1·Σctx + γ2``, the summed context as a float), without the step's
-    checks: the caller knows its counts are valid."""
-    if num_decode and type(latency) is AnalyticLatencyModel:
-        config = latency.config
-        return float(context_tokens) * config.gamma1 + config.gamma2
-    return latency.step_time_s([], num_decode, context_tokens)
-
-
-def _analytic_within(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
-    """:func:`analytic_prefill_within` with the decode part priced (``decode_s``): each step time is
-    ``AnalyticLatencyModel.step_time_s``'s float for one fresh chunk, written out. That sums the chunk's time
-    ``α1·m² + α2·m`` onto 0.0 (which leaves it as it is) and adds the decode part when there are decodes; adding
-    ``decode_s`` = 0.0 without them changes nothing either (the chunk's time is never -0.0)."""
-    alpha1, alpha2 = config.alpha1, config.alpha2
-    guess = _analytic_guess(config, target_s, decode_s, low, most)
-    while guess + 1 < most and alpha1 * ((guess + 1) * (guess + 1)) + alpha2 * (guess + 1) + decode_s <= target_s:
-        guess += 1
-    while guess > low and alpha1 * (guess * guess) + alpha2 * guess + decode_s > target_s:
-        guess -= 1
-    return guess
-
-
-def _analytic_guess(config: AnalyticConfig, target_s: float, decode_s: float, low: int, most: int) -> int:
-    """The positive root of ``α1·m² + α2·m = target - decode``, in [low, most - 1]."""
-    room_s = target_s - decode_s
-    if room_s <= 0:
-        guess = low
-    elif config.alpha1 > 0:
-        root = (-config.alpha2 + math.sqrt(config.alpha2 * config.alpha2 + 4 * config.alpha1 * room_s)) \
-            / (2 * config.alpha1)
-        guess = int(root) if math.isfinite(root) else most
-    elif config.alpha2 > 0:
-        guess = int(room_s / config.alpha2)
-    else:
-        guess = most
-    return min(max(guess, low), most - 1)
