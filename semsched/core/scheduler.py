@@ -595,6 +595,8 @@ class Scheduler:
         key = self.policy.victim_key
         if key is by_service_then_arrival:
             sort_by_service_then_arrival(self._running)  # (the same order, without a key tuple per request)
+        elif isinstance(key, NativeVictimKey):
+            key.sort(self._running)  # (the same order, natively)
         else:
             self._running.sort(key=key)
         self._running_sorted = True
@@ -1122,6 +1124,19 @@ def static_victim_order(policy: Policy) -> bool:
     promised_by = next(i for i, cls in enumerate(mro) if "static_victim_key" in vars(cls))
     defined_by = next(i for i, cls in enumerate(mro) if "victim_key" in vars(cls))
     return bool(policy.static_victim_key) and promised_by <= defined_by
+
+
+class NativeVictimKey:
+    """A ``victim_key`` object that also sorts a running list by itself: :meth:`sort` must leave ``requests`` in
+    the order ``requests.sort(key=self)`` gives (stable). The core sorts its running requests by the policy's
+    ``victim_key`` at every step; a key of this kind sorts them natively (comparing the requests' fields, not a
+    key tuple built per request). A subclass (compiled, in :mod:`semsched.policies.passes`) overrides both."""
+
+    def __call__(self, request: Request) -> Any:
+        raise NotImplementedError
+
+    def sort(self, requests: list[Request]) -> None:
+        requests.sort(key=self)
 
 
 def by_service_then_arrival(request: Request) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from semsched.core.request import WAITING_STATES, Request, RequestState
-from semsched.core.scheduler import by_service_then_arrival, sort_by_service_then_arrival
+from semsched.core.scheduler import NativeVictimKey, by_service_then_arrival, sort_by_service_then_arrival
 from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
 from semsched.latency.base import LatencyModel, validate_step_inputs
 
@@ -631,15 +631,50 @@ def tiered_victim_key(request: Request, preemption_limit: int) -> tuple[float, i
             -preemptions, request.arrival_time_s)
 
 
-class TieredVictimKey:
+class TieredVictimKey(NativeVictimKey):
     """:func:`tiered_victim_key` with a ``tiered`` policy's preemption limit bound: the key function its
-    ``victim_key`` gives the core, which sorts its running requests by it every step."""
+    ``victim_key`` gives the core, which sorts its running requests by it every step (:meth:`sort`)."""
 
     def __init__(self, preemption_limit: int) -> None:
         self.preemption_limit = preemption_limit
 
     def __call__(self, request: Request) -> tuple[float, int, int, int, float]:
         return tiered_victim_key(request, self.preemption_limit)
+
+    def sort(self, requests: list[Request]) -> None:
+        """``requests.sort(key=self)``: a stable insertion sort comparing the key's fields (between two steps
+        the running list is sorted but for the requests whose prompt advanced by a chunk). Past a bound on the
+        moves it hands what it has to ``list.sort``, which gives the same result from any stable rearrangement."""
+        limit = self.preemption_limit
+        bound = 8 * len(requests) + 64
+        moves = 0
+        for i in range(1, len(requests)):
+            request = requests[i]
+            j = i - 1
+            while j >= 0 and _tiered_after(requests[j], request, limit):
+                requests[j + 1] = requests[j]
+                j -= 1
+                moves += 1
+            requests[j + 1] = request
+            if moves > bound:
+                requests.sort(key=self)
+                return
+
+
+def _tiered_after(a: Request, b: Request, limit: int) -> bool:
+    """``tiered_victim_key(a) > tiered_victim_key(b)``, field by field as the tuples compare (the first field
+    that differs decides)."""
+    a_preemptions, b_preemptions = a.num_preemptions, b.num_preemptions
+    a_fresh, b_fresh = a_preemptions < limit, b_preemptions < limit  # (the key's 1.0; 0.0 once promoted)
+    if a_fresh != b_fresh:
+        return a_fresh
+    if a.priority != b.priority:
+        return a.priority > b.priority
+    if a.num_computed_tokens != b.num_computed_tokens:
+        return a.num_computed_tokens < b.num_computed_tokens  # (the key holds its negation)
+    if a_preemptions != b_preemptions:
+        return a_preemptions < b_preemptions  # (likewise)
+    return a.arrival_time_s > b.arrival_time_s
 
 
 class TieredScan:

@@ -1,5 +1,6 @@
 """The core's native sort by attained service (``sort_by_service_then_arrival``): the order ``list.sort`` gives;
-and its pick of a KV-pressure victim from the sorted list (``last_by_service_then_arrival``): ``max``'s."""
+its pick of a KV-pressure victim from the sorted list (``last_by_service_then_arrival``): ``max``'s; and the
+native sorts of the policies' victim keys (``NativeVictimKey.sort``): ``list.sort``'s."""
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +11,7 @@ from semsched.core.scheduler import (
     last_by_service_then_arrival,
     sort_by_service_then_arrival,
 )
-from semsched.policies.passes import served_victims
+from semsched.policies.passes import TieredVictimKey, served_victims
 
 # few distinct values, so that ties in service, and in both fields, are common
 _FIELDS = st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0]), st.sampled_from([0.0, 1.0, 2.0]))
@@ -62,3 +63,29 @@ def test_las_victims_are_the_served_requests_in_a_stable_descending_sort(
                     if r.service_s >= mine.service_s + quantum_s and r.service_s > mine.service_s]
         expected.sort(key=by_service_then_arrival, reverse=True)
         assert served_victims(mine, running, quantum_s) == expected
+
+
+_TIERED_FIELDS = st.tuples(st.integers(0, 3), st.integers(0, 2), st.sampled_from([0, 5, 10]),
+                           st.sampled_from([0.0, 1.0]))
+
+
+@given(st.lists(_TIERED_FIELDS, max_size=60), st.integers(1, 3), st.booleans())
+def test_tiereds_native_sort_is_list_sorts(fields: list[tuple[int, int, int, float]], limit: int,
+                                           nearly_sorted: bool) -> None:
+    """``TieredVictimKey.sort`` gives ``list.sort(key=TieredVictimKey)``'s order, ties in place: on lists in any
+    order (far from sorted: handed to ``list.sort`` past its bound on moves) and on sorted lists where a few
+    requests moved, as the running list is between two steps."""
+    requests = []
+    for index, (preemptions, priority, computed, arrival_s) in enumerate(fields):
+        request = Request(request_id=f"r{index}", arrival_time_s=arrival_s, prompt_tokens=16, max_output_tokens=4,
+                          priority=priority)
+        request.num_preemptions, request.num_computed_tokens = preemptions, computed
+        requests.append(request)
+    key = TieredVictimKey(limit)
+    if nearly_sorted:
+        requests.sort(key=key)
+        for request in requests[::7]:
+            request.num_computed_tokens += 3  # (a prompt advanced by a chunk)
+    expected = sorted(requests, key=key)
+    key.sort(requests)
+    assert [r.request_id for r in requests] == [r.request_id for r in expected]
