@@ -563,17 +563,22 @@ def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: i
     """``laps-sd``'s victim key (the largest goes first): non-perceptible before perceptible, lower queues first
     (by attained service, or by perceived service, eq. 6, once perceptible), latest arrival first; the priority
     first with ``tiers``. ``profiled``: eq. 6's (T_SSM, T_LLM), else the request's own mean round time."""
+    perceptible, queue = _laps_level(request, bounds, draft_tokens, profiled)
+    if tiers:
+        return (request.priority, perceptible, queue, request.arrival_time_s)
+    return (perceptible, queue, request.arrival_time_s)
+
+
+def _laps_level(request: Request, bounds: tuple[float, ...], draft_tokens: int,
+                profiled: tuple[float, float] | None) -> tuple[int, int]:
+    """(0 once perceptible, else 1; the queue) of :func:`laps_victim_key`."""
     service = request.service_s
     if request.policy_state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
         perceived = laps_perceived_s(request, draft_tokens, profiled) or 0.0
         if perceived > service:  # (max(service, perceived): the first of equals)
             service = perceived
-        perceptible = 0
-    else:
-        perceptible = 1
-    if tiers:
-        return (request.priority, perceptible, queue_of(service, bounds), request.arrival_time_s)
-    return (perceptible, queue_of(service, bounds), request.arrival_time_s)
+        return 0, queue_of(service, bounds)
+    return 1, queue_of(service, bounds)
 
 
 def is_stable(rates: Sequence[float], gamma: int, delta: float) -> bool:
@@ -606,10 +611,10 @@ def laps_stable_rate(state: dict[str, float], keys: tuple[str, ...], count_key: 
     return None
 
 
-class LapsVictimKey:
+class LapsVictimKey(NativeVictimKey):
     """:func:`laps_victim_key` with a ``laps-sd`` policy's settings bound: the key function its ``victim_key``
-    gives the core, which sorts its running requests by it every step (a call that never enters the
-    interpreter)."""
+    gives the core, which sorts its running requests by it every step (:meth:`sort`: a call that never enters
+    the interpreter)."""
 
     def __init__(self, bounds: tuple[float, ...], draft_tokens: int, profiled: tuple[float, float] | None,
                  tiers: bool) -> None:
@@ -620,6 +625,36 @@ class LapsVictimKey:
 
     def __call__(self, request: Request) -> tuple[Any, ...]:
         return laps_victim_key(request, self.bounds, self.draft_tokens, self.profiled, self.tiers)
+
+    def sort(self, requests: list[Request]) -> None:
+        """``requests.sort(key=self)``: each request's key computed once, as an integer that orders as the key's
+        leading items do (``(priority,) perceptible, queue``; the queue is below ``len(bounds) + 1``) and its
+        arrival, then a stable insertion sort on them (between two steps the running list is sorted but for a
+        few requests); past a bound on the moves, ``list.sort``, which gives the same result from any stable
+        rearrangement."""
+        levels = len(self.bounds) + 1
+        majors: list[int] = []
+        arrivals: list[float] = []
+        for request in requests:
+            perceptible, queue = _laps_level(request, self.bounds, self.draft_tokens, self.profiled)
+            major = perceptible * levels + queue
+            if self.tiers:
+                major += request.priority * 2 * levels
+            majors.append(major)
+            arrivals.append(request.arrival_time_s)
+        bound = 8 * len(requests) + 64
+        moves = 0
+        for i in range(1, len(requests)):
+            request, major, arrival_s = requests[i], majors[i], arrivals[i]
+            j = i - 1
+            while j >= 0 and (majors[j] > major or (majors[j] == major and arrivals[j] > arrival_s)):
+                requests[j + 1], majors[j + 1], arrivals[j + 1] = requests[j], majors[j], arrivals[j]
+                j -= 1
+                moves += 1
+            requests[j + 1], majors[j + 1], arrivals[j + 1] = request, major, arrival_s
+            if moves > bound:
+                requests.sort(key=self)
+                return
 
 
 # ---- tiered ---------------------------------------------------------------------------------------------------

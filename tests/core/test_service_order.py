@@ -11,7 +11,8 @@ from semsched.core.scheduler import (
     last_by_service_then_arrival,
     sort_by_service_then_arrival,
 )
-from semsched.policies.passes import TieredVictimKey, served_victims
+from semsched.policies.laps_sd import queue_bounds_s
+from semsched.policies.passes import LAPS_PERCEPTIBLE, LAPS_RATE, LapsVictimKey, TieredVictimKey, served_victims
 
 # few distinct values, so that ties in service, and in both fields, are common
 _FIELDS = st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0]), st.sampled_from([0.0, 1.0, 2.0]))
@@ -86,6 +87,35 @@ def test_tiereds_native_sort_is_list_sorts(fields: list[tuple[int, int, int, flo
         requests.sort(key=key)
         for request in requests[::7]:
             request.num_computed_tokens += 3  # (a prompt advanced by a chunk)
+    expected = sorted(requests, key=key)
+    key.sort(requests)
+    assert [r.request_id for r in requests] == [r.request_id for r in expected]
+
+
+_LAPS_FIELDS = st.tuples(st.sampled_from([0.0, 0.5, 1.5, 3.0, 9.0]), st.booleans(), st.sampled_from([0.2, 0.8]),
+                         st.integers(0, 2), st.sampled_from([0.0, 1.0]))
+
+
+@given(st.lists(_LAPS_FIELDS, max_size=60), st.booleans(), st.booleans())
+def test_laps_sds_native_sort_is_list_sorts(fields: list[tuple[float, bool, float, int, float]], tiers: bool,
+                                            nearly_sorted: bool) -> None:
+    """``LapsVictimKey.sort`` gives ``list.sort(key=LapsVictimKey)``'s order, ties in place, with and without
+    tiers: perceptible requests (their queue by perceived service) beside the others, in any order and nearly
+    sorted."""
+    requests = []
+    for index, (service_s, perceptible, rate, priority, arrival_s) in enumerate(fields):
+        request = Request(request_id=f"r{index}", arrival_time_s=arrival_s, prompt_tokens=16,
+                          max_output_tokens=64, output_tokens=40, priority=priority)
+        request.service_s = service_s
+        request.service_rounds, request.round_service_s = 4, 0.2
+        if perceptible:
+            request.policy_state.update({LAPS_PERCEPTIBLE: 1.0, LAPS_RATE: rate})
+        requests.append(request)
+    key = LapsVictimKey(queue_bounds_s(4, 2.0, 1.0), 5, None, tiers)
+    if nearly_sorted:
+        requests.sort(key=key)
+        for request in requests[::5]:
+            request.service_s += 1.0  # (served a while)
     expected = sorted(requests, key=key)
     key.sort(requests)
     assert [r.request_id for r in requests] == [r.request_id for r in expected]
