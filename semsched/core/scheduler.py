@@ -15,7 +15,7 @@ import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1200,6 +1200,56 @@ def charge_service(request: Request, durations_s: list[float], num_tokens: int) 
     request.round_service_s = round_s
     request.service_rounds += len(durations_s)
     request.round_tokens += num_tokens
+
+
+def charge_emissions(scheduled: Iterable[str], tracked: Mapping[str, Any],
+                     on_tokens: Callable[[Request, int, float], None] | None, charged: list[float] | None,
+                     now_s: float) -> tuple[bool, list[Any] | None]:
+    """An engine adapter's report of a step (the vLLM one's, compiled here: it runs over every scheduled request
+    at every step). ``tracked`` maps a request id to its entry: ``.request`` the engine's request (its
+    ``num_output_tokens``, ``num_computed_tokens``), ``.shadow`` the policy's :class:`Request`,
+    ``.reported_tokens`` the output tokens reported so far. For every scheduled request that emitted since: its
+    shadow's progress refreshed and the step's service charged to it (``charged``, the timed steps since the
+    last emission: one is added in place, several through :func:`charge_service`; None: nothing charged), then
+    ``on_tokens`` (when the policy asked to hear of this count: ``notify_tokens_at``). Returns whether any service
+    was charged and the engine requests whose shadows were refreshed, in order (None once a scheduled request's
+    was not)."""
+    step_s = charged[0] if charged is not None and len(charged) == 1 else None  # (one timed step: the usual)
+    emitted_any = False
+    refreshed: list[Any] | None = []
+    for request_id in scheduled:
+        entry = tracked.get(request_id)
+        if entry is None:
+            refreshed = None
+            continue
+        request = entry.request
+        count: int = request.num_output_tokens
+        emitted = count - entry.reported_tokens
+        if emitted > 0:
+            entry.reported_tokens = count
+            shadow: Request = entry.shadow
+            # (the policy's promise, notify_tokens_at, kept as the core keeps it)
+            notify = on_tokens is not None and count >= shadow.notify_tokens_at
+            if notify or charged is not None:
+                shadow.num_computed_tokens = request.num_computed_tokens
+                shadow.num_output_tokens = count
+                if refreshed is not None:
+                    refreshed.append(request)
+                if step_s is not None:  # (charge_service for one step, inlined)
+                    shadow.service_s += step_s
+                    if count != emitted:  # (not its first token: a round)
+                        shadow.round_service_s += step_s
+                        shadow.service_rounds += 1
+                        shadow.round_tokens += emitted
+                    emitted_any = True
+                elif charged is not None:
+                    charge_service(shadow, charged, emitted)
+                    emitted_any = True
+                if notify and on_tokens is not None:
+                    on_tokens(shadow, emitted, now_s)
+                continue
+        refreshed = None
+    return emitted_any, refreshed
 
 
 def _extra_blocks(computed: list[int], steps: int, block_size: int) -> int:

@@ -72,7 +72,14 @@ from semsched.core.kv import Reservation, blocks_for
 from semsched.core.plan import PreemptionMode, PreemptionReason
 from semsched.core.policy import Policy, SortKey, StepBudget, describes_waiting_keys, next_rekey_s
 from semsched.core.request import InvalidRequestError, Request, RequestState
-from semsched.core.scheduler import charge_service, drop_reason, static_victim_order
+from semsched.core.scheduler import (
+    NativeVictimKey,
+    by_service_then_arrival,
+    charge_emissions,
+    drop_reason,
+    sort_by_service_then_arrival,
+    static_victim_order,
+)
 from semsched.core.tiers import DEFAULT_TIERS
 from semsched.policies.slo_guard import guard_rejection_kind
 from semsched.vllm.config import AdapterConfig, describe_policy, load_adapter_config
@@ -737,8 +744,20 @@ class Scheduler(_VllmScheduler):
             self.running_shadows()
         tracked, victim_key = self._tracked, self._victim_key
         self._shadow_cache = None  # (the order changes in place)
-        self.running.sort(key=lambda r: victim_key(tracked[r.request_id].shadow) if r.request_id in tracked
-                          else _LAST)
+        native = victim_key is by_service_then_arrival or isinstance(victim_key, NativeVictimKey)
+        if native and all(r.request_id in tracked for r in self.running):
+            # the core's native sort of the shadows, in running's order (the same stable order), then running in
+            # theirs: no interpreted key call per request
+            shadows = [tracked[r.request_id].shadow for r in self.running]
+            if isinstance(victim_key, NativeVictimKey):
+                victim_key.sort(shadows)
+            else:
+                sort_by_service_then_arrival(shadows)
+            by_id = {r.request_id: r for r in self.running}
+            self.running = [by_id[shadow.request_id] for shadow in shadows]
+        else:
+            self.running.sort(key=lambda r: victim_key(tracked[r.request_id].shadow) if r.request_id in tracked
+                              else _LAST)
         self._running_sorted = True
         self._sorted_changes = self._policy_ref.victim_key_changes
         return []
@@ -930,45 +949,12 @@ class Scheduler(_VllmScheduler):
         """For every request that emitted tokens in the step: its attained service and rounds charged to its
         shadow (for a policy that ranks by service, as the core charges them: the seconds of the timed steps
         since the last emission, or nothing for tokens of an output this adapter did not time), then
-        ``on_tokens`` (for a policy that defines it). When it refreshed every running request's shadow, the next
-        step's :meth:`running_shadows` need not."""
-        tracked, on_tokens, service = self._tracked, self._on_tokens, self._service
+        ``on_tokens`` (for a policy that defines it): :func:`~semsched.core.scheduler.charge_emissions`. When it
+        refreshed every running request's shadow, the next step's :meth:`running_shadows` need not."""
+        service = self._service
         charged = service if service is None or now == self._service_end_s else _UNTIMED
-        step_s = charged[0] if charged is not None and len(charged) == 1 else None  # (one timed step: the usual)
-        emitted_any = False
-        refreshed: list[VllmRequest] | None = []  # (None once a scheduled request's shadow is left as it was)
-        for request_id in scheduled:
-            entry = tracked.get(request_id)
-            if entry is None:
-                refreshed = None
-                continue
-            request = entry.request
-            count = request.num_output_tokens
-            emitted = count - entry.reported_tokens
-            if emitted > 0:
-                entry.reported_tokens = count
-                shadow = entry.shadow
-                # (the policy's promise, notify_tokens_at, kept as the core keeps it)
-                notify = on_tokens if on_tokens is not None and count >= shadow.notify_tokens_at else None
-                if notify is not None or charged is not None:
-                    shadow.num_computed_tokens = request.num_computed_tokens  # (_refresh, inlined)
-                    shadow.num_output_tokens = count
-                    if refreshed is not None:
-                        refreshed.append(request)
-                    if step_s is not None:  # (charge_service for one step, inlined: a call per request costs more)
-                        shadow.service_s += step_s
-                        if count != emitted:  # (not its first token: a round)
-                            shadow.round_service_s += step_s
-                            shadow.service_rounds += 1
-                            shadow.round_tokens += emitted
-                        emitted_any = True
-                    elif charged is not None:
-                        charge_service(shadow, charged, emitted)
-                        emitted_any = True
-                    if notify is not None:
-                        notify(shadow, emitted, now)
-                    continue
-            refreshed = None
+        # (the loop over the scheduled requests, compiled with the core)
+        emitted_any, refreshed = charge_emissions(scheduled, self._tracked, self._on_tokens, charged, now)
         if emitted_any and service is not None:
             service.clear()  # (the steps are charged: the next timed step starts anew)
         self._shadows_reported = refreshed == self.running
