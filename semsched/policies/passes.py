@@ -577,8 +577,16 @@ def _laps_level(request: Request, bounds: tuple[float, ...], draft_tokens: int,
         perceived = laps_perceived_s(request, draft_tokens, profiled) or 0.0
         if perceived > service:  # (max(service, perceived): the first of equals)
             service = perceived
-        return 0, queue_of(service, bounds)
-    return 1, queue_of(service, bounds)
+        return 0, _queue_in(service, bounds)
+    return 1, _queue_in(service, bounds)
+
+
+def _queue_in(service_s: float, bounds: tuple[float, ...]) -> int:
+    """:func:`queue_of` on a tuple of bounds (its items read natively)."""
+    j, count = 0, len(bounds)
+    while j < count and not service_s < bounds[j]:
+        j += 1
+    return j
 
 
 def is_stable(rates: Sequence[float], gamma: int, delta: float) -> bool:
@@ -633,26 +641,27 @@ class LapsVictimKey(NativeVictimKey):
         few requests); past a bound on the moves, ``list.sort``, which gives the same result from any stable
         rearrangement."""
         levels = len(self.bounds) + 1
+        bounds, draft_tokens, profiled, tiers = self.bounds, self.draft_tokens, self.profiled, self.tiers
         majors: list[int] = []
-        arrivals: list[float] = []
         for request in requests:
-            perceptible, queue = _laps_level(request, self.bounds, self.draft_tokens, self.profiled)
+            perceptible, queue = _laps_level(request, bounds, draft_tokens, profiled)
             major = perceptible * levels + queue
-            if self.tiers:
+            if tiers:
                 major += request.priority * 2 * levels
             majors.append(major)
-            arrivals.append(request.arrival_time_s)
-        bound = 8 * len(requests) + 64
+        limit = 8 * len(requests) + 64
         moves = 0
         for i in range(1, len(requests)):
-            request, major, arrival_s = requests[i], majors[i], arrivals[i]
+            request, major = requests[i], majors[i]
+            arrival_s = request.arrival_time_s
             j = i - 1
-            while j >= 0 and (majors[j] > major or (majors[j] == major and arrivals[j] > arrival_s)):
-                requests[j + 1], majors[j + 1], arrivals[j + 1] = requests[j], majors[j], arrivals[j]
+            while j >= 0 and (majors[j] > major
+                              or (majors[j] == major and requests[j].arrival_time_s > arrival_s)):
+                requests[j + 1], majors[j + 1] = requests[j], majors[j]
                 j -= 1
                 moves += 1
-            requests[j + 1], majors[j + 1], arrivals[j + 1] = request, major, arrival_s
-            if moves > bound:
+            requests[j + 1], majors[j + 1] = request, major
+            if moves > limit:
                 requests.sort(key=self)
                 return
 
