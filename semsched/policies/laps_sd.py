@@ -41,11 +41,14 @@ from semsched.core.request import Request
 from semsched.policies.attained import ServicePolicy
 from semsched.policies.params import check_float, check_int, param
 from semsched.policies.passes import (
+    LAPS_FRESH,
     LAPS_PERCEPTIBLE,
     LAPS_RATE,
+    LapsTokens,
     LapsVictimKey,
     laps_perceived_s,
     laps_stable_rate,
+    laps_victims,
     queue_of,
 )
 from semsched.policies.passes import (
@@ -57,7 +60,7 @@ from semsched.policies.passes import (
 from semsched.policies.registry import register_policy
 
 _PERCEPTIBLE = LAPS_PERCEPTIBLE  # 1.0 once perceptible
-_FRESH = "laps.fresh"  # 1.0 in the round the request became perceptible (its last decision point)
+_FRESH = LAPS_FRESH  # 1.0 in the round the request became perceptible (its last decision point)
 _RATE = LAPS_RATE  # A_i, the stable acceptance rate
 _RATES = "laps.rates"  # how many cumulative rates were pushed onto the window (see laps_stable_rate)
 _SEEN_ROUNDS = "laps.seen_rounds"  # Request.service_rounds at its last on_tokens (the rounds of an emission)
@@ -146,6 +149,9 @@ class LapsSD(ServicePolicy):
         #: request waits and no slot is free: this keeps the walk over the running list in C (a set lookup)
         self._settled: set[Request] = set()
         self._arrivals = 0
+        #: on_tokens under order=fcfs, compiled (it shares the settled set)
+        self._fcfs_tokens = LapsTokens(self._settled, _rate_keys(cfg.gamma), _RATES, _SEEN_ROUNDS,
+                                       self._draft_tokens, cfg.gamma, cfg.delta)
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -198,6 +204,9 @@ class LapsSD(ServicePolicy):
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         # (the scheduler has charged the emission's service and rounds: Request.service_rounds and the rest)
+        if not self._predicted:
+            self._fcfs_tokens.on_tokens(request, num_tokens)  # (the paper's order: compiled)
+            return
         state = request.policy_state
         state[_FRESH] = 0.0
         perceptible = state.get(_PERCEPTIBLE, 0.0) == 1.0
@@ -234,8 +243,8 @@ class LapsSD(ServicePolicy):
 
     def on_arrival(self, request: Request, now_s: float) -> None:
         self._arrivals += 1
-        if self._arrivals % _SWEEP_ARRIVALS == 0:  # (those that ended without on_finish)
-            self._settled = {r for r in self._settled if not r.state.is_terminal}
+        if self._arrivals % _SWEEP_ARRIVALS == 0:  # (those that ended without on_finish; in place: it is shared)
+            self._settled.difference_update([r for r in self._settled if r.state.is_terminal])
 
     def on_preempt(self, request: Request, now_s: float) -> None:
         state = request.policy_state
@@ -285,31 +294,14 @@ class LapsSD(ServicePolicy):
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
     ) -> Sequence[Request]:
-        mine = self._laps_key(candidate)
-        queue, tiers, fcfs = mine[0], self._tiers, not self._predicted
-        settled = self._settled
-        if tiers:  # (a less important tier is named whatever its state; a more important one never)
-            least = candidate.priority
-            running = [r for r in running if r.priority > least or (r.priority == least and r not in settled)]
-        elif settled:
-            running = [r for r in running if r not in settled]
-        victims = []
-        for request in running:
-            state = request.policy_state
-            if tiers and request.priority != candidate.priority:
-                if request.priority > candidate.priority:
-                    victims.append(request)
-                continue
-            if state.get(_PERCEPTIBLE, 0.0) == 1.0:
-                if fcfs and state.get(_FRESH, 0.0) == 1.0 and mine < self._laps_key(request):
-                    victims.append(request)
-                continue
-            theirs = self._queue(request, False)  # (its _laps_key's first item: only that is compared)
-            if queue < theirs or (queue == theirs and self._ranks_first_in_queue(candidate, request)):
-                victims.append(request)
+        # (a less important tier is named whatever its state, a more important one never; in the candidate's
+        # own: those ranked below it, by the queue alone but for a perceptible one; compiled)
+        victims = laps_victims(candidate, running, self._settled, self._laps_key(candidate), self.bounds,
+                               self._tiers, not self._predicted, self._ranks_first_in_queue(candidate),
+                               self._laps_key)
         return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
 
-    def _ranks_first_in_queue(self, candidate: Request, running: Request) -> bool:
+    def _ranks_first_in_queue(self, candidate: Request) -> bool:
         """Paper: a perceptible candidate displaces a non-perceptible request of its queue. ``order=predicted``:
         nobody displaces a request of its own queue (non-preemptive SJF inside a queue), nor a request in the
         round it became perceptible (a switch the ordering seldom repays)."""

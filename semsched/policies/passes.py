@@ -529,6 +529,8 @@ def kept_victims(running: Sequence[Request], keys: dict[Request, Any], bound: tu
 #: ``Request.policy_state`` keys of ``laps-sd``: 1.0 once the request is perceptible; its stable acceptance rate
 LAPS_PERCEPTIBLE = "laps.perceptible"
 LAPS_RATE = "laps.rate"
+#: 1.0 in the round the request became perceptible (its last decision point)
+LAPS_FRESH = "laps.fresh"
 
 
 def estimated_time_s(length: float, acceptance: float, draft_tokens: int, t_ssm_s: float, t_llm_s: float) -> float:
@@ -579,6 +581,75 @@ def _laps_level(request: Request, bounds: tuple[float, ...], draft_tokens: int,
             service = perceived
         return 0, _queue_in(service, bounds)
     return 1, _queue_in(service, bounds)
+
+
+class LapsTokens:
+    """``laps-sd``'s ``on_tokens`` under its paper's order (``order=fcfs``), compiled: it runs after every emission
+    of a request not yet perceptible. The round's rates go onto the request's window (:func:`laps_stable_rate`);
+    once they are stable the request is perceptible (and fresh, for this round). A perceptible request is
+    ``settled`` and asks to hear of nothing more. ``keys``, ``rates_key``, ``seen_key``: where the window, its
+    count and the rounds already seen are kept in ``policy_state``."""
+
+    def __init__(self, settled: set[Request], keys: tuple[str, ...], rates_key: str, seen_key: str,
+                 draft_tokens: int, gamma: int, delta: float) -> None:
+        self.settled = settled
+        self.keys = keys
+        self.rates_key = rates_key
+        self.seen_key = seen_key
+        self.draft_tokens = draft_tokens
+        self.gamma = gamma
+        self.delta = delta
+
+    def on_tokens(self, request: Request, num_tokens: int) -> None:
+        state = request.policy_state
+        state[LAPS_FRESH] = 0.0
+        if state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
+            # nothing changes for it any more: its rate is fixed, it is no longer fresh
+            self.settled.add(request)
+            request.notify_tokens_at = request.max_output_tokens + 1
+            return
+        total_rounds = request.service_rounds
+        count = total_rounds - int(state.get(self.seen_key, 0.0))  # the rounds of this emission (0: the first)
+        if not count:
+            return
+        state[self.seen_key] = float(total_rounds)
+        rate = laps_stable_rate(state, self.keys, self.rates_key, request.round_tokens, total_rounds, num_tokens,
+                                count, self.draft_tokens, self.gamma, self.delta)
+        if rate is not None:
+            state[LAPS_PERCEPTIBLE] = 1.0
+            state[LAPS_FRESH] = 1.0
+            state[LAPS_RATE] = rate
+
+
+def laps_victims(candidate: Request, running: Sequence[Request], settled: set[Request], mine: tuple[Any, ...],
+                 bounds: tuple[float, ...], tiers: bool, fcfs: bool, ranks_first: bool,
+                 key_of: Callable[[Request], tuple[Any, ...]]) -> list[Request]:
+    """``laps-sd``'s victims of ``candidate`` (its key ``mine``), in running order: with ``tiers``, every running
+    request of a less important tier, and none of a more important one; in the candidate's own, those not
+    ``settled`` whose queue (by attained service) is above the candidate's, or equal when ``ranks_first``; a
+    perceptible one only in the round it became so (``fcfs`` order) with a key (``key_of``) above ``mine``."""
+    queue: int = mine[0]
+    least = candidate.priority
+    victims: list[Request] = []
+    for request in running:
+        if tiers:
+            priority = request.priority
+            if priority > least:
+                victims.append(request)
+                continue
+            if priority < least:
+                continue
+        if request in settled:
+            continue
+        state = request.policy_state
+        if state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
+            if fcfs and state.get(LAPS_FRESH, 0.0) == 1.0 and mine < key_of(request):
+                victims.append(request)
+            continue
+        theirs = _queue_in(request.service_s, bounds)  # (its key's first item: only that is compared)
+        if queue < theirs or (queue == theirs and ranks_first):
+            victims.append(request)
+    return victims
 
 
 def _queue_in(service_s: float, bounds: tuple[float, ...]) -> int:

@@ -263,7 +263,7 @@ def _victims_by_full_keys(policy: LapsSD, candidate: Request, running: list[Requ
                 victims.append(request)
             continue
         theirs = policy._laps_key(request)
-        if mine[0] < theirs[0] or (mine[0] == theirs[0] and policy._ranks_first_in_queue(candidate, request)):
+        if mine[0] < theirs[0] or (mine[0] == theirs[0] and policy._ranks_first_in_queue(candidate)):
             victims.append(request)
     return sorted(victims, key=lambda r: policy.waiting_key(r, 0.0), reverse=True)
 
