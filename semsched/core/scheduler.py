@@ -863,13 +863,20 @@ class Scheduler:
         """The step's decodes, one token each; whether any emitted."""
         running = RequestState.RUNNING
         timeline, on_tokens, service = self.timeline, self._on_tokens, self._service
+        step_s = service[0] if service is not None and len(service) == 1 else None  # (one step: the usual)
         emitted = False
         for request in plan.decode:  # a decode always catches up, so it always emits (_emit, inlined)
             if request.state is not running:
                 continue
             request.num_computed_tokens += 1
             request.num_output_tokens += 1
-            if service is not None:
+            if step_s is not None:  # (charge_service for one step and one token, inlined)
+                request.service_s += step_s
+                if request.num_output_tokens != 1:  # (not its first token: a round)
+                    request.round_service_s += step_s
+                    request.service_rounds += 1
+                    request.round_tokens += 1
+            elif service is not None:
                 charge_service(request, service, 1)
             emitted = True
             record_tokens(request, timeline, step_index, 1)  # (a native call)
