@@ -593,10 +593,8 @@ class Scheduler:
 
     def _sort_running(self) -> None:
         key = self.policy.victim_key
-        if key is by_service_then_arrival:
-            sort_by_service_then_arrival(self._running)  # (the same order, without a key tuple per request)
-        elif isinstance(key, NativeVictimKey):
-            key.sort(self._running)  # (the same order, natively)
+        if isinstance(key, NativeVictimKey):
+            key.sort(self._running)  # (the same order, natively: no key tuple per request)
         else:
             self._running.sort(key=key)
         self._running_sorted = True
@@ -609,8 +607,8 @@ class Scheduler:
         ``victim_key`` order."""
         while not self.kv.try_allocate(request, num_new):
             key = self.policy.victim_key
-            if in_key_order and key is by_service_then_arrival:
-                victim = last_by_service_then_arrival(self._running)  # (no key tuple per running request)
+            if in_key_order and isinstance(key, NativeVictimKey):
+                victim = key.last(self._running)  # (read off the sorted list: no key tuple per running request)
             else:
                 victim = max(self._running, key=key)
             self._preempt(victim, PreemptionReason.KV_PRESSURE, plan, step, now_s)
@@ -1134,61 +1132,76 @@ def static_victim_order(policy: Policy) -> bool:
 
 
 class NativeVictimKey:
-    """A ``victim_key`` object that also sorts a running list by itself: :meth:`sort` must leave ``requests`` in
-    the order ``requests.sort(key=self)`` gives (stable). The core sorts its running requests by the policy's
-    ``victim_key`` at every step; a key of this kind sorts them natively (comparing the requests' fields, not a
-    key tuple built per request). A subclass (compiled, in :mod:`semsched.policies.passes`) overrides both."""
+    """A ``victim_key`` object that also sorts a running list by itself: :meth:`sort` leaves ``requests`` in the
+    order ``requests.sort(key=self)`` gives (stable), and :meth:`last` picks from a list in that order what
+    ``max(requests, key=self)`` would. The core sorts its running requests by the policy's ``victim_key`` at
+    every step; a key of this kind sorts them natively. A subclass (compiled) defines ``__call__`` and, to compare
+    two requests' fields in place rather than their key tuples, :meth:`after`. Its key must be a function of the
+    request alone (its fields and its state), so that a list sorted at the start of a step stays sorted while the
+    step is planned (a preempted request leaves it)."""
 
     def __call__(self, request: Request) -> Any:
         raise NotImplementedError
 
+    def after(self, a: Request, b: Request) -> bool:
+        """``self(a) > self(b)``."""
+        return bool(self(a) > self(b))
+
     def sort(self, requests: list[Request]) -> None:
-        requests.sort(key=self)
+        """A stable insertion sort by :meth:`after` (the running list between two steps is sorted but for a few
+        requests). Past a bound on the moves it hands what it has to ``list.sort``, which gives the same result
+        from any stable rearrangement of the list."""
+        limit = 8 * len(requests) + 64
+        moves = 0
+        for i in range(1, len(requests)):
+            request = requests[i]
+            j = i - 1
+            while j >= 0 and self.after(requests[j], request):
+                requests[j + 1] = requests[j]
+                j -= 1
+                moves += 1
+            requests[j + 1] = request
+            if moves > limit:
+                requests.sort(key=self)
+                return
+
+    def last(self, requests: list[Request]) -> Request:
+        """``max(requests, key=self)`` of a non-empty list in this key's order: the first of the requests equal
+        to the last one."""
+        index = len(requests) - 1
+        last = requests[index]
+        while index > 0 and not self.after(last, requests[index - 1]):
+            index -= 1
+        return requests[index]
 
 
-def by_service_then_arrival(request: Request) -> tuple[float, float]:
-    """Attained-service order, (``service_s``, ``arrival_time_s``): a policy whose ``victim_key`` is this function
-    has its running requests sorted by it natively (:func:`sort_by_service_then_arrival`)."""
-    return (request.service_s, request.arrival_time_s)
+class ServiceThenArrival(NativeVictimKey):
+    """Attained-service order, (``service_s``, ``arrival_time_s``): las's ``victim_key``
+    (:data:`by_service_then_arrival`)."""
+
+    def __call__(self, request: Request) -> tuple[float, float]:
+        return (request.service_s, request.arrival_time_s)
+
+    def after(self, a: Request, b: Request) -> bool:
+        """The two fields as the tuples compare them: the first unless equal, then the second."""
+        a_s, b_s = a.service_s, b.service_s
+        if a_s != b_s:
+            return a_s > b_s
+        return a.arrival_time_s > b.arrival_time_s
+
+
+#: the attained-service key, ``(service_s, arrival_time_s)`` of a request; it sorts a running list natively
+by_service_then_arrival = ServiceThenArrival()
 
 
 def sort_by_service_then_arrival(requests: list[Request]) -> None:
-    """``requests.sort(key=by_service_then_arrival)``, in place, the same order (stable), comparing the two fields
-    natively: an insertion sort, for a list that is sorted but for a few requests (the running requests between
-    two steps). Past a bound on the moves it hands what it has to ``list.sort``, which gives the same result from
-    any stable rearrangement of the list."""
-    limit = 8 * len(requests) + 64
-    moves = 0
-    for i in range(1, len(requests)):
-        request = requests[i]
-        service_s, arrival_s = request.service_s, request.arrival_time_s
-        j = i - 1
-        while j >= 0:
-            before = requests[j]
-            before_s = before.service_s
-            if before_s < service_s or (before_s == service_s and before.arrival_time_s <= arrival_s):
-                break  # (tuples compare as this does: the first field unless equal, then the second)
-            requests[j + 1] = before
-            j -= 1
-            moves += 1
-        requests[j + 1] = request
-        if moves > limit:
-            requests.sort(key=by_service_then_arrival)
-            return
+    """``requests.sort(key=by_service_then_arrival)``, natively (:meth:`NativeVictimKey.sort`)."""
+    by_service_then_arrival.sort(requests)
 
 
 def last_by_service_then_arrival(requests: list[Request]) -> Request:
-    """``max(requests, key=by_service_then_arrival)`` of a non-empty list sorted by that key: the first of the
-    requests equal to the last one."""
-    index = len(requests) - 1
-    last = requests[index]
-    service_s, arrival_s = last.service_s, last.arrival_time_s
-    while index > 0:
-        before = requests[index - 1]
-        if not (before.service_s == service_s and before.arrival_time_s == arrival_s):
-            break
-        index -= 1
-    return requests[index]
+    """``max(requests, key=by_service_then_arrival)`` of a non-empty list sorted by that key."""
+    return by_service_then_arrival.last(requests)
 
 
 def charge_service(request: Request, durations_s: list[float], num_tokens: int) -> None:

@@ -748,7 +748,8 @@ def tiered_victim_key(request: Request, preemption_limit: int) -> tuple[float, i
 
 class TieredVictimKey(NativeVictimKey):
     """:func:`tiered_victim_key` with a ``tiered`` policy's preemption limit bound: the key function its
-    ``victim_key`` gives the core, which sorts its running requests by it every step (:meth:`sort`)."""
+    ``victim_key`` gives the core, which sorts its running requests by it every step (natively:
+    :meth:`NativeVictimKey.sort` with :meth:`after`)."""
 
     def __init__(self, preemption_limit: int) -> None:
         self.preemption_limit = preemption_limit
@@ -756,24 +757,8 @@ class TieredVictimKey(NativeVictimKey):
     def __call__(self, request: Request) -> tuple[float, int, int, int, float]:
         return tiered_victim_key(request, self.preemption_limit)
 
-    def sort(self, requests: list[Request]) -> None:
-        """``requests.sort(key=self)``: a stable insertion sort comparing the key's fields (between two steps
-        the running list is sorted but for the requests whose prompt advanced by a chunk). Past a bound on the
-        moves it hands what it has to ``list.sort``, which gives the same result from any stable rearrangement."""
-        limit = self.preemption_limit
-        bound = 8 * len(requests) + 64
-        moves = 0
-        for i in range(1, len(requests)):
-            request = requests[i]
-            j = i - 1
-            while j >= 0 and _tiered_after(requests[j], request, limit):
-                requests[j + 1] = requests[j]
-                j -= 1
-                moves += 1
-            requests[j + 1] = request
-            if moves > bound:
-                requests.sort(key=self)
-                return
+    def after(self, a: Request, b: Request) -> bool:
+        return _tiered_after(a, b, self.preemption_limit)  # (the key's fields compared in place)
 
 
 def _tiered_after(a: Request, b: Request, limit: int) -> bool:

@@ -74,10 +74,8 @@ from semsched.core.policy import Policy, SortKey, StepBudget, describes_waiting_
 from semsched.core.request import InvalidRequestError, Request, RequestState
 from semsched.core.scheduler import (
     NativeVictimKey,
-    by_service_then_arrival,
     charge_emissions,
     drop_reason,
-    sort_by_service_then_arrival,
     static_victim_order,
 )
 from semsched.core.tiers import DEFAULT_TIERS
@@ -744,15 +742,11 @@ class Scheduler(_VllmScheduler):
             self.running_shadows()
         tracked, victim_key = self._tracked, self._victim_key
         self._shadow_cache = None  # (the order changes in place)
-        native = victim_key is by_service_then_arrival or isinstance(victim_key, NativeVictimKey)
-        if native and all(r.request_id in tracked for r in self.running):
-            # the core's native sort of the shadows, in running's order (the same stable order), then running in
+        if isinstance(victim_key, NativeVictimKey) and all(r.request_id in tracked for r in self.running):
+            # the key's native sort of the shadows, in running's order (the same stable order), then running in
             # theirs: no interpreted key call per request
             shadows = [tracked[r.request_id].shadow for r in self.running]
-            if isinstance(victim_key, NativeVictimKey):
-                victim_key.sort(shadows)
-            else:
-                sort_by_service_then_arrival(shadows)
+            victim_key.sort(shadows)
             by_id = {r.request_id: r for r in self.running}
             self.running = [by_id[shadow.request_id] for shadow in shadows]
         else:

@@ -90,6 +90,8 @@ def test_tiereds_native_sort_is_list_sorts(fields: list[tuple[int, int, int, flo
     expected = sorted(requests, key=key)
     key.sort(requests)
     assert [r.request_id for r in requests] == [r.request_id for r in expected]
+    if requests:  # (and its pick of a KV-pressure victim from the sorted list is max's)
+        assert key.last(requests) is max(requests, key=key)
 
 
 _LAPS_FIELDS = st.tuples(st.sampled_from([0.0, 0.5, 1.5, 3.0, 9.0]), st.booleans(), st.sampled_from([0.2, 0.8]),
