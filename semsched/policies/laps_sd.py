@@ -33,7 +33,7 @@ import bisect
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from semsched.core.plan import PreemptionMode
 from semsched.core.policy import PolicyConfig, SchedulerView, SortKey
@@ -44,8 +44,10 @@ from semsched.policies.passes import (
     LAPS_FRESH,
     LAPS_PERCEPTIBLE,
     LAPS_RATE,
+    LapsFcfsKey,
     LapsTokens,
     LapsVictimKey,
+    laps_fcfs_key,
     laps_perceived_s,
     laps_stable_rate,
     laps_victims,
@@ -143,6 +145,9 @@ class LapsSD(ServicePolicy):
             self._profiled = (cfg.t_ssm_s, cfg.t_llm_s)
         self._mode = PreemptionMode.SWAP if cfg.preemption == "swap" else PreemptionMode.RECOMPUTE
         self._victim_key = LapsVictimKey(self.bounds, self._draft_tokens, self._profiled, self._tiers)
+        #: the queue order without tiers (:meth:`_laps_key`): compiled for the paper's order
+        self._key_of: Callable[[Request], tuple[Any, ...]] = (
+            self._laps_key if self._predicted else LapsFcfsKey(self.bounds, self._draft_tokens, self._profiled))
         #: requests ``victims_for`` never names but by tier: perceptible, and past the round they became so
         #: (with ``order=predicted``, from that round). Perceptibility is never lost, so a request stays settled;
         #: one not (yet) in the set is checked in full. The schedulers ask for victims every step while a
@@ -152,6 +157,8 @@ class LapsSD(ServicePolicy):
         #: on_tokens under order=fcfs, compiled (it shares the settled set)
         self._fcfs_tokens = LapsTokens(self._settled, _rate_keys(cfg.gamma), _RATES, _SEEN_ROUNDS,
                                        self._draft_tokens, cfg.gamma, cfg.delta)
+        if not self._predicted:  # (the engines call the compiled hook itself: no interpreted frame per emission)
+            self.on_tokens = self._fcfs_tokens.on_tokens  # type: ignore[method-assign]
 
     @property
     def uses_predicted_lengths(self) -> bool:
@@ -205,7 +212,7 @@ class LapsSD(ServicePolicy):
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
         # (the scheduler has charged the emission's service and rounds: Request.service_rounds and the rest)
         if not self._predicted:
-            self._fcfs_tokens.on_tokens(request, num_tokens)  # (the paper's order: compiled)
+            self._fcfs_tokens.on_tokens(request, num_tokens, now_s)  # (the paper's order: compiled)
             return
         state = request.policy_state
         state[_FRESH] = 0.0
@@ -258,12 +265,10 @@ class LapsSD(ServicePolicy):
     def on_leave(self, request: Request) -> None:
         self._settled.discard(request)
 
-    def _laps_key(self, request: Request) -> tuple[float, ...]:
+    def _laps_key(self, request: Request) -> tuple[Any, ...]:
         if self.config.order == "predicted":
             return (self.queue(request), self.predicted_remaining_s(request), request.arrival_time_s)
-        if self.perceptible(request):
-            return (self.queue(request), 0, self.estimated_remaining_s(request), request.arrival_time_s)
-        return (self.queue(request), 1, request.arrival_time_s, 0.0)
+        return laps_fcfs_key(request, self.bounds, self._draft_tokens, self._profiled)  # (compiled)
 
     def predicted_remaining_s(self, request: Request) -> float:
         """``order=predicted``: eq. 6 for the predicted remaining output, ``(L − g)/(nA + 1)`` rounds at the
@@ -281,8 +286,8 @@ class LapsSD(ServicePolicy):
         return request.predicted_remaining_tokens() / per_round * round_s
 
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        key = self._laps_key(request)
-        return (request.priority, *key) if self.config.tiers else key
+        key = self._key_of(request)
+        return (request.priority, *key) if self._tiers else key
 
     @property
     def victim_key(self) -> Callable[[Request], SortKey]:
@@ -296,10 +301,14 @@ class LapsSD(ServicePolicy):
     ) -> Sequence[Request]:
         # (a less important tier is named whatever its state, a more important one never; in the candidate's
         # own: those ranked below it, by the queue alone but for a perceptible one; compiled)
-        victims = laps_victims(candidate, running, self._settled, self._laps_key(candidate), self.bounds,
-                               self._tiers, not self._predicted, self._ranks_first_in_queue(candidate),
-                               self._laps_key)
-        return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
+        key_of = self._key_of
+        victims = laps_victims(candidate, running, self._settled, key_of(candidate), self.bounds,
+                               self._tiers, not self._predicted, self._ranks_first_in_queue(candidate), key_of)
+        if not victims:
+            return victims
+        if self._tiers:
+            return sorted(victims, key=lambda r: self.waiting_key(r, now_s), reverse=True)
+        return sorted(victims, key=key_of, reverse=True)
 
     def _ranks_first_in_queue(self, candidate: Request) -> bool:
         """Paper: a perceptible candidate displaces a non-perceptible request of its queue. ``order=predicted``:

@@ -571,6 +571,38 @@ def laps_victim_key(request: Request, bounds: tuple[float, ...], draft_tokens: i
     return (perceptible, queue, request.arrival_time_s)
 
 
+def laps_fcfs_key(request: Request, bounds: tuple[float, ...], draft_tokens: int,
+                  profiled: tuple[float, float] | None) -> tuple[Any, ...]:
+    """``laps-sd``'s queue order under its paper's order (``order=fcfs``): the queue (by attained service, or by
+    perceived service, eq. 6, once perceptible), then perceptible ones first by their estimated remaining time,
+    the others by arrival."""
+    service = request.service_s
+    if request.policy_state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
+        total = laps_perceived_s(request, draft_tokens, profiled)
+        perceived = total or 0.0
+        if perceived > service:  # (max(service, perceived): the first of equals)
+            service = perceived
+        length = request.predicted_output_tokens()
+        remaining = 0.0
+        if not length <= 0:
+            left = 1.0 - request.num_output_tokens / length
+            remaining = total * (left if left > 0.0 else 0.0)  # (max(0.0, left): the first of equals)
+        return (_queue_in(service, bounds), 0, remaining, request.arrival_time_s)
+    return (_queue_in(service, bounds), 1, request.arrival_time_s, 0.0)
+
+
+class LapsFcfsKey:
+    """:func:`laps_fcfs_key` with a ``laps-sd`` policy's settings bound (a key function for ``sorted``)."""
+
+    def __init__(self, bounds: tuple[float, ...], draft_tokens: int, profiled: tuple[float, float] | None) -> None:
+        self.bounds = bounds
+        self.draft_tokens = draft_tokens
+        self.profiled = profiled
+
+    def __call__(self, request: Request) -> tuple[Any, ...]:
+        return laps_fcfs_key(request, self.bounds, self.draft_tokens, self.profiled)
+
+
 def _laps_level(request: Request, bounds: tuple[float, ...], draft_tokens: int,
                 profiled: tuple[float, float] | None) -> tuple[int, int]:
     """(0 once perceptible, else 1; the queue) of :func:`laps_victim_key`."""
@@ -600,7 +632,8 @@ class LapsTokens:
         self.gamma = gamma
         self.delta = delta
 
-    def on_tokens(self, request: Request, num_tokens: int) -> None:
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        """The policy's ``on_tokens`` (``now_s`` unread)."""
         state = request.policy_state
         state[LAPS_FRESH] = 0.0
         if state.get(LAPS_PERCEPTIBLE, 0.0) == 1.0:
