@@ -416,20 +416,86 @@ def semantic_decode_key(request: Request, g1: float, g2: float, oracle: bool) ->
     return (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
 
 
-def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_of: Callable[[Request], Any],
-                  g1: float, g2: float, oracle: bool, keep: bool
+class SemanticKeys:
+    """``semantic``'s keys, ``(urgency level, remaining time, arrival)``. :meth:`remaining_time_s` prices a
+    request's remaining work with ``latency`` (``g1``, ``g2``: a decode step's linear fit in its context;
+    ``oracle``: the true remaining output, as without a prediction). :meth:`key` (also the instance's call: the
+    key function the policy's ``victim_key`` gives the core) returns the key kept in ``keys`` while the request's
+    tokens and state have not moved since it was computed, else computes it and keeps it while fewer than
+    ``limit`` are kept (the policy clears ``keys`` at each step)."""
+
+    def __init__(self, keys: dict[Request, KeptKey], latency: LatencyModel, g1: float, g2: float, oracle: bool,
+                 limit: int) -> None:
+        self.keys = keys
+        self.latency = latency
+        self.analytic: AnalyticLatencyModel | None = latency if isinstance(latency, AnalyticLatencyModel) else None
+        self.g1 = g1
+        self.g2 = g2
+        self.oracle = oracle
+        self.limit = limit
+
+    def remaining_time_s(self, request: Request) -> float:
+        """Prefill (or recompute) of what is not computed, the reload of swapped KV, and the decode of the
+        expected remaining output at a growing context."""
+        computed = request.num_computed_tokens
+        output = request.num_output_tokens
+        total = request.prompt_tokens + output
+        cost = 0.0
+        if computed > 0 and request.state is not RequestState.RUNNING:
+            cost += self.latency.swap_time_s(computed)  # swapped out: copied back first
+        uncomputed = total - computed
+        analytic = self.analytic
+        if uncomputed > 1 and analytic is not None:  # step_time_s's one chunk: 0.0 + the chunk
+            cost += 0.0 + analytic.chunk_time_s(uncomputed, computed)
+        elif uncomputed > 1:
+            cost += self.latency.step_time_s([(uncomputed, computed)], 0, 0)
+        predicted = request.predicted_output
+        remaining: float
+        if self.oracle or predicted is None:
+            remaining = float(request.target_output_tokens - output)
+        else:
+            remaining = predicted.expected_remaining(output)
+        if remaining < 0.0:  # (max(remaining, 0.0): the first of equals)
+            remaining = 0.0
+        # sum over k = 1..r of g1 * (total + k) + g2
+        cost += self.g1 * (remaining * total + remaining * (remaining + 1) / 2) + self.g2 * remaining
+        return cost
+
+    def key(self, request: Request) -> tuple[Any, ...]:
+        computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
+        keys = self.keys
+        cached = keys.get(request)
+        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is state:
+            return cached[3]
+        key: tuple[Any, ...]
+        if state is RequestState.RUNNING and request.prompt_tokens + output - computed <= 1:
+            key = semantic_decode_key(request, self.g1, self.g2, self.oracle)
+        else:
+            urgency = request.urgency
+            key = (float(urgency if urgency is not None else request.priority), self.remaining_time_s(request),
+                   request.arrival_time_s)
+        if len(keys) < self.limit:
+            keys[request] = (computed, output, state, key)
+        return key
+
+    def __call__(self, request: Request) -> tuple[Any, ...]:
+        return self.key(request)
+
+
+def semantic_scan(running: Sequence[Request], keyer: SemanticKeys, keep: bool
                   ) -> tuple[tuple[Any, ...] | None, bool, int, bool, float]:
     """``semantic``'s one pass over the running requests (its ``_scan_running``): the smallest key, whether its
     request decodes, the tokens the prompts of the most urgent level need beyond one each, whether ``running`` is
     in key order, and the least urgent level among its prompts (-inf: none). ``keep``: a running decode's key is
-    computed here (the decode's closed form: ``g1``, ``g2``, the true remaining output with ``oracle`` or without
-    a prediction) and kept in ``keys``; any other key comes from ``key_of``."""
+    computed here (the decode's closed form) and kept in ``keyer.keys``, whatever was kept for it; any other key
+    is ``keyer``'s."""
     best: tuple[Any, ...] | None = None
     best_decoding = False
     level, extra = math.inf, 0
     in_order, prompt_level = True, -math.inf
     last: tuple[Any, ...] = (-math.inf,)
     running_state = RequestState.RUNNING
+    keys, g1, g2, oracle = keyer.keys, keyer.g1, keyer.g2, keyer.oracle
     key: tuple[Any, ...]
     for request in running:
         computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
@@ -439,7 +505,7 @@ def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_
             key = semantic_decode_key(request, g1, g2, oracle)
             keys[request] = (computed, output, state, key)
         else:
-            key = key_of(request)
+            key = keyer.key(request)
         if best is None or key < best:
             best, best_decoding = key, uncomputed <= 1
         first = key[0]
@@ -454,24 +520,6 @@ def semantic_scan(running: Sequence[Request], keys: dict[Request, KeptKey], key_
             in_order = False
         last = key
     return best, best_decoding, extra, in_order, prompt_level
-
-
-class SemanticVictimKey:
-    """``semantic``'s victim key: the key kept in ``keys`` for a request whose tokens and state have not moved
-    since it was computed, else ``compute`` (the policy's own). The key function its ``victim_key`` gives the
-    core, which sorts the running batch by it every step."""
-
-    def __init__(self, keys: dict[Request, tuple[int, int, RequestState, tuple[float, ...]]],
-                 compute: Callable[[Request], tuple[float, ...]]) -> None:
-        self.keys = keys
-        self.compute = compute
-
-    def __call__(self, request: Request) -> tuple[float, ...]:
-        cached = self.keys.get(request)
-        if cached is not None and cached[0] == request.num_computed_tokens \
-                and cached[1] == request.num_output_tokens and cached[2] is request.state:
-            return cached[3]
-        return self.compute(request)
 
 
 # ---- las: attained service --------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
-from semsched.policies.passes import SemanticVictimKey, semantic_decode_key, semantic_scan
+from semsched.policies.passes import SemanticKeys, semantic_scan
 from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
@@ -188,7 +188,9 @@ class Semantic(Policy):
         #: running request's key more than once (stage-aware cap, running order, the core's sort by victim_key);
         #: cleared at each step_budget
         self._keys: dict[Request, tuple[int, int, RequestState, SortKey]] = {}
-        self._victim_key = SemanticVictimKey(self._keys, self._key)
+        #: the keys, compiled (the victim key function the core sorts by, and the scan's)
+        self._keyer = SemanticKeys(self._keys, self._latency, self._g1, self._g2, self._oracle,
+                                   _MAX_CACHED_KEYS)
         #: the engine as the last step_budget saw it (live): what stable_between_events reads
         self._view: SchedulerView | None = None
         #: what the step's scan found (step_budget's)
@@ -226,62 +228,28 @@ class Semantic(Policy):
         return super().uses_hook(hook)
 
     # ---- f_t: estimated remaining computation time ---------------------------------------------------------
-    def _remaining_output(self, request: Request) -> float:
-        if self.config.length == "oracle":
-            return float(request.remaining_output_tokens)
-        return request.predicted_remaining_tokens()
-
     def remaining_time_s(self, request: Request) -> float:
         """Prefill (or recompute) of what is not computed, the reload of swapped KV, and the decode of the
-        expected remaining output at a growing context."""
-        computed = request.num_computed_tokens
-        total = request.prompt_tokens + request.num_output_tokens
-        cost = 0.0
-        if computed > 0 and request.state is not RequestState.RUNNING:
-            cost += self._latency.swap_time_s(computed)  # swapped out: copied back first
-        uncomputed = total - computed
-        if uncomputed > 1 and self._analytic is not None:  # step_time_s's one chunk: 0.0 + the chunk
-            cost += 0.0 + self._analytic.chunk_time_s(uncomputed, computed)
-        elif uncomputed > 1:
-            cost += self._latency.step_time_s([(uncomputed, computed)], 0, 0)
-        if self._oracle or request.predicted_output is None:  # (_remaining_output, inlined: the hot path)
-            remaining = float(request.target_output_tokens - request.num_output_tokens)
-        else:
-            remaining = request.predicted_output.expected_remaining(request.num_output_tokens)
-        remaining = max(remaining, 0.0)
-        # sum over k = 1..r of g1 * (total + k) + g2
-        cost += self._g1 * (remaining * total + remaining * (remaining + 1) / 2) + self._g2 * remaining
-        return cost
+        expected remaining output at a growing context (compiled:
+        :class:`~semsched.policies.passes.SemanticKeys`)."""
+        return self._keyer.remaining_time_s(request)
 
     def _key(self, request: Request) -> SortKey:
-        computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
-        cached = self._keys.get(request)
-        if cached is not None and cached[0] == computed and cached[1] == output and cached[2] is state:
-            return cached[3]
-        if state is _RUNNING and request.prompt_tokens + output - computed <= 1:
-            key = self._decode_key(request)
-        else:
-            level = request.urgency if request.urgency is not None else request.priority
-            key = (float(level), self.remaining_time_s(request), request.arrival_time_s)
-        if len(self._keys) < _MAX_CACHED_KEYS:
-            self._keys[request] = (computed, output, state, key)
-        return key
-
-    def _decode_key(self, request: Request) -> SortKey:
-        """The key of a running decode (the bulk of the calls): :meth:`remaining_time_s` with nothing to reload or
-        prefill (a compiled pass, :func:`~semsched.policies.passes.semantic_decode_key`)."""
-        return semantic_decode_key(request, self._g1, self._g2, self._oracle)
+        """(level, :meth:`remaining_time_s`, arrival), kept for the step while the request's tokens do not move
+        (a running decode's remaining time in closed form:
+        :func:`~semsched.policies.passes.semantic_decode_key`)."""
+        return self._keyer.key(request)
 
     # ---- ordering ----------------------------------------------------------------------------------------
     def waiting_key(self, request: Request, now_s: float) -> SortKey:
-        return self._key(request)
+        return self._keyer.key(request)
 
     @property
     def victim_key(self) -> Callable[[Request], SortKey]:
         """The eviction max-heap's order (Alg. 3): least urgent, then longest remaining, evicted first. The key
-        function is compiled (:class:`~semsched.policies.passes.SemanticVictimKey`: the key kept since the
-        request's tokens last moved, else :meth:`_key`): the core sorts the running batch by it every step."""
-        return self._victim_key
+        function is compiled (:class:`~semsched.policies.passes.SemanticKeys`: the key kept since the request's
+        tokens last moved, else computed): the core sorts the running batch by it every step."""
+        return self._keyer
 
     def victims_for(
         self, candidate: Request, running: Sequence[Request], view: SchedulerView, now_s: float
@@ -292,7 +260,7 @@ class Semantic(Policy):
             return ()  # stage-aware: held back this step (asked afresh: vLLM plans admissions first)
         level = urgency_level(candidate)
         lower = [r for r in running if urgency_level(r) > level]
-        return sorted(lower, key=self._key, reverse=True)
+        return sorted(lower, key=self._keyer, reverse=True)
 
     def running_order(
         self, running: Sequence[Request], view: SchedulerView, now_s: float
@@ -336,7 +304,7 @@ class Semantic(Policy):
     def _track(self, request: Request) -> None:
         version = int(request.policy_state.get(_VERSION_KEY, 0)) + 1
         request.policy_state[_VERSION_KEY] = version
-        heapq.heappush(self._queue, (self._key(request), version, next(self._seq), request))
+        heapq.heappush(self._queue, (self._keyer.key(request), version, next(self._seq), request))
         self._forget_waiting(id(request))
         self._add_waiting(request)
 
@@ -401,13 +369,12 @@ class Semantic(Policy):
     ) -> tuple[SortKey | None, bool, int]:
         """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
         the prompts of the most urgent level need beyond one each. ``fresh``: the step's scan (no key is kept
-        yet this step): a decode's key is computed here (:meth:`_decode_key`) and kept, and the scan
+        yet this step): a decode's key is computed here (its closed form) and kept, and the scan
         notes for the step (``_scanned``) whether ``running`` is in key order and the least urgent level of its
         prompts."""
         step = fresh
         keep = fresh and len(self._keys) + len(running) <= _MAX_CACHED_KEYS
-        best, best_decoding, extra, in_order, prompt_level = semantic_scan(
-            running, self._keys, self._key, self._g1, self._g2, self._oracle, keep)  # (compiled)
+        best, best_decoding, extra, in_order, prompt_level = semantic_scan(running, self._keyer, keep)  # compiled
         if step:
             self._scanned = _Scan(running, in_order, prompt_level)
         return best, best_decoding, extra
