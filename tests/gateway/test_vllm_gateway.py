@@ -7,8 +7,11 @@ The overload comparison runs both sides on the same servers in the same run: a b
 then SYSTEM requests a moment later, sent (a) round-robin straight to the servers (vLLM's FCFS serves the SYSTEM
 requests after every BACKGROUND one that came first) and (b) through the gateway, whose priority queue holds
 what the servers have no slot for (``max_inflight``) and gives a freed slot to the most important tier first.
-The TTFT target the SYSTEM requests are judged by is computed from the same run: the median TTFT of the direct
-run (no figure is written in here).
+The SYSTEM requests are judged by order within one replay, not by seconds across the two: how many BACKGROUND
+requests got their first token after 90 % of the SYSTEM ones had theirs (most through the gateway, few direct).
+An earlier version compared the gateway's SYSTEM p90 TTFT with the direct run's median TTFT; on a fresh CI
+machine the gateway replay was once slow (3.59 s against 1.54 s; it passed on reruns), and a comparison of
+seconds between two replays cannot tell a slow machine from a scheduling fault, where an order within one can.
 """
 
 from __future__ import annotations
@@ -104,16 +107,16 @@ def _replay(requests: Sequence[Request], targets: Sequence[BenchOptions]) -> lis
     return asyncio.run(run())
 
 
-def _ttft_s(outcome: Outcome) -> float:
+def _first_token_s(outcome: Outcome) -> float:
     assert outcome.error is None, outcome.error
-    return outcome.chunk_times_s[0] - outcome.send_time_s
+    return outcome.chunk_times_s[0]
 
 
 def _of(outcomes: Sequence[Outcome], tier: str) -> list[Outcome]:
     return [o for o in outcomes if o.request.tier == tier]
 
 
-def test_urgent_requests_meet_under_overload_a_ttft_target_plain_round_robin_misses(servers: Servers) -> None:
+def test_urgent_requests_jump_the_overload_queue_plain_round_robin_keeps_them_in(servers: Servers) -> None:
     direct = _replay(_burst(), [BenchOptions(url=u, tier_fields="xargs") for u in servers.urls])
     config = config_for(servers.urls, backend={"max_inflight": SLOTS_PER_SERVER, "send_priority": False},
                         routing={"router": "least-outstanding"})
@@ -125,16 +128,23 @@ def test_urgent_requests_meet_under_overload_a_ttft_target_plain_round_robin_mis
         wait_for(lambda: metric(gateway, "semsched_gateway_requests_total") == total)
         assert metric(gateway, "semsched_gateway_requests_total", outcome="ok") == total
 
-    target_s = float(np.median([_ttft_s(o) for o in direct]))
-    direct_system = np.quantile([_ttft_s(o) for o in _of(direct, "SYSTEM")], 0.9)
-    routed_system = np.quantile([_ttft_s(o) for o in _of(routed, "SYSTEM")], 0.9)
-    assert routed_system <= target_s < direct_system, (routed_system, target_s, direct_system)
+    # through the gateway the SYSTEM requests, sent last, get their first token before most of the burst that
+    # came before them; sent straight to the servers, FCFS serves them after it
+    assert _first_tokens_after_system(routed) > NUM_BACKGROUND / 2 > _first_tokens_after_system(direct), (
+        _first_tokens_after_system(routed), _first_tokens_after_system(direct))
 
-    # and the urgent requests, sent last, finish before most of the burst that came before them
+    # and they finish before most of the burst that came before them
     last_system = max(o.finish_time_s or np.inf for o in _of(routed, "SYSTEM"))
     background_done = [o.finish_time_s for o in _of(routed, "BACKGROUND")]
     assert all(t is not None for t in background_done)
     assert sum(t > last_system for t in background_done) > NUM_BACKGROUND / 2  # type: ignore[operator]
+
+
+def _first_tokens_after_system(outcomes: Sequence[Outcome]) -> int:
+    """How many BACKGROUND requests of one replay got their first token after 90 % of its SYSTEM requests had
+    theirs (an order within one replay: a machine that is slow for a while slows both tiers alike)."""
+    system = np.quantile([_first_token_s(o) for o in _of(outcomes, "SYSTEM")], 0.9)
+    return sum(_first_token_s(o) > system for o in _of(outcomes, "BACKGROUND"))
 
 
 BENCH_WORKLOAD = "azure-conv:max_output_tokens=16;max_prompt_tokens=64"
