@@ -9,6 +9,7 @@ definition its policy documents, written out once; the pure-Python build runs th
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -260,7 +261,7 @@ class SarathiSteps:
 
     def running_order(self, running: Sequence[Request], now_s: float) -> Sequence[Request]:
         split, self.split = self.split, None
-        if split is not None and split[0] == now_s and _same_requests(split[1], running):
+        if split is not None and split[0] == now_s and same_requests(split[1], running):
             decodes, prompts = split[2], split[3]
         else:
             decodes, prompts, _, _, _ = split_prompts(running)
@@ -291,7 +292,7 @@ class SarathiSteps:
         return max((r.num_computed_tokens for r in swapped.values()), default=0)
 
 
-def _same_requests(seen: list[Request], running: Sequence[Request]) -> bool:
+def same_requests(seen: Sequence[Request], running: Sequence[Request]) -> bool:
     """Whether ``running`` holds the very requests of ``seen``, in the same order."""
     return len(seen) == len(running) and all(running[index] is request for index, request in enumerate(seen))
 
@@ -520,6 +521,34 @@ def semantic_scan(running: Sequence[Request], keyer: SemanticKeys, keep: bool
             in_order = False
         last = key
     return best, best_decoding, extra, in_order, prompt_level
+
+
+def versioned_head(queue: list[tuple[tuple[Any, ...], int, int, Request]], version_key: str
+                   ) -> tuple[Any, ...] | None:
+    """The key at the front of a lazily deleted heap of ``(key, version, seq, request)`` entries (``semantic``'s
+    waiting queue): entries of requests no longer waiting, or re-entered since (their ``policy_state`` version
+    moved on), are popped first; None when none is live."""
+    while queue:
+        key, version, _, request = queue[0]
+        if request.state in WAITING_STATES and request.policy_state.get(version_key) == version:
+            return key
+        heapq.heappop(queue)
+    return None
+
+
+def semantic_kept(running: Sequence[Request], level: float) -> list[Request] | None:
+    """``running`` without its prompts (a chunk of more than one token to compute) of a level above ``level``
+    (less urgent), in running order; None when it has none."""
+    kept: list[Request] = []
+    dropped = False
+    for request in running:
+        urgency = request.urgency
+        if (urgency if urgency is not None else request.priority) > level \
+                and request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens > 1:
+            dropped = True
+        else:
+            kept.append(request)
+    return kept if dropped else None
 
 
 # ---- las: attained service --------------------------------------------------------------------------------------

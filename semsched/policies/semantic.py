@@ -46,7 +46,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from semsched.core.kv import blocks_for
 from semsched.core.plan import PreemptionMode
@@ -54,7 +54,7 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.latency import LatencyModel, load_profile
 from semsched.latency.analytic import AnalyticLatencyModel, optimal_saved_decode_tokens, should_save_prefill_kv
-from semsched.policies.passes import SemanticKeys, semantic_scan
+from semsched.policies.passes import SemanticKeys, same_requests, semantic_kept, semantic_scan, versioned_head
 from semsched.policies.registry import register_policy
 
 #: a linear fit of one request's decode step, ``g1 * context + g2``, is read off the profile at these contexts
@@ -77,8 +77,7 @@ _MIN_CERTIFIED_RUNNING = 16
 _FIRST: SortKey = (-math.inf,)
 
 
-@dataclass(frozen=True, slots=True)
-class _Scan:
+class _Scan(NamedTuple):
     """What step_budget's scan found about the scheduler's running list: whether it is in key order (a stable
     sort leaves it as it is), and the least urgent level among its prompts (-inf: none)."""
 
@@ -89,7 +88,7 @@ class _Scan:
     def describes(self, running: Sequence[Request]) -> bool:
         """Whether ``running`` is the list scanned (this step's, if step_budget was asked in it), request by
         request."""
-        return len(running) == len(self.running) and all(map(operator.is_, running, self.running))
+        return same_requests(self.running, running)  # (compiled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,21 +274,11 @@ class Semantic(Policy):
         level = head[0]
         scanned = self._scanned
         known = scanned.describes(running)  # (step_budget's scan of this very list: none to loop over)
-        if known:
-            if not scanned.prompt_level > level:
-                return None
-        else:
-            for request in running:  # (a loop, not any(): this runs every step)
-                if request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens > 1 \
-                        and urgency_level(request) > level:
-                    break
-            else:
-                return None
-        kept = []
-        for r in running:  # (urgency_level and in_prefill, inlined)
-            if not ((r.urgency if r.urgency is not None else r.priority) > level
-                    and r.prompt_tokens + r.num_output_tokens - r.num_computed_tokens > 1):
-                kept.append(r)
+        if known and not scanned.prompt_level > level:
+            return None
+        kept = semantic_kept(running, level)  # (compiled)
+        if kept is None:
+            return None
         if not (known and scanned.in_order):  # (a part of a list in key order is in key order)
             kept.sort(key=self.victim_key)
         return kept
@@ -322,13 +311,7 @@ class Semantic(Policy):
             self._level_tokens[level] -= tokens
 
     def _queue_head(self) -> SortKey | None:
-        queue = self._queue
-        while queue:
-            key, version, _, request = queue[0]
-            if request.state in WAITING_STATES and request.policy_state.get(_VERSION_KEY) == version:
-                return key
-            heapq.heappop(queue)
-        return None
+        return versioned_head(self._queue, _VERSION_KEY)  # (compiled)
 
     @property
     def stable_between_events(self) -> bool:  # type: ignore[override]
