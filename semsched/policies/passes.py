@@ -214,6 +214,63 @@ def analytic_prefill_tokens(model: AnalyticLatencyModel, slo_s: float, num_decod
     return low
 
 
+def analytic_decodes_within(model: AnalyticLatencyModel, slo_s: float, prefill: int, cached_tokens: int,
+                            base_decode: int, base_context: int, added_contexts: Sequence[int]) -> int:
+    """``TBTBudget.summed_decodes_within`` for the analytic model, its inputs checked by the caller: the largest
+    count ``k`` of candidate decodes (``added_contexts[k]``: the first ``k``'s summed context, non-decreasing from
+    0) that may join ``base_decode`` decodes of ``base_context`` context and ``prefill`` tokens on
+    ``cached_tokens`` with the step priced within ``slo_s``. The prefill is priced once and each count adds the
+    decode part as ``step_time_s`` does (same floats: its sum of one chunk is ``0.0 +`` the chunk); from the
+    closed form's guess, stepped until the model agrees, else by binary search."""
+    count = len(added_contexts) - 1
+    prefill_s = 0.0 + model.chunk_time_s(prefill, cached_tokens) if prefill else 0.0
+    if _decodes_priced_within(model, slo_s, prefill, prefill_s, base_decode + count,
+                              base_context + added_contexts[count]):
+        return count
+    guess = -1  # (none)
+    config = model.config
+    if count and config.gamma1 > 0:  # (the step time grows with the summed context)
+        most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
+        if math.isfinite(most_context):
+            # bisect_right over base_context + added_contexts[k], less one (at least 0)
+            low, high = 0, len(added_contexts)
+            while low < high:
+                middle = (low + high) // 2
+                if most_context < base_context + added_contexts[middle]:
+                    high = middle
+                else:
+                    low = middle + 1
+            guess = low - 1 if low > 0 else 0
+    if guess >= 0:
+        low = min(guess, count - 1)
+        while low > 0 and not _decodes_priced_within(model, slo_s, prefill, prefill_s, base_decode + low,
+                                                     base_context + added_contexts[low]):
+            low -= 1
+        while low + 1 < count and _decodes_priced_within(model, slo_s, prefill, prefill_s, base_decode + low + 1,
+                                                         base_context + added_contexts[low + 1]):
+            low += 1
+        return low
+    low, high = 0, count  # invariant: high exceeds the SLO; low is within it (or 0)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _decodes_priced_within(model, slo_s, prefill, prefill_s, base_decode + middle,
+                                  base_context + added_contexts[middle]):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _decodes_priced_within(model: AnalyticLatencyModel, slo_s: float, prefill: int, prefill_s: float,
+                           num_decode: int, context_tokens: int) -> bool:
+    """Whether a step of ``num_decode`` decodes on ``context_tokens`` beside a prefill priced ``prefill_s`` (none
+    when ``prefill`` is 0) is priced within ``slo_s``."""
+    if num_decode == 0:
+        return prefill_s <= slo_s
+    step_s = model.decode_time_s(context_tokens)
+    return (prefill_s + step_s if prefill else step_s) <= slo_s
+
+
 class SarathiSteps:
     """sarathi's two hooks of every step, compiled: :meth:`step_budget` (the decodes plus the largest prefill
     priced within the TBT SLO, at least one token) and :meth:`running_order` (decodes first, then running prompts,

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 import operator
@@ -33,7 +32,7 @@ from semsched.core.request import Request
 from semsched.latency import AnalyticLatencyModel, LatencyModel, load_profile
 from semsched.latency.base import validate_step_inputs
 from semsched.policies.params import param
-from semsched.policies.passes import SarathiSteps, analytic_prefill_tokens
+from semsched.policies.passes import SarathiSteps, analytic_decodes_within, analytic_prefill_tokens
 from semsched.policies.registry import register_policy
 
 #: the profile TBT budgets are priced with by default (tiered's default too)
@@ -126,24 +125,8 @@ class TBTBudget:
 
             return count if within(count) else last_within(within, count, None)
         validate_step_inputs(chunks, base_decode, base_context)
-        prefill_s = 0.0 + model.chunk_time_s(prefill, cached_tokens) if prefill else 0.0
-        decode_s = model.decode_time_s
-
-        def priced_within(k: int) -> bool:
-            if base_decode + k == 0:
-                return prefill_s <= slo_s
-            step_s = decode_s(base_context + added_contexts[k])
-            return (prefill_s + step_s if prefill else step_s) <= slo_s
-
-        if priced_within(count):
-            return count
-        guess = None
-        config = model.config
-        if count and config.gamma1 > 0:  # (the step time grows with the summed context)
-            most_context = (slo_s - prefill_s - config.gamma2) / config.gamma1
-            if math.isfinite(most_context):
-                guess = max(bisect.bisect_right(added_contexts, most_context, key=base_context.__add__) - 1, 0)
-        return last_within(priced_within, count, guess)
+        return analytic_decodes_within(model, slo_s, prefill, cached_tokens, base_decode, base_context,
+                                       added_contexts)  # (compiled)
 
 
 def last_within(within: Callable[[int], bool], count: int, guess: int | None) -> int:
