@@ -51,7 +51,7 @@ from semsched.core.policy import (
 from semsched.core.request import Request
 from semsched.latency import load_profile
 from semsched.policies.kept_keys import KeptVictimKeys
-from semsched.policies.passes import kept_victims
+from semsched.policies.passes import StoredLevelHeaps, kept_victims
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -120,6 +120,8 @@ class FastServe(Policy):
         self._quanta = [self.config.base_quantum_tokens << p for p in range(self.config.levels)]
         #: per level, the waiting requests as (arrival, enqueue mark, request); stale entries dropped at the front
         self._levels: list[list[tuple[float, int, Request]]] = [[] for _ in self._quanta]
+        #: the heaps read in order (compiled)
+        self._order = StoredLevelHeaps(self._levels, _ENQUEUED, _LEVEL)
         #: the waiting requests as (entered the queue at, enqueue mark, request), for starvation promotion
         self._queued: list[tuple[float, int, Request]] = []
         self._next_check_s = -math.inf
@@ -209,33 +211,10 @@ class FastServe(Policy):
         """The waiting requests in the keyed queue's order, ``(level, arrival)`` then enqueue order: at each
         ``next`` the front of the lowest level with a live entry (requests admitted or displaced meanwhile are
         seen, as the keyed queue's front would show them). One yielded and still waiting at the next ``next``
-        (not admitted: the core never asks on then) is held aside and put back when the iteration ends."""
+        (not admitted: the core never asks on then) is held aside and put back when the next order is made."""
         if self._keyed:
             raise RuntimeError("fastserve: waiting_order after waiting_key (one policy serves one engine)")
-        levels = self._levels
-        held: list[tuple[int, tuple[float, int, Request]]] = []
-        try:
-            while True:
-                best = None
-                for level, heap in enumerate(levels):
-                    while heap:
-                        _, mark, request = heap[0]
-                        state = request.policy_state
-                        if state.get(_ENQUEUED) == mark and state[_LEVEL] == level and is_waiting(request):
-                            best = level
-                            break
-                        heapq.heappop(heap)
-                    if best is not None:
-                        break
-                if best is None:
-                    return
-                entry = levels[best][0]
-                yield entry[2]
-                if levels[best] and levels[best][0] is entry and is_waiting(entry[2]):
-                    held.append((best, heapq.heappop(levels[best])))
-        finally:
-            for level, entry in held:
-                heapq.heappush(levels[level], entry)
+        return self._order.order()  # (compiled: passes.LevelOrder)
 
     def _promote(self, request: Request, now_s: float) -> None:
         """Level 0 with a fresh quantum (a starved waiting request)."""
@@ -276,8 +255,7 @@ class FastServe(Policy):
         if not self._keyed:
             self._keyed = True
             self._queued.clear()
-            for heap in self._levels:
-                heap.clear()
+            self._order.clear()
         state = request.policy_state
         level = self.level(request)
         queued = state.get(_QUEUED, now_s)

@@ -46,7 +46,7 @@ from semsched.core.policy import (
 )
 from semsched.core.request import Request
 from semsched.policies.kept_keys import KeptVictimKeys
-from semsched.policies.passes import kept_victims
+from semsched.policies.passes import PromotedHeaps, kept_victims
 from semsched.policies.registry import register_policy
 from semsched.policies.vllm_fcfs import is_waiting
 
@@ -105,6 +105,8 @@ class LTR(Policy):
         #: the waiting requests as (score, arrival, enqueue mark, request): [0] promoted, [1] the others; stale
         #: entries are dropped at the front
         self._ranks: tuple[list[tuple[float, float, int, Request]], ...] = ([], [])
+        #: the heaps read in order (compiled)
+        self._order = PromotedHeaps(list(self._ranks), _ENQUEUED, _LEFT)
         #: the unpromoted waiting requests as (entered the queue at, enqueue mark, request), for promotion
         self._queued: list[tuple[float, int, Request]] = []
         self._next_check_s = -math.inf
@@ -198,34 +200,10 @@ class LTR(Policy):
         order: at each ``next`` the front of the promoted heap if it has a live entry, else the other's
         (requests admitted or displaced meanwhile are seen, as the keyed queue's front would show them). One
         yielded and still waiting at the next ``next`` (not admitted: the core never asks on then) is held aside
-        and put back when the iteration ends."""
+        and put back when the next order is made."""
         if self._keyed:
             raise RuntimeError("ltr: waiting_order after waiting_key (one policy serves one engine)")
-        ranks = self._ranks
-        held: list[tuple[int, tuple[float, float, int, Request]]] = []
-        try:
-            while True:
-                best = None
-                for which, heap in enumerate(ranks):
-                    while heap:
-                        _, _, mark, request = heap[0]
-                        state = request.policy_state
-                        if (state.get(_ENQUEUED) == mark and is_waiting(request)
-                                and (state.get(_LEFT, 0.0) > 0) == (which == 0)):
-                            best = which
-                            break
-                        heapq.heappop(heap)
-                    if best is not None:
-                        break
-                if best is None:
-                    return
-                entry = ranks[best][0]
-                yield entry[3]
-                if ranks[best] and ranks[best][0] is entry and is_waiting(entry[3]):
-                    held.append((best, heapq.heappop(ranks[best])))
-        finally:
-            for which, entry in held:
-                heapq.heappush(ranks[which], entry)
+        return self._order.order()  # (compiled: passes.LevelOrder)
 
     def _count_quantum_from(self, request: Request) -> None:
         """A fresh promotion (its victim key changes): its quantum is spent by the emissions after now, and
@@ -258,8 +236,7 @@ class LTR(Policy):
         if not self._keyed:
             self._keyed = True
             self._queued.clear()
-            for heap in self._ranks:
-                heap.clear()
+            self._order.clear()
         state = request.policy_state
         starve_s = self.config.starve_s
         if starve_s > 0 and state.get(_LEFT, 0.0) <= 0 and now_s - state.get(_QUEUED, now_s) >= starve_s:

@@ -608,6 +608,97 @@ def semantic_kept(running: Sequence[Request], level: float) -> list[Request] | N
     return kept if dropped else None
 
 
+# ---- ltr, fastserve: waiting requests in lazily deleted heaps, one per level -----------------------------------
+class LevelHeaps:
+    """A policy's waiting requests in heaps, one per level (the first level goes first), of entries that end in
+    ``(mark, request)``; an entry is live while the request waits, its ``policy_state[enqueued_key]`` is the
+    entry's mark (a later entry replaces it) and :meth:`live` holds (a subclass's check of the level). Entries
+    that are not live are dropped when they come to a heap's front. :meth:`order` reads them in order."""
+
+    def __init__(self, heaps: list[list[tuple[Any, ...]]], enqueued_key: str) -> None:
+        self.heaps = heaps
+        self.enqueued_key = enqueued_key
+        #: (level, entry) taken off a heap by the last order and put back at the next (see :class:`LevelOrder`)
+        self.held: list[tuple[int, tuple[Any, ...]]] = []
+
+    def live(self, level: int, request: Request) -> bool:
+        """Whether ``request``'s entry belongs to ``level`` (a subclass's rule; here every level)."""
+        return True
+
+    def order(self) -> LevelOrder:
+        """The waiting requests in order (the entries the last order held aside put back first)."""
+        held = self.held
+        if held:
+            for level, entry in held:
+                heapq.heappush(self.heaps[level], entry)
+            held.clear()
+        return LevelOrder(self)
+
+    def clear(self) -> None:
+        for heap in self.heaps:
+            heap.clear()
+        self.held.clear()
+
+
+class LevelOrder:
+    """An iterator over a :class:`LevelHeaps` in order: at each ``next`` the front of the first level with a live
+    entry (requests admitted or displaced meanwhile are seen, as a keyed queue's front would show them). One
+    yielded and still waiting at the next ``next`` (not admitted: the core never asks on then) is held aside,
+    and put back when the next order is made."""
+
+    def __init__(self, source: LevelHeaps) -> None:
+        self.source = source
+        self.entry: tuple[Any, ...] | None = None
+        self.level = -1
+
+    def __iter__(self) -> LevelOrder:
+        return self
+
+    def __next__(self) -> Request:
+        source = self.source
+        heaps = source.heaps
+        entry = self.entry
+        if entry is not None:
+            heap = heaps[self.level]
+            if heap and heap[0] is entry and entry[-1].state in WAITING_STATES:
+                source.held.append((self.level, heapq.heappop(heap)))
+            self.entry = None
+        key = source.enqueued_key
+        for level in range(len(heaps)):
+            heap = heaps[level]
+            while heap:
+                front = heap[0]
+                request: Request = front[-1]
+                if request.policy_state.get(key) == front[-2] and request.state in WAITING_STATES \
+                        and source.live(level, request):
+                    self.entry, self.level = front, level
+                    return request
+                heapq.heappop(heap)
+        raise StopIteration
+
+
+class PromotedHeaps(LevelHeaps):
+    """``ltr``'s waiting requests: level 0 promoted (``policy_state[left_key] > 0``), level 1 the others."""
+
+    def __init__(self, heaps: list[list[tuple[Any, ...]]], enqueued_key: str, left_key: str) -> None:
+        super().__init__(heaps, enqueued_key)
+        self.left_key = left_key
+
+    def live(self, level: int, request: Request) -> bool:
+        return (request.policy_state.get(self.left_key, 0.0) > 0) == (level == 0)
+
+
+class StoredLevelHeaps(LevelHeaps):
+    """``fastserve``'s waiting requests: level ``policy_state[level_key]``."""
+
+    def __init__(self, heaps: list[list[tuple[Any, ...]]], enqueued_key: str, level_key: str) -> None:
+        super().__init__(heaps, enqueued_key)
+        self.level_key = level_key
+
+    def live(self, level: int, request: Request) -> bool:
+        return bool(request.policy_state[self.level_key] == level)
+
+
 # ---- las: attained service --------------------------------------------------------------------------------------
 #: ``las``'s victim key, (attained service, arrival): the core sorts its running requests by it every step,
 #: natively (it is the core's :func:`~semsched.core.scheduler.by_service_then_arrival`)

@@ -115,3 +115,25 @@ def test_without_starvation_prevention_the_order_is_score_then_arrival() -> None
         policy.on_arrival(request, request.arrival_time_s)
     assert [r.request_id for r in policy.waiting_order(_VIEW, 2.0)] == ["c", "b", "a"]
     assert all("ltr.queued_s" not in r.policy_state for r in requests)
+
+
+@pytest.mark.parametrize("spec", ["ltr:starve_s=0", "fastserve"])
+def test_an_order_read_in_part_leaves_the_next_one_whole(spec: str) -> None:
+    """A consumer that reads part of an order without admitting anything (the requests it was given still wait)
+    and drops it, then meets an arrival, gets every waiting request from the next order, in its keyed order."""
+    policy = make_policy(spec)
+    requests = [make_request(f"r{i}", output=10 * (5 - i), arrival=0.1 * i) for i in range(5)]
+    for request in requests:
+        policy.on_arrival(request, request.arrival_time_s)
+    keyed = make_policy(spec)
+    keys = {r.request_id: keyed.waiting_key(r, 1.0) for r in requests}
+    whole = sorted(keys, key=keys.__getitem__)
+    order = iter(policy.waiting_order(_VIEW, 1.0))
+    assert [next(order).request_id for _ in range(3)] == whole[:3]
+    del order
+    late = make_request("late", output=1, arrival=1.5)
+    policy.on_arrival(late, late.arrival_time_s)
+    keys["late"] = keyed.waiting_key(late, 2.0)
+    expected = sorted(keys, key=keys.__getitem__)
+    assert [r.request_id for r in policy.waiting_order(_VIEW, 2.0)] == expected
+    assert [r.request_id for r in policy.waiting_order(_VIEW, 2.0)] == expected  # (and again, read whole)
