@@ -480,7 +480,7 @@ class SemanticKeys:
     ``oracle``: the true remaining output, as without a prediction). :meth:`key` (also the instance's call: the
     key function the policy's ``victim_key`` gives the core) returns the key kept in ``keys`` while the request's
     tokens and state have not moved since it was computed, else computes it and keeps it while fewer than
-    ``limit`` are kept (the policy clears ``keys`` at each step)."""
+    ``limit`` are kept (the policy clears ``keys`` now and then)."""
 
     def __init__(self, keys: dict[Request, KeptKey], latency: LatencyModel, g1: float, g2: float, oracle: bool,
                  limit: int) -> None:

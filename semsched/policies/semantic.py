@@ -63,8 +63,12 @@ _FIT_CONTEXTS = (0, 8192)
 #: ``Request.policy_state`` key: bumped each time the request (re-)enters the queue; older heap entries are stale
 _VERSION_KEY = "semantic.version"
 _RUNNING = RequestState.RUNNING
-#: keys cached within one step at most (a bound for configurations that never call step_budget, which clears them)
+#: keys kept at most (a bound for configurations that never call step_budget, which clears them now and then)
 _MAX_CACHED_KEYS = 4096
+#: step_budget clears the kept keys when they outnumber twice the running requests and this many more: a kept key
+#: holds while its request's tokens and state have not moved (it is checked when read), so clearing them at every
+#: step, as before, only freed the dict's table, for the next step's scan to grow it again
+_SPARE_KEYS = 64
 #: full scans that build no certificate after one that did not pay, at most, and the steps a certificate must
 #: cover to pay for itself (see Semantic._certify)
 _MAX_CERTIFICATE_BACKOFF = 63
@@ -183,9 +187,9 @@ class Semantic(Policy):
         self._waiting: dict[int, tuple[Request, int, int]] = {}
         self._level_count: dict[int, int] = {}
         self._level_tokens: dict[int, int] = {}
-        #: this step's keys by request, with the progress and state they were computed at: a step asks for a
-        #: running request's key more than once (stage-aware cap, running order, the core's sort by victim_key);
-        #: cleared at each step_budget
+        #: keys by request, with the progress and state they were computed at: a step asks for a running
+        #: request's key more than once (stage-aware cap, running order, the core's sort by victim_key); cleared
+        #: by step_budget now and then (_SPARE_KEYS)
         self._keys: dict[Request, tuple[int, int, RequestState, SortKey]] = {}
         #: the keys, compiled (the victim key function the core sorts by, and the scan's)
         self._keyer = SemanticKeys(self._keys, self._latency, self._g1, self._g2, self._oracle,
@@ -476,9 +480,12 @@ class Semantic(Policy):
     def step_budget(self, view: SchedulerView, now_s: float) -> StepBudget | None:
         """While the most important request decodes, cap the step's sequences (:meth:`_admission_cap`), so no
         less important prompt is admitted."""
-        self._keys.clear()
         self._view = view
         running = view.running_requests()
+        keys = self._keys
+        if len(keys) > 2 * len(running) + _SPARE_KEYS:
+            keys.clear()  # (the entries of requests that left, now and then: a kept key is checked when read)
+        kept_all = len(keys) + len(running) <= _MAX_CACHED_KEYS  # (the scan keeps every decode's key)
         certificate = self._certificate
         best = (self._certified_scan(running, certificate)
                 if certificate is not None and len(certificate.running) == len(running) else None)
@@ -493,7 +500,7 @@ class Semantic(Policy):
                 pass  # (a prompt, or a list too short to pay for one: no certificate)
             elif self._certificate_wait > 0:  # (backing off: see _certify)
                 self._certificate_wait -= 1
-            elif len(self._keys) == len(running):  # (every key kept: see _MAX_CACHED_KEYS)
+            elif kept_all:  # (see _MAX_CACHED_KEYS)
                 self._certificate = self._certify(running)
         self._step_best = (now_s, best, best_decoding)
         cap = self._cap_for(best, best_decoding, view)
