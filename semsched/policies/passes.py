@@ -456,10 +456,17 @@ KeptKey = tuple[int, int, RequestState, tuple[Any, ...]]
 
 
 def semantic_decode_key(request: Request, g1: float, g2: float, oracle: bool) -> tuple[float, float, float]:
-    """``semantic``'s key of a running decode: (urgency level, remaining time, arrival). The remaining time is the
-    decode of the expected remaining output at a growing context, ``sum over k = 1..r of g1·(total + k) + g2``
-    (``0.0 +`` it: ``remaining_time_s``'s float with nothing to reload or prefill); the true remaining output
-    with ``oracle`` or without a prediction."""
+    """``semantic``'s key of a running decode: (urgency level, remaining time, arrival), the remaining time in
+    closed form (:func:`_semantic_decode_s`)."""
+    urgency = request.urgency
+    level = float(urgency if urgency is not None else request.priority)
+    return (level, _semantic_decode_s(request, g1, g2, oracle), request.arrival_time_s)
+
+
+def _semantic_decode_s(request: Request, g1: float, g2: float, oracle: bool) -> float:
+    """The remaining time of a running decode: the decode of the expected remaining output at a growing context,
+    ``sum over k = 1..r of g1·(total + k) + g2`` (``0.0 +`` it: ``remaining_time_s``'s float with nothing to reload
+    or prefill); the true remaining output with ``oracle`` or without a prediction."""
     output = request.num_output_tokens
     predicted = request.predicted_output
     if oracle or predicted is None:
@@ -469,9 +476,7 @@ def semantic_decode_key(request: Request, g1: float, g2: float, oracle: bool) ->
     if remaining < 0.0:
         remaining = 0.0
     total = request.prompt_tokens + output
-    cost = 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
-    urgency = request.urgency
-    return (float(urgency if urgency is not None else request.priority), cost, request.arrival_time_s)
+    return 0.0 + (g1 * (remaining * total + remaining * (remaining + 1) / 2) + g2 * remaining)
 
 
 class SemanticKeys:
@@ -540,44 +545,60 @@ class SemanticKeys:
         return self.key(request)
 
 
-def semantic_scan(running: Sequence[Request], keyer: SemanticKeys, keep: bool
+def semantic_scan(running: Sequence[Request], keyer: SemanticKeys
                   ) -> tuple[tuple[Any, ...] | None, bool, int, bool, float]:
     """``semantic``'s one pass over the running requests (its ``_scan_running``): the smallest key, whether its
     request decodes, the tokens the prompts of the most urgent level need beyond one each, whether ``running`` is
-    in key order, and the least urgent level among its prompts (-inf: none). ``keep``: a running decode's key is
-    computed here (the decode's closed form) and kept in ``keyer.keys``, whatever was kept for it; any other key
-    is ``keyer``'s."""
-    best: tuple[Any, ...] | None = None
+    in key order, and the least urgent level among its prompts (-inf: none). A running decode's key is priced
+    here in closed form and compared as three floats, with no tuple made or kept (the order of key tuples of
+    floats, none of them NaN); any other key is ``keyer``'s. The smallest key is ``keyer``'s (kept)."""
+    best = -1
+    best_level, best_s, best_arrival = 0.0, 0.0, 0.0
     best_decoding = False
     level, extra = math.inf, 0
     in_order, prompt_level = True, -math.inf
-    last: tuple[Any, ...] = (-math.inf,)
+    last_level, last_s, last_arrival = -math.inf, 0.0, 0.0
     running_state = RequestState.RUNNING
-    keys, g1, g2, oracle = keyer.keys, keyer.g1, keyer.g2, keyer.oracle
-    key: tuple[Any, ...]
-    for request in running:
-        computed, output, state = request.num_computed_tokens, request.num_output_tokens, request.state
-        total = request.prompt_tokens + output
-        uncomputed = total - computed
-        if keep and uncomputed <= 1 and state is running_state:
-            key = semantic_decode_key(request, g1, g2, oracle)
-            keys[request] = (computed, output, state, key)
+    g1, g2, oracle = keyer.g1, keyer.g2, keyer.oracle
+    for index in range(len(running)):
+        request = running[index]
+        uncomputed = request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+        key_level: float
+        key_s: float
+        arrival: float
+        if uncomputed <= 1 and request.state is running_state:
+            urgency = request.urgency
+            key_level = float(urgency if urgency is not None else request.priority)
+            key_s = _semantic_decode_s(request, g1, g2, oracle)
+            arrival = request.arrival_time_s
         else:
             key = keyer.key(request)
-        if best is None or key < best:
-            best, best_decoding = key, uncomputed <= 1
-        first = key[0]
-        if first < level:
-            level, extra = first, 0
+            key_level, key_s, arrival = key[0], key[1], key[2]
+        if best < 0 or _semantic_before(key_level, key_s, arrival, best_level, best_s, best_arrival):
+            best, best_decoding = index, uncomputed <= 1
+            best_level, best_s, best_arrival = key_level, key_s, arrival
+        if key_level < level:
+            level, extra = key_level, 0
         if uncomputed > 1:
-            if first == level:
+            if key_level == level:
                 extra += uncomputed - 1
-            if first > prompt_level:
-                prompt_level = first
-        if key < last:
+            if key_level > prompt_level:
+                prompt_level = key_level
+        if _semantic_before(key_level, key_s, arrival, last_level, last_s, last_arrival):
             in_order = False
-        last = key
-    return best, best_decoding, extra, in_order, prompt_level
+        last_level, last_s, last_arrival = key_level, key_s, arrival
+    smallest = keyer.key(running[best]) if best >= 0 else None
+    return smallest, best_decoding, extra, in_order, prompt_level
+
+
+def _semantic_before(level: float, remaining_s: float, arrival_s: float, other_level: float, other_s: float,
+                     other_arrival_s: float) -> bool:
+    """``(level, remaining_s, arrival_s) < (other_level, other_s, other_arrival_s)``, for floats not NaN."""
+    if level != other_level:
+        return level < other_level
+    if remaining_s != other_s:
+        return remaining_s < other_s
+    return arrival_s < other_arrival_s
 
 
 def versioned_head(queue: list[tuple[tuple[Any, ...], int, int, Request]], version_key: str

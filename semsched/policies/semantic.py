@@ -355,19 +355,16 @@ class Semantic(Policy):
         self, running: Sequence[Request], *, fresh: bool = False
     ) -> tuple[SortKey | None, bool, int]:
         """One pass over the running requests: the smallest key, whether its request decodes, and the tokens
-        the prompts of the most urgent level need beyond one each. ``fresh``: the step's scan (no key is kept
-        yet this step): a decode's key is computed here (its closed form) and kept, and the scan
-        notes for the step (``_scanned``) whether ``running`` is in key order and the least urgent level of its
-        prompts."""
-        step = fresh
-        keep = fresh and len(self._keys) + len(running) <= _MAX_CACHED_KEYS
-        best, best_decoding, extra, in_order, prompt_level = semantic_scan(running, self._keyer, keep)  # compiled
-        if step:
+        the prompts of the most urgent level need beyond one each (compiled: a decode's key is priced in closed
+        form and not kept). ``fresh``: the step's scan, which notes for the step (``_scanned``) whether ``running``
+        is in key order and the least urgent level of its prompts."""
+        best, best_decoding, extra, in_order, prompt_level = semantic_scan(running, self._keyer)
+        if fresh:
             self._scanned = _Scan(running, in_order, prompt_level)
         return best, best_decoding, extra
 
     def _certify(self, running: Sequence[Request]) -> _Certificate | None:
-        """The certificate for ``running``, just scanned (its keys kept) and found in key order; None where none
+        """The certificate for ``running``, just scanned and found in key order; None where none
         holds: a request not running, a decode whose key has no closed form, or neighbours too close to price
         (step_budget asks only for lists without prompts).
 
@@ -383,20 +380,20 @@ class Semantic(Policy):
         self._certificate, self._certificate_uses = None, 0
         if not running:
             return None
-        keys, g1, oracle = self._keys, self._g1, self._oracle
+        keyer, g1, oracle = self._keyer, self._g1, self._oracle
         limit = math.inf
         outputs: list[int] = []
         chained: list[bool] = []
         last: SortKey = _FIRST
         last_total, last_remaining = -1, 0.0
         for request in running:
-            entry = keys.get(request)
-            if entry is None or entry[2] is not _RUNNING or not (oracle or request.predicted_output is None):
+            if request.state is not _RUNNING or not (oracle or request.predicted_output is None):
                 return None
-            output, key = entry[1], entry[3]
+            output = request.num_output_tokens
             total = request.prompt_tokens + output
-            if total - entry[0] > 1:
+            if total - request.num_computed_tokens > 1:
                 return None  # a prompt
+            key = keyer.key(request)
             remaining = float(request.target_output_tokens - output)
             if remaining < 0.0:
                 remaining = 0.0
@@ -485,7 +482,6 @@ class Semantic(Policy):
         keys = self._keys
         if len(keys) > 2 * len(running) + _SPARE_KEYS:
             keys.clear()  # (the entries of requests that left, now and then: a kept key is checked when read)
-        kept_all = len(keys) + len(running) <= _MAX_CACHED_KEYS  # (the scan keeps every decode's key)
         certificate = self._certificate
         best = (self._certified_scan(running, certificate)
                 if certificate is not None and len(certificate.running) == len(running) else None)
@@ -500,7 +496,7 @@ class Semantic(Policy):
                 pass  # (a prompt, or a list too short to pay for one: no certificate)
             elif self._certificate_wait > 0:  # (backing off: see _certify)
                 self._certificate_wait -= 1
-            elif kept_all:  # (see _MAX_CACHED_KEYS)
+            else:
                 self._certificate = self._certify(running)
         self._step_best = (now_s, best, best_decoding)
         cap = self._cap_for(best, best_decoding, view)
