@@ -58,13 +58,15 @@ def split_by_deadline(requests: Sequence[Request], now_s: float, margin_s: float
                       block_size: int) -> DeadlineSplit:
     """fairbatching's split: ``requests`` by next deadline (stably), prompts (anything but a decode) apart, a
     decode urgent when its next token is due within ``margin_s`` of ``now_s`` (None: within its own TPOT SLO)."""
-    keyed = [(next_deadline(request), index) for index, request in enumerate(requests)]
-    keyed.sort()  # (the index breaks ties: a stable sort by deadline)
+    deadlines = [next_deadline(request) for request in requests]
+    # a stable sort of the positions by deadline (no deadline is NaN: list.sort compares the floats natively)
+    order = sorted(range(len(deadlines)), key=deadlines.__getitem__)
     split = DeadlineSplit()
     prompts, urgent, slack, slack_contexts = split.prompts, split.urgent, split.slack, split.slack_contexts
     urgent_context = slack_context = 0
-    for deadline_s, index in keyed:
+    for index in order:
         request = requests[index]
+        deadline_s = deadlines[index]
         computed, prompt = request.num_computed_tokens, request.prompt_tokens
         if computed < prompt or prompt + request.num_output_tokens - computed > 1:  # (in_prompt)
             prompts.append(request)
