@@ -272,12 +272,12 @@ class Semantic(Policy):
         urgent levels compute nothing this step (they keep their KV), so the step's tokens go to it."""
         if not self.config.preempt:
             return None
-        head = self._queue_head()
+        head = versioned_head(self._queue, _VERSION_KEY)  # (_queue_head, inlined: every step)
         if head is None:
             return None
         level = head[0]
         scanned = self._scanned
-        known = scanned.describes(running)  # (step_budget's scan of this very list: none to loop over)
+        known = same_requests(scanned.running, running)  # (step_budget scanned this very list?)
         if known and not scanned.prompt_level > level:
             return None
         kept = semantic_kept(running, level)  # (compiled)
@@ -435,7 +435,7 @@ class Semantic(Policy):
     def _cap_for(self, best: SortKey | None, best_decoding: bool, view: SchedulerView) -> int | None:
         if best is None or not best_decoding:
             return None
-        head = self._queue_head()
+        head = versioned_head(self._queue, _VERSION_KEY)  # (_queue_head, inlined: every step)
         if head is None:
             return view.num_running
         if head < best:
@@ -488,11 +488,12 @@ class Semantic(Policy):
         if best is not None:  # in key order, every request a decode
             best_decoding, extra = True, 0
             self._scanned = _Scan(running, True, -math.inf)
-        else:
-            best, best_decoding, extra = self._scan_running(running, fresh=True)
-            if not self._scanned.in_order:
+        else:  # (_scan_running(running, fresh=True), inlined: every step)
+            best, best_decoding, extra, in_order, prompt_level = semantic_scan(running, self._keyer)
+            self._scanned = _Scan(running, in_order, prompt_level)
+            if not in_order:
                 self.victim_key_changes += 1  # (see static_victim_key)
-            elif self._scanned.prompt_level > -math.inf or len(running) < _MIN_CERTIFIED_RUNNING:
+            elif prompt_level > -math.inf or len(running) < _MIN_CERTIFIED_RUNNING:
                 pass  # (a prompt, or a list too short to pay for one: no certificate)
             elif self._certificate_wait > 0:  # (backing off: see _certify)
                 self._certificate_wait -= 1
