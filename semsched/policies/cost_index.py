@@ -58,7 +58,7 @@ from semsched.policies.cost_model import (
     one_token_floor,
     request_cost,
 )
-from semsched.policies.passes import cost_bucket, cost_bucket_entry, next_cost_bucket_entry
+from semsched.policies.passes import CostIndexTokens
 
 _MAX_INT = 2**31 - 1
 #: a request's cost distribution and the prediction it was computed from
@@ -152,6 +152,12 @@ class CostIndexPolicy(Policy):
         self._swept_at = 0
         #: ids of unfinished requests whose index may still rise (see the module doc)
         self._changing: set[str] = set()
+        #: the buckets, the window and on_tokens, compiled
+        self._tokens = CostIndexTokens(
+            (self._low_key, self._high_key, self._last_key, self._bucket_key, self._width_key), self._changing,
+            self.config.bucket_tokens or 0, self.config.cost, _MAX_INT, self._start, self._compute_at)
+        if self.config.refresh:  # (the engines call the compiled hook itself: no interpreted frame per call)
+            self.on_tokens = self._tokens.on_tokens  # type: ignore[method-assign]
 
     def cost_index(self, costs: CostDistribution, attained: float) -> float | None:
         """The index of ``costs`` after ``attained`` cost; None when no support point exceeds it."""
@@ -216,21 +222,10 @@ class CostIndexPolicy(Policy):
         """Store the token counts ``[low, high)`` over which :meth:`on_tokens` would change nothing: ``low`` is
         ``generated`` (counts only grow while a request lives), ``high`` the first count in a later bucket, or
         the last predicted length while the request may still change its index upward (``_changing``)."""
-        high = self._next_bucket_entry(request, bucket, generated)
-        state = request.policy_state
-        if request.request_id in self._changing:
-            high = min(high, int(state[self._last_key]))
-        state[self._low_key] = generated
-        state[self._high_key] = high
-        request.notify_tokens_at = high
+        self._tokens.set_window(request, bucket, generated)
 
-    def _next_bucket_entry(self, request: Request, bucket: int, generated: int) -> int:
-        """The least token count above ``generated`` whose bucket is past ``bucket`` (buckets never fall as
-        counts grow; :func:`~semsched.policies.passes.next_cost_bucket_entry` for buckets of cost)."""
-        if self.config.bucket_tokens is not None:
-            return max((bucket + 1) * self.config.bucket_tokens, generated + 1)
-        return next_cost_bucket_entry(bucket, generated, request.prompt_tokens, self.config.cost,
-                                      request.policy_state[self._width_key], _MAX_INT)
+    def _compute_at(self, request: Request, generated: int) -> float:
+        return self._compute(request, self._costs(request), generated)
 
     def _compute(self, request: Request, costs: CostDistribution, generated: int) -> float:
         value = self.cost_index(costs, self._cost(request, generated))
@@ -243,45 +238,16 @@ class CostIndexPolicy(Policy):
         return request_cost(float(generated), request.prompt_tokens, self.config.cost)
 
     def _bucket_of(self, request: Request, generated: int) -> int:
-        if self.config.bucket_tokens is not None:
-            return generated // self.config.bucket_tokens
-        width = request.policy_state[self._width_key]
-        return cost_bucket(generated, request.prompt_tokens, self.config.cost, width)
-
-    def _bucket_entry(self, request: Request, bucket: int, low: int, high: int) -> int:
-        """The first token count in ``[low, high]`` whose attained cost lies in ``bucket`` (``high``'s own)."""
-        if self.config.bucket_tokens is None:
-            return cost_bucket_entry(bucket, low, high, request.prompt_tokens, self.config.cost,
-                                     request.policy_state[self._width_key])
-        while low < high:
-            middle = (low + high) // 2
-            if self._bucket_of(request, middle) >= bucket:
-                high = middle
-            else:
-                low = middle + 1
-        return low
+        return self._tokens.bucket_of(request, generated)
 
     # ---- hooks --------------------------------------------------------------------------------------------
     def on_arrival(self, request: Request, now_s: float) -> None:
         self.index(request)
 
     def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
-        state = request.policy_state
-        high = state.get(self._high_key)
-        if high is None:
-            self._start(request)
-            return
-        generated = request.num_output_tokens
-        if state[self._low_key] <= generated < high:
-            return  # the same bucket, and the last predicted length not reached: nothing changes
-        if generated >= state[self._last_key]:
-            self._changing.discard(request.request_id)  # from here on every refresh gives the floor
-        bucket = self._bucket_of(request, generated)
-        if bucket != state[self._bucket_key]:
-            state[self._bucket_key] = bucket
-            entry = self._bucket_entry(request, bucket, max(generated - num_tokens + 1, 0), generated)
-            self._compute(request, self._costs(request), entry)
-        self._set_window(request, bucket, generated)
+        """A token count past the window: the bucket again, the index at its first count when it moved, the next
+        window (compiled: :class:`~semsched.policies.passes.CostIndexTokens`, which the engines call)."""
+        self._tokens.on_tokens(request, num_tokens, now_s)
 
     def on_finish(self, request: Request, now_s: float) -> None:
         self._changing.discard(request.request_id)

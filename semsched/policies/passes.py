@@ -722,6 +722,82 @@ class StoredLevelHeaps(LevelHeaps):
         return bool(request.policy_state[self.level_key] == level)
 
 
+class CostIndexTokens:
+    """A cost-index policy's ``on_tokens`` (``gittins``, ``mean``), compiled: it runs when a request's token count
+    leaves the window ``[low, high)`` over which nothing changes (``notify_tokens_at`` is ``high``). The bucket of
+    attained cost (or of tokens, every ``bucket_tokens``; 0: of cost) is found again; when it moved, the index is
+    computed at the first count in the new bucket (``compute``: the policy's, with its cost distribution); then
+    the next window is stored. ``start`` sets up a request first seen here. The ``*_key`` names are the
+    ``policy_state`` keys the policy keeps them under; ``changing`` the ids of requests whose index may rise."""
+
+    def __init__(self, keys: tuple[str, str, str, str, str], changing: set[str], bucket_tokens: int, model: str,
+                 most: int, start: Callable[[Request], float], compute: Callable[[Request, int], float]) -> None:
+        self.low_key, self.high_key, self.last_key, self.bucket_key, self.width_key = keys
+        self.changing = changing
+        self.bucket_tokens = bucket_tokens
+        self.model = model
+        self.most = most
+        self.start = start
+        self.compute = compute
+
+    def on_tokens(self, request: Request, num_tokens: int, now_s: float) -> None:
+        state: dict[str, Any] = request.policy_state  # (Any: what is stored keeps its type, an int an int)
+        high = state.get(self.high_key)
+        if high is None:
+            self.start(request)
+            return
+        generated = request.num_output_tokens
+        if state[self.low_key] <= generated < high:
+            return  # the same bucket, and the last predicted length not reached: nothing changes
+        if generated >= state[self.last_key]:
+            self.changing.discard(request.request_id)  # from here on every refresh gives the floor
+        bucket = self.bucket_of(request, generated)
+        if bucket != state[self.bucket_key]:
+            state[self.bucket_key] = bucket
+            low = generated - num_tokens + 1
+            self.compute(request, self.bucket_entry(request, bucket, low if low > 0 else 0, generated))
+        self.set_window(request, bucket, generated)
+
+    def bucket_of(self, request: Request, generated: int) -> int:
+        if self.bucket_tokens:
+            return generated // self.bucket_tokens
+        return cost_bucket(generated, request.prompt_tokens, self.model, request.policy_state[self.width_key])
+
+    def bucket_entry(self, request: Request, bucket: int, low: int, high: int) -> int:
+        """The first token count in ``[low, high]`` whose bucket is ``bucket`` (``high``'s own)."""
+        if not self.bucket_tokens:
+            return cost_bucket_entry(bucket, low, high, request.prompt_tokens, self.model,
+                                     request.policy_state[self.width_key])
+        while low < high:
+            middle = (low + high) // 2
+            if self.bucket_of(request, middle) >= bucket:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def next_bucket_entry(self, request: Request, bucket: int, generated: int) -> int:
+        """The least token count above ``generated`` whose bucket is past ``bucket``."""
+        if self.bucket_tokens:
+            entry = (bucket + 1) * self.bucket_tokens
+            return entry if entry > generated + 1 else generated + 1  # (max(entry, generated + 1))
+        return next_cost_bucket_entry(bucket, generated, request.prompt_tokens, self.model,
+                                      request.policy_state[self.width_key], self.most)
+
+    def set_window(self, request: Request, bucket: int, generated: int) -> None:
+        """Store the window ``[generated, high)``: ``high`` the first count in a later bucket, or the last
+        predicted length while the request may still change its index upward (``changing``)."""
+        high = self.next_bucket_entry(request, bucket, generated)
+        state: dict[str, Any] = request.policy_state
+        if request.request_id in self.changing:
+            last = int(state[self.last_key])
+            if last < high:  # (min(high, last))
+                high = last
+        state[self.low_key] = generated
+        state[self.high_key] = high
+        request.notify_tokens_at = high
+
+
 # ---- las: attained service --------------------------------------------------------------------------------------
 #: ``las``'s victim key, (attained service, arrival): the core sorts its running requests by it every step,
 #: natively (it is the core's :func:`~semsched.core.scheduler.by_service_then_arrival`)

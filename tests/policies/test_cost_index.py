@@ -214,7 +214,7 @@ def test_the_next_bucket_boundary_is_the_first_count_a_per_token_scan_finds(
     while generated < 400:
         bucket = policy._bucket_of(request, generated)
         expected = next(g for g in range(generated + 1, 10**6) if policy._bucket_of(request, g) > bucket)
-        assert policy._next_bucket_entry(request, bucket, generated) == expected
+        assert policy._tokens.next_bucket_entry(request, bucket, generated) == expected
         generated = expected
 
 
