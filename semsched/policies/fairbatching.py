@@ -34,10 +34,16 @@ from semsched.core.policy import Policy, PolicyConfig, SchedulerView, SortKey, S
 from semsched.core.request import WAITING_STATES, Request
 from semsched.latency import load_profile
 from semsched.policies.params import param
-from semsched.policies.passes import DeadlineSplit, next_deadline, split_by_deadline, token_deadline
+from semsched.policies.passes import (
+    DeadlineSplit,
+    next_deadline,
+    sorted_book_demand,
+    split_by_deadline,
+    token_deadline,
+)
 from semsched.policies.registry import register_policy
 from semsched.policies.sarathi import DEFAULT_PROFILE, TBTBudget, check_slo_ms
-from semsched.policies.vllm_fcfs import WaitingBook, admission_blocks, whole_sequence_blocks
+from semsched.policies.vllm_fcfs import WaitingBook
 
 #: when output token ``index`` (from 0) of a request is due, and when its next one is (compiled passes)
 token_deadline_s = token_deadline
@@ -102,6 +108,15 @@ class _OrderedBook(WaitingBook):
 
     def head(self) -> Request | None:
         return next(self.in_order(), None)
+
+    def demand(self, slots: int, taken: int, view: SchedulerView) -> tuple[int, int]:
+        """The uncomputed tokens of the first ``slots`` waiting requests, in order, while their whole sequences'
+        blocks, added to ``taken``, fit the blocks an admission may take (the first that does not fit ends it),
+        and the most computed tokens among them (compiled: :func:`~semsched.policies.passes.sorted_book_demand`,
+        which drops the stale entries it meets at the front, as :meth:`in_order` does)."""
+        demand, cached, self._start = sorted_book_demand(self._sorted, self._start, self._live, slots, taken, view,
+                                                         view.block_size)
+        return demand, cached
 
     def first(self, count: int) -> list[Request]:
         return list(itertools.islice(self.in_order(), count)) if count > 0 else []
@@ -261,15 +276,4 @@ class FairBatching(Policy):
         slots = view.budget.max_num_seqs - view.num_running
         if slots <= 0:
             return 0, 0
-        block_size = view.block_size
-        taken, demand, cached = prompt_blocks, 0, 0
-        room_priority, room = None, 0  # the blocks an admission may take, asked once per priority
-        for request in itertools.islice(self._waiting.in_order(), slots):
-            taken += whole_sequence_blocks(request, block_size)
-            if request.priority != room_priority:
-                room_priority, room = request.priority, admission_blocks(view, request, 0)
-            if taken > room:
-                break
-            demand += request.num_uncomputed_tokens
-            cached = max(cached, request.num_computed_tokens)
-        return demand, cached
+        return self._waiting.demand(slots, prompt_blocks, view)

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from semsched.core.kv import blocks_for
 from semsched.core.request import WAITING_STATES, Request, RequestState
 from semsched.core.scheduler import NativeVictimKey, by_service_then_arrival, sort_by_service_then_arrival
 from semsched.latency.analytic import AnalyticConfig, AnalyticLatencyModel
@@ -91,6 +92,40 @@ def split_by_deadline(requests: Sequence[Request], now_s: float, margin_s: float
                           - -(-computed // block_size))
     split.prompt_tokens, split.prompt_cached, split.prompt_blocks = prompt_tokens, prompt_cached, prompt_blocks
     return split
+
+
+def sorted_book_demand(entries: list[tuple[Any, int, Request]], start: int, live: dict[str, int], slots: int,
+                       taken: int, view: Any, block_size: int) -> tuple[int, int, int]:
+    """fairbatching's waiting demand, read off its sorted book (``entries`` of ``(key, seq, request)`` from
+    ``start``; an entry is live while ``live[request_id]`` is its ``seq`` and the request waits): the uncomputed
+    tokens of the first ``slots`` live requests, in order, while their whole sequences' blocks, added to
+    ``taken``, fit the blocks an admission of each may take (asked of ``view`` once per run of one priority; the
+    first that does not fit ends it), and the most computed tokens among them. Stale entries met at the front
+    leave the book (``live`` too), as its lazy reading drops them: returns (demand, cached, the new start)."""
+    demand, cached = 0, 0
+    room_priority, room, known = 0, 0, False
+    count, index = 0, start
+    while index < len(entries) and count < slots:
+        _, seq, request = entries[index]
+        index += 1
+        request_id = request.request_id
+        if live.get(request_id) == seq and request.state in WAITING_STATES:
+            count += 1
+            taken += blocks_for(request.prompt_tokens + request.num_output_tokens, block_size)
+            if not known or request.priority != room_priority:
+                room_priority, known = request.priority, True
+                room = view.available_blocks(request, admission=True) - 0
+            if taken > room:
+                break
+            demand += request.prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            computed = request.num_computed_tokens
+            if computed > cached:  # (max(cached, computed))
+                cached = computed
+        elif index - 1 == start:  # stale at the front: it leaves the book
+            start = index
+            if live.get(request_id) == seq:
+                del live[request_id]
+    return demand, cached, start
 
 
 # ---- cost_index's buckets of attained cost (gittins, mean) ---------------------------------------------------

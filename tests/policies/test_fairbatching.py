@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -149,3 +150,52 @@ def test_ordered_book_reads_as_the_waiting_book() -> None:
         assert ordered.first(count) == heap.first(count)
         if step % 25 == 0:
             assert list(ordered.in_order()) == heap.first(len(requests))
+
+
+class _RoomView:
+    """available_blocks by priority (what the book's demand asks of an engine), and the block size."""
+
+    block_size = 16
+
+    def __init__(self, rooms: dict[int, int]) -> None:
+        self.rooms = rooms
+
+    def available_blocks(self, request: Request, *, admission: bool = True) -> int:
+        assert admission
+        return self.rooms[request.priority]
+
+
+def test_the_books_demand_is_its_order_read_until_one_does_not_fit() -> None:
+    """The compiled demand gives what reading the book in order gives: the uncomputed tokens of the first
+    ``slots`` waiting requests while their whole sequences' blocks fit each one's room (the first that does not
+    ends it) and the most computed tokens among them, and leaves the book as that reading does (the stale
+    entries it met at the front dropped)."""
+    rng = np.random.default_rng(11)
+    key = lambda request: (request.arrival_time_s // 0.5,)  # noqa: E731 (coarse: many ties)
+    books = _OrderedBook(key), _OrderedBook(key)
+    requests = [make_request(str(i), prompt=int(rng.integers(1, 400)), arrival=float(rng.random() * 5),
+                             priority=int(rng.integers(0, 3))) for i in range(300)]
+    for step, request in enumerate(requests):
+        for book in books:
+            book.add(request)
+        for other in rng.choice(requests[:step + 1], size=min(3, step + 1), replace=False):
+            roll = rng.random()
+            if roll < 0.3:
+                other.state = RequestState.RUNNING
+            elif roll < 0.4:
+                other.state = RequestState.PREEMPTED_RECOMPUTE
+                other.num_computed_tokens = int(rng.integers(0, other.prompt_tokens))
+                for book in books:
+                    book.add(other)
+        view = _RoomView({priority: int(rng.integers(0, 60)) for priority in range(3)})
+        slots, blocks = int(rng.integers(0, 12)), int(rng.integers(0, 10))
+        taken, demand, cached = blocks, 0, 0
+        for waiting in itertools.islice(books[1].in_order(), slots):  # the reading it stands for
+            taken += -(-waiting.num_tokens // view.block_size)
+            if taken > view.rooms[waiting.priority]:
+                break
+            demand += waiting.num_uncomputed_tokens
+            cached = max(cached, waiting.num_computed_tokens)
+        assert books[0].demand(slots, blocks, view) == (demand, cached)
+        assert (len(books[0]), books[0]._start) == (len(books[1]), books[1]._start)
+    assert list(books[0].in_order()) == list(books[1].in_order())
