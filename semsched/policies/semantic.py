@@ -238,7 +238,7 @@ class Semantic(Policy):
         return self._keyer.remaining_time_s(request)
 
     def _key(self, request: Request) -> SortKey:
-        """(level, :meth:`remaining_time_s`, arrival), kept for the step while the request's tokens do not move
+        """(level, :meth:`remaining_time_s`, arrival), kept while the request's tokens and state do not move
         (a running decode's remaining time in closed form:
         :func:`~semsched.policies.passes.semantic_decode_key`)."""
         return self._keyer.key(request)
